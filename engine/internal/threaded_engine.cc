@@ -1,0 +1,469 @@
+#include "engine/internal/threaded_engine.h"
+
+#include <algorithm>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "engine/internal/gpu_sync.h"
+#include "spdlog/spdlog.h"
+
+#if TESSERA_USE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_status.h"
+#endif
+
+namespace tessera::engine::internal {
+namespace {
+
+using ReadyList = absl::InlinedVector<OprBlock*, 8>;
+
+// Asynchronous functions run inline on the thread that finds them ready; past this depth
+// they go through the priority queue instead, so a long chain of them cannot overflow the
+// stack.
+constexpr int kMaxInlineDepth = 8;
+thread_local int inline_depth = 0;
+
+// Appends one use to `v`'s queue; true when it may start right away.
+bool Append(Var* v, VarNode* node) {
+  node->next = nullptr;
+  if (node->write) {
+    if (v->head == nullptr && !v->running_write && v->running_reads == 0) {
+      v->running_write = true;
+      return true;
+    }
+  } else if (v->head == nullptr && !v->running_write) {
+    ++v->running_reads;
+    return true;
+  }
+  if (v->tail == nullptr) {
+    v->head = v->tail = node;
+  } else {
+    v->tail->next = node;
+    v->tail = node;
+  }
+  return false;
+}
+
+VarNode* PopHead(Var* v) {
+  VarNode* n = v->head;
+  v->head = n->next;
+  if (v->head == nullptr) v->tail = nullptr;
+  return n;
+}
+
+// A running use of `v` finished: grants go to the next writer, or to every reader up to
+// the next writer.
+void Release(Var* v, bool write, ReadyList* ready) {
+  std::lock_guard<SpinLock> guard(v->lock);
+  if (write) {
+    v->running_write = false;
+    while (v->head != nullptr && !v->head->write) {
+      ++v->running_reads;
+      ready->push_back(PopHead(v)->block);
+    }
+  } else {
+    --v->running_reads;
+  }
+  if (v->running_reads == 0 && !v->running_write && v->head != nullptr) {
+    v->running_write = true;  // the head is a writer: readers were drained above
+    ready->push_back(PopHead(v)->block);
+  }
+}
+
+}  // namespace
+
+ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(options) {
+  int cpu_workers = options.cpu_workers > 0
+                        ? options.cpu_workers
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  cpu_queue_ = std::make_unique<Queue>(options.spin_us);
+  cpu_priority_queue_ = std::make_unique<Queue>(options.spin_us);
+  StartPool(cpu_queue_.get(), cpu_workers, Context::CPU(), false);
+  StartPool(cpu_priority_queue_.get(), std::max(1, options.cpu_priority_workers), Context::CPU(),
+            false);
+  for (int d = 0; d < num_gpus(); ++d) {
+    gpu_queues_.push_back(std::make_unique<Queue>(options.spin_us));
+    gpu_copy_queues_.push_back(std::make_unique<Queue>(options.spin_us));
+    StartPool(gpu_queues_.back().get(), std::max(1, options.gpu_workers_per_device),
+              Context::GPU(d), true);
+    StartPool(gpu_copy_queues_.back().get(), std::max(1, options.gpu_copy_workers_per_device),
+              Context::GPU(d), true);
+  }
+}
+
+ThreadedEngine::~ThreadedEngine() {
+  NotifyShutdown();
+  // Queued work still runs; its failures were the caller's to collect.
+  absl::Status ignored = WaitForAll();
+  (void)ignored;
+  for (auto* q : {cpu_queue_.get(), cpu_priority_queue_.get()}) q->Shutdown();
+  for (auto& q : gpu_queues_) q->Shutdown();
+  for (auto& q : gpu_copy_queues_) q->Shutdown();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ThreadedEngine::StartPool(Queue* queue, int threads, Context ctx, bool owns_stream) {
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, queue, ctx, owns_stream] { WorkerLoop(queue, ctx, owns_stream); });
+  }
+}
+
+void ThreadedEngine::WorkerLoop(Queue* queue, Context ctx, bool owns_stream) {
+  void* stream = nullptr;
+  absl::Status stream_status;
+  if (owns_stream) {
+    absl::StatusOr<void*> s = CreateStream(ctx.id);
+    if (s.ok()) {
+      stream = *s;
+      std::lock_guard<std::mutex> guard(streams_mu_);
+      streams_.emplace_back(ctx.id, stream);
+    } else {
+      stream_status = s.status();
+      spdlog::error("engine: no stream for {}: {}", ctx.ToString(), stream_status.ToString());
+    }
+  }
+  while (OprBlock* b = queue->Pop()) {
+    if (!stream_status.ok()) {
+      Complete(b, stream_status, nullptr);
+    } else {
+      Execute(b, stream);
+    }
+  }
+  DestroyStream(stream);
+}
+
+ThreadedEngine::Queue* ThreadedEngine::QueueFor(const OprBlock& b) {
+  FnProperty prop = b.opr->prop;
+  if (b.ctx.is_gpu()) {
+    return prop == FnProperty::kCopyToGPU || prop == FnProperty::kCopyFromGPU
+               ? gpu_copy_queues_[b.ctx.id].get()
+               : gpu_queues_[b.ctx.id].get();
+  }
+  return prop == FnProperty::kCPUPrioritized ? cpu_priority_queue_.get() : cpu_queue_.get();
+}
+
+void ThreadedEngine::Dispatch(OprBlock* b) {
+  if (b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu() && inline_depth < kMaxInlineDepth) {
+    ++inline_depth;
+    Execute(b, nullptr);
+    --inline_depth;
+    return;
+  }
+  Queue* q = b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu() ? cpu_priority_queue_.get()
+                                                                    : QueueFor(*b);
+  q->Push(b, b->priority);
+}
+
+absl::StatusOr<OprBlock*> ThreadedEngine::NewOneShot(Context ctx,
+                                                     absl::Span<const VarHandle> const_vars,
+                                                     absl::Span<const VarHandle> mutate_vars,
+                                                     FnProperty prop, int priority,
+                                                     const char* name, bool profiling) {
+  if (absl::Status s = CheckContext(ctx, name); !s.ok()) return s;
+  auto* b = new OprBlock;
+  absl::Status s = ResolveVars(this, name, const_vars, mutate_vars, &b->one_shot.const_vars,
+                               &b->one_shot.mutate_vars);
+  if (!s.ok()) {
+    delete b;
+    return s;
+  }
+  b->opr = &b->one_shot;
+  b->one_shot.prop = prop;
+  b->one_shot.name = name;
+  b->ctx = ctx;
+  b->priority = priority;
+  b->profiling = profiling;
+  return b;
+}
+
+absl::Status ThreadedEngine::PushAsync(AsyncFn fn, Context ctx,
+                                       absl::Span<const VarHandle> const_vars,
+                                       absl::Span<const VarHandle> mutate_vars, FnProperty prop,
+                                       int priority, const char* name, bool profiling) {
+  absl::StatusOr<OprBlock*> b =
+      NewOneShot(ctx, const_vars, mutate_vars, prop, priority, name, profiling);
+  if (!b.ok()) return b.status();
+  (*b)->one_shot.async_fn = std::move(fn);
+  Schedule(*b);
+  return absl::OkStatus();
+}
+
+absl::Status ThreadedEngine::PushSync(SyncFn fn, Context ctx,
+                                      absl::Span<const VarHandle> const_vars,
+                                      absl::Span<const VarHandle> mutate_vars, FnProperty prop,
+                                      int priority, const char* name, bool profiling) {
+  absl::StatusOr<OprBlock*> b =
+      NewOneShot(ctx, const_vars, mutate_vars, prop, priority, name, profiling);
+  if (!b.ok()) return b.status();
+  (*b)->one_shot.sync_fn = std::move(fn);
+  Schedule(*b);
+  return absl::OkStatus();
+}
+
+absl::Status ThreadedEngine::Push(OprHandle op, Context ctx, int priority, bool profiling) {
+  absl::StatusOr<Opr*> opr = AcquireOpr(op);
+  if (!opr.ok()) return opr.status();
+  if (absl::Status s = CheckContext(ctx, (*opr)->name); !s.ok()) {
+    ReleaseOpr(*opr);
+    return s;
+  }
+  auto* b = new OprBlock;
+  b->opr = *opr;
+  b->prebuilt = true;
+  b->ctx = ctx;
+  b->priority = priority;
+  b->profiling = profiling;
+  Schedule(b);
+  return absl::OkStatus();
+}
+
+void ThreadedEngine::Schedule(OprBlock* b, bool is_deletion) {
+  const Opr& opr = *b->opr;
+  const size_t nc = opr.const_vars.size();
+  const size_t n = nc + opr.mutate_vars.size();
+  b->nodes.resize(n);  // sized once: nodes are linked into variable queues by address
+  b->wait.store(static_cast<int>(n) + 1, std::memory_order_relaxed);
+  pending_.fetch_add(1, std::memory_order_relaxed);
+
+  int granted = 1;  // the push's own count
+  {
+    std::unique_lock<std::mutex> ordered(push_mu_, std::defer_lock);
+    if (n > 1) ordered.lock();
+    for (size_t i = 0; i < n; ++i) {
+      VarNode& node = b->nodes[i];
+      node.block = b;
+      node.write = i >= nc;
+      node.var = node.write ? opr.mutate_vars[i - nc] : opr.const_vars[i];
+      std::lock_guard<SpinLock> guard(node.var->lock);
+      if (!is_deletion && node.var->deleted.load(std::memory_order_relaxed)) {
+        // Deleted by another thread after this push validated it: fail the function.
+        if (b->rejected == nullptr) {
+          b->rejected = std::make_shared<ErrorRecord>(absl::InvalidArgumentError(absl::StrCat(
+              "function '", opr.display_name(), "': a variable was deleted while it was pushed")));
+        }
+        ++granted;
+        continue;
+      }
+      node.appended = true;
+      if (Append(node.var, &node)) ++granted;
+    }
+  }
+  if (b->wait.fetch_sub(granted, std::memory_order_acq_rel) == granted) Dispatch(b);
+}
+
+void ThreadedEngine::Execute(OprBlock* b, void* stream) {
+  const Opr& opr = *b->opr;
+  std::shared_ptr<ErrorRecord> inherited = b->rejected;
+  if (inherited == nullptr && !opr.runs_despite_errors) inherited = InheritedError(opr);
+  if (inherited != nullptr) {
+    Complete(b, absl::OkStatus(), std::move(inherited));
+    return;
+  }
+  b->stream = stream;
+  if (absl::Status s = WaitForGpuInputs(b, stream); !s.ok()) {
+    Complete(b, s, nullptr);
+    return;
+  }
+  if (profiler().ShouldRecord(b->profiling)) b->start_ns = Profiler::NowNs();
+  FunctionScope scope;
+  RunContext rctx{b->ctx, stream};
+  if (opr.sync_fn) {
+    Complete(b, RunSync(opr.sync_fn, rctx), nullptr);
+    return;
+  }
+  try {
+    opr.async_fn(rctx, CreateCallback(&ThreadedEngine::OnAsyncComplete, b));
+  } catch (const std::exception& e) {
+    // By contract an asynchronous function that throws has not called its callback.
+    Complete(b, absl::InternalError(absl::StrCat("exception: ", e.what())), nullptr);
+  }
+}
+
+void ThreadedEngine::OnAsyncComplete(Engine* engine, void* param, absl::Status status) {
+  static_cast<ThreadedEngine*>(engine)->Complete(static_cast<OprBlock*>(param),
+                                                 std::move(status), nullptr);
+}
+
+void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
+                              std::shared_ptr<ErrorRecord> inherited) {
+  const Opr& opr = *b->opr;
+  if (status.ok() && inherited == nullptr && b->stream != nullptr) status = RecordGpuOutputs(b);
+  if (b->start_ns != 0) {
+    profiler().Record({opr.name, b->ctx, opr.prop, Profiler::ThisThreadId(), b->start_ns,
+                       Profiler::NowNs()});
+  }
+  std::shared_ptr<ErrorRecord> error = OutcomeError(opr, status, std::move(inherited));
+  const bool deletion = opr.prop == FnProperty::kDeleteVar;
+  ReadyList ready;
+  for (VarNode& node : b->nodes) {
+    if (!node.appended) continue;
+    if (node.write) node.var->error = error;  // before Release hands the variable on
+    if (deletion) {
+      {
+        std::lock_guard<SpinLock> guard(node.var->lock);
+        node.var->running_write = false;
+      }
+      RecycleVar(node.var);
+    } else {
+      Release(node.var, node.write, &ready);
+    }
+  }
+  if (b->prebuilt) ReleaseOpr(b->opr);
+  delete b;
+  for (OprBlock* r : ready) Grant(r);
+  // seq_cst pairs with WaitForAll's increment of all_waiters_: one of the two sees the other.
+  if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      all_waiters_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> guard(wait_mu_);
+    wait_cv_.notify_all();
+  }
+}
+
+absl::Status ThreadedEngine::DeleteVariable(SyncFn delete_fn, Context ctx, VarHandle var) {
+  if (absl::Status s = CheckContext(ctx, "DeleteVariable"); !s.ok()) return s;
+  if (absl::Status s = MarkDeleted(var); !s.ok()) return s;
+  auto* b = new OprBlock;
+  b->opr = &b->one_shot;
+  b->one_shot.mutate_vars.push_back(var.var);
+  b->one_shot.prop = FnProperty::kDeleteVar;
+  b->one_shot.name = "DeleteVariable";
+  b->one_shot.runs_despite_errors = true;
+  b->one_shot.sync_fn =
+      delete_fn ? std::move(delete_fn) : [](RunContext) { return absl::OkStatus(); };
+  // Deletion runs on the CPU: a GPU-side delete function gets the context to act on.
+  b->ctx = ctx.is_gpu() ? Context::CPU() : ctx;
+  Schedule(b, /*is_deletion=*/true);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// What a WaitForVar caller waits on.
+struct VarWaiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  absl::Status status;
+  std::vector<GpuEventRef> gpu_events;
+};
+
+}  // namespace
+
+absl::Status ThreadedEngine::WaitForVar(VarHandle var) {
+  if (InEngineFunction()) {
+    return absl::FailedPreconditionError(
+        "WaitForVar called from inside an engine function (it would deadlock)");
+  }
+  VarWaiter waiter;
+  Var* v = var.var;
+  // A writer of `var`, so it runs after every earlier use, readers included.
+  absl::StatusOr<OprBlock*> b = NewOneShot(Context::CPU(), {}, {var}, FnProperty::kAsync,
+                                           /*priority=*/0, "WaitForVar", false);
+  if (!b.ok()) return b.status();
+  (*b)->one_shot.runs_despite_errors = true;
+  (*b)->one_shot.sync_fn = [&waiter, v](RunContext) {
+    ErrorRecord* e = v->pending_error();
+    std::lock_guard<std::mutex> guard(waiter.mu);
+    if (e != nullptr && e->TakeReport()) waiter.status = e->status;
+    // GPU work on `var` may still be in flight: the caller synchronizes on it below,
+    // off the engine's threads.
+    if (GpuVarState* g = v->gpu.load(std::memory_order_acquire)) {
+      std::lock_guard<SpinLock> var_guard(v->lock);
+      if (g->write) waiter.gpu_events.push_back(g->write);
+      for (auto& r : g->reads) waiter.gpu_events.push_back(r);
+    }
+    waiter.done = true;
+    waiter.cv.notify_all();
+    return absl::OkStatus();
+  };
+  (*b)->one_shot.mutate_vars = {v};
+  Schedule(*b);
+  std::unique_lock<std::mutex> lock(waiter.mu);
+  waiter.cv.wait(lock, [&] { return waiter.done; });
+  for (const GpuEventRef& e : waiter.gpu_events) {
+    if (absl::Status s = SyncEvent(*e); !s.ok() && waiter.status.ok()) waiter.status = s;
+  }
+  return waiter.status;
+}
+
+absl::Status ThreadedEngine::WaitForAll() {
+  if (InEngineFunction()) {
+    return absl::FailedPreconditionError(
+        "WaitForAll called from inside an engine function (it would deadlock)");
+  }
+  all_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::unique_lock<std::mutex> lock(wait_mu_);
+    wait_cv_.wait(lock, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
+  }
+  all_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  absl::Status gpu_status;
+#if TESSERA_USE_CUDA
+  std::vector<std::pair<int, void*>> streams;
+  {
+    std::lock_guard<std::mutex> guard(streams_mu_);
+    streams = streams_;
+  }
+  for (auto [device, stream] : streams) {
+    absl::Status s = CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+                                "cudaStreamSynchronize", __FILE__, __LINE__);
+    if (!s.ok() && gpu_status.ok()) gpu_status = s;
+  }
+#endif
+  absl::Status failure = TakeUnreportedFailure();
+  return failure.ok() ? gpu_status : failure;
+}
+
+absl::Status ThreadedEngine::WaitForGpuInputs(OprBlock* b, void* stream) {
+  if (num_gpus() == 0) return absl::OkStatus();
+  absl::InlinedVector<GpuEventRef, 4> events;
+  for (VarNode& node : b->nodes) {
+    GpuVarState* g = node.appended ? node.var->gpu.load(std::memory_order_acquire) : nullptr;
+    if (g == nullptr) continue;
+    std::lock_guard<SpinLock> guard(node.var->lock);
+    // Same-stream work is already ordered by the stream itself.
+    auto other_stream = [&](const GpuEventRef& e) { return e && e->stream != stream; };
+    if (other_stream(g->write)) events.push_back(g->write);
+    if (node.write) {
+      for (const GpuEventRef& r : g->reads) {
+        if (other_stream(r)) events.push_back(r);
+      }
+    }
+  }
+  for (const GpuEventRef& e : events) {
+    absl::Status s = stream != nullptr ? StreamWaitEvent(stream, *e) : SyncEvent(*e);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ThreadedEngine::RecordGpuOutputs(OprBlock* b) {
+  absl::StatusOr<GpuEventRef> event = RecordEvent(b->stream, b->ctx.id);
+  if (!event.ok()) return event.status();
+  for (VarNode& node : b->nodes) {
+    if (!node.appended) continue;
+    std::lock_guard<SpinLock> guard(node.var->lock);
+    GpuVarState* g = node.var->gpu.load(std::memory_order_relaxed);
+    if (g == nullptr) {
+      g = new GpuVarState;
+      node.var->gpu.store(g, std::memory_order_release);
+    }
+    if (node.write) {
+      g->write = *event;
+      g->reads.clear();
+    } else {
+      auto same = std::find_if(g->reads.begin(), g->reads.end(),
+                               [&](const GpuEventRef& r) { return r->stream == b->stream; });
+      if (same != g->reads.end()) {
+        *same = *event;
+      } else {
+        g->reads.push_back(*event);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::engine::internal

@@ -1,0 +1,95 @@
+// ThreadedEngine: runs ready functions on per-device worker pools.
+//
+// Each variable keeps a queue of the uses waiting behind the running ones (readers of one
+// version run together; a writer runs alone). A pushed function waits for one grant per
+// variable; the thread that hands it the last grant dispatches it to a queue:
+//   - CPU (and pinned-CPU) functions: the CPU pool;
+//   - kCPUPrioritized: a separate high-priority CPU pool;
+//   - GPU functions: the GPU's compute workers, each owning a CUDA stream;
+//   - kCopyToGPU / kCopyFromGPU on a GPU context: the GPU's copy workers and streams;
+//   - kAsync: run inline by the dispatching thread (it returns at once by contract).
+// Every queue orders by priority, then push order. GPU ordering is by CUDA events (see
+// gpu_sync.h), never by blocking the worker.
+//
+// Pushes from many threads: a push naming at most one variable appends atomically under
+// that variable's lock; a push naming several takes `push_mu_` around its appends, so all
+// such pushes are totally ordered and no two can wait on each other in a cycle.
+#ifndef TESSERA_ENGINE_INTERNAL_THREADED_ENGINE_H_
+#define TESSERA_ENGINE_INTERNAL_THREADED_ENGINE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/internal/engine_base.h"
+#include "engine/internal/task_queue.h"
+
+namespace tessera::engine::internal {
+
+class ThreadedEngine final : public EngineBase {
+ public:
+  explicit ThreadedEngine(const EngineOptions& options);
+  ~ThreadedEngine() override;
+
+  absl::Status DeleteVariable(SyncFn delete_fn, Context ctx, VarHandle var) override;
+  absl::Status Push(OprHandle op, Context ctx, int priority, bool profiling) override;
+  absl::Status PushAsync(AsyncFn fn, Context ctx, absl::Span<const VarHandle> const_vars,
+                         absl::Span<const VarHandle> mutate_vars, FnProperty prop, int priority,
+                         const char* name, bool profiling) override;
+  absl::Status PushSync(SyncFn fn, Context ctx, absl::Span<const VarHandle> const_vars,
+                        absl::Span<const VarHandle> mutate_vars, FnProperty prop, int priority,
+                        const char* name, bool profiling) override;
+  absl::Status WaitForVar(VarHandle var) override;
+  absl::Status WaitForAll() override;
+
+ private:
+  using Queue = TaskQueue<OprBlock>;
+
+  // A new block for a one-shot function, its variables resolved; null + status on error.
+  absl::StatusOr<OprBlock*> NewOneShot(Context ctx, absl::Span<const VarHandle> const_vars,
+                                       absl::Span<const VarHandle> mutate_vars, FnProperty prop,
+                                       int priority, const char* name, bool profiling);
+  // Appends `b` to its variables' queues and dispatches it if nothing blocks it.
+  void Schedule(OprBlock* b, bool is_deletion = false);
+  // One more dependency of `b` is met.
+  void Grant(OprBlock* b) {
+    // acq_rel: the granting thread's writes (errors, GPU events) happen-before the run.
+    if (b->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) Dispatch(b);
+  }
+  void Dispatch(OprBlock* b);
+  Queue* QueueFor(const OprBlock& b);
+  // Runs `b` on the calling thread; `stream` is the worker's CUDA stream (null on CPU).
+  void Execute(OprBlock* b, void* stream);
+  static void OnAsyncComplete(Engine* engine, void* param, absl::Status status);
+  // Stores the outcome, releases the variables, and dispatches what became ready.
+  void Complete(OprBlock* b, absl::Status status, std::shared_ptr<ErrorRecord> inherited);
+  void WorkerLoop(Queue* queue, Context ctx, bool owns_stream);
+  void StartPool(Queue* queue, int threads, Context ctx, bool owns_stream);
+
+  // GPU ordering (no-ops without CUDA or GPUs).
+  absl::Status WaitForGpuInputs(OprBlock* b, void* stream);
+  absl::Status RecordGpuOutputs(OprBlock* b);
+
+  std::unique_ptr<Queue> cpu_queue_;
+  std::unique_ptr<Queue> cpu_priority_queue_;
+  std::vector<std::unique_ptr<Queue>> gpu_queues_;       // per device
+  std::vector<std::unique_ptr<Queue>> gpu_copy_queues_;  // per device
+  std::vector<std::thread> threads_;
+  std::mutex streams_mu_;
+  std::vector<std::pair<int, void*>> streams_;  // (device, stream) of every GPU worker
+
+  std::mutex push_mu_;  // orders pushes that name several variables
+
+  // Functions pushed and not yet completed; WaitForAll sleeps until it is 0.
+  std::atomic<int64_t> pending_{0};
+  std::atomic<int> all_waiters_{0};
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+};
+
+}  // namespace tessera::engine::internal
+
+#endif  // TESSERA_ENGINE_INTERNAL_THREADED_ENGINE_H_
