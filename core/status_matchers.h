@@ -33,6 +33,12 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
                                        result_listener);
 }
 
+MATCHER_P(StatusIs, code, "") {
+  const absl::Status& s = GetStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == code;
+}
+
 }  // namespace tessera::testing
 
 #endif  // TESSERA_CORE_STATUS_MATCHERS_H_

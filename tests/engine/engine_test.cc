@@ -1,0 +1,443 @@
+// Behaviour of both engines beyond the ordering rule (see engine_oracle_test.cc):
+// asynchronous completion, deletion while pending, priorities, errors, misuse.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_matchers.h"
+#include "engine/create_engine.h"
+#include "engine/profiler.h"
+#include "gtest/gtest.h"
+
+namespace tessera::engine {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::Status Ok() { return absl::OkStatus(); }
+
+// A one-shot gate functions can block on.
+class Gate {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> g(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return open_; });
+  }
+  // False when not opened within `ms`.
+  bool WaitFor(int ms) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(ms), [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+std::unique_ptr<Engine> MakeEngine(EngineOptions::Kind kind, int workers = 2) {
+  EngineOptions o;
+  o.kind = kind;
+  o.cpu_workers = workers;
+  auto e = CreateEngine(o);
+  EXPECT_THAT(e, IsOk());
+  return *std::move(e);
+}
+
+class BothEnginesTest : public ::testing::TestWithParam<EngineOptions::Kind> {
+ protected:
+  std::unique_ptr<Engine> engine_ = MakeEngine(GetParam());
+};
+
+TEST_P(BothEnginesTest, WritesThenReadsSeeTheValue) {
+  VarHandle v = engine_->NewVariable();
+  int value = 0;
+  for (int i = 1; i <= 100; ++i) {
+    ASSERT_THAT(engine_->PushSync([&, i](RunContext) { value = value * 3 % 1000003 + i; return Ok(); },
+                                  Context::CPU(), {}, {v}),
+                IsOk());
+  }
+  int seen = -1;
+  ASSERT_THAT(engine_->PushSync([&](RunContext) { seen = value; return Ok(); }, Context::CPU(),
+                                {v}, {}),
+              IsOk());
+  ASSERT_THAT(engine_->WaitForVar(v), IsOk());
+  int expected = 0;
+  for (int i = 1; i <= 100; ++i) expected = expected * 3 % 1000003 + i;
+  EXPECT_EQ(seen, expected);
+}
+
+TEST_P(BothEnginesTest, AsyncFunctionsCompleteFromOtherThreads) {
+  VarHandle v = engine_->NewVariable();
+  std::vector<int> log;
+  std::vector<std::thread> helpers;
+  std::mutex helpers_mu;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_THAT(engine_->PushAsync(
+                    [&, i](RunContext, CallbackOnComplete done) {
+                      std::lock_guard<std::mutex> g(helpers_mu);
+                      helpers.emplace_back([&, i, done] {
+                        std::this_thread::sleep_for(std::chrono::microseconds(200));
+                        log.push_back(i);  // ordered by the engine, not by a lock
+                        done();
+                      });
+                    },
+                    Context::CPU(), {}, {v}, FnProperty::kNormal, 0, "async_append"),
+                IsOk());
+  }
+  ASSERT_THAT(engine_->WaitForVar(v), IsOk());
+  std::vector<int> expected(20);
+  for (int i = 0; i < 20; ++i) expected[i] = i;
+  EXPECT_EQ(log, expected);
+  std::lock_guard<std::mutex> g(helpers_mu);
+  for (auto& t : helpers) t.join();
+}
+
+TEST_P(BothEnginesTest, DeleteVariableRunsAfterPendingUses) {
+  VarHandle v = engine_->NewVariable();
+  std::atomic<int> uses{0};
+  std::atomic<int> uses_at_delete{-1};
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_THAT(engine_->PushSync(
+                    [&](RunContext) {
+                      std::this_thread::sleep_for(std::chrono::microseconds(50));
+                      uses++;
+                      return Ok();
+                    },
+                    Context::CPU(), i % 2 ? std::vector<VarHandle>{v} : std::vector<VarHandle>{},
+                    i % 2 ? std::vector<VarHandle>{} : std::vector<VarHandle>{v}),
+                IsOk());
+  }
+  ASSERT_THAT(engine_->DeleteVariable([&](RunContext) { uses_at_delete = uses.load(); return Ok(); },
+                                      Context::CPU(), v),
+              IsOk());
+  ASSERT_THAT(engine_->WaitForAll(), IsOk());
+  EXPECT_EQ(uses_at_delete.load(), 50);
+  // The handle is now stale: every use is a clear error, never undefined behaviour.
+  EXPECT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {v}, {},
+                                FnProperty::kNormal, 0, "late_reader"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'late_reader': const_vars[0] is a deleted variable")));
+  EXPECT_THAT(engine_->WaitForVar(v), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("deleted")));
+  EXPECT_THAT(engine_->DeleteVariable(nullptr, Context::CPU(), v),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already deleted")));
+  // A recycled slot gets a new generation: the old handle stays invalid.
+  VarHandle fresh = engine_->NewVariable();
+  EXPECT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {v}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {fresh}),
+              IsOk());
+}
+
+TEST_P(BothEnginesTest, UnknownVariablesAndContextsAreErrors) {
+  VarHandle unknown;
+  EXPECT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {unknown},
+                                FnProperty::kNormal, 0, "f"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mutate_vars[0] is a null (unknown) variable")));
+  auto other = MakeEngine(GetParam());
+  VarHandle foreign = other->NewVariable();
+  EXPECT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {foreign}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another engine")));
+  EXPECT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::GPU(99), {}, {},
+                                FnProperty::kNormal, 0, "gpu_fn"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("'gpu_fn': gpu(99) is not available")));
+}
+
+TEST_P(BothEnginesTest, DuplicateAndReadWriteVariablesAreFolded) {
+  VarHandle v = engine_->NewVariable();
+  int value = 0;
+  // v listed as read twice and written twice: must run exactly once as a writer.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_THAT(engine_->PushSync([&](RunContext) { value++; return Ok(); }, Context::CPU(),
+                                  {v, v}, {v, v}),
+                IsOk());
+  }
+  ASSERT_THAT(engine_->WaitForVar(v), IsOk());
+  EXPECT_EQ(value, 10);
+}
+
+TEST_P(BothEnginesTest, PrebuiltOperatorSurvivesDeletionUntilItsPushesRan) {
+  VarHandle v = engine_->NewVariable();
+  std::atomic<int> runs{0};
+  auto op = engine_->NewOperator(
+      [&](RunContext, CallbackOnComplete done) {
+        runs++;
+        done();
+      },
+      {}, {v}, FnProperty::kNormal, "counter");
+  ASSERT_THAT(op, IsOk());
+  for (int i = 0; i < 100; ++i) ASSERT_THAT(engine_->Push(*op, Context::CPU()), IsOk());
+  ASSERT_THAT(engine_->DeleteOperator(*op), IsOk());
+  EXPECT_THAT(engine_->Push(*op, Context::CPU()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("deleted operator")));
+  EXPECT_THAT(engine_->DeleteOperator(*op), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(engine_->WaitForAll(), IsOk());
+  EXPECT_EQ(runs.load(), 100);
+}
+
+TEST_P(BothEnginesTest, FailuresPropagateToDependentsAndAreReportedOnce) {
+  VarHandle a = engine_->NewVariable(), b = engine_->NewVariable(), c = engine_->NewVariable();
+  std::atomic<int> dependent_runs{0}, unrelated_runs{0};
+  ASSERT_THAT(engine_->PushSync([](RunContext) { return absl::DataLossError("disk gone"); },
+                                Context::CPU(), {}, {a}, FnProperty::kNormal, 0, "load_batch"),
+              IsOk());
+  ASSERT_THAT(engine_->PushSync([&](RunContext) { dependent_runs++; return Ok(); }, Context::CPU(),
+                                {a}, {b}, FnProperty::kNormal, 0, "use_batch"),
+              IsOk());
+  ASSERT_THAT(engine_->PushSync([&](RunContext) { unrelated_runs++; return Ok(); },
+                                Context::CPU(), {}, {c}),
+              IsOk());
+  // The failure reached b through use_batch, which was skipped.
+  EXPECT_THAT(engine_->WaitForVar(b),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("function 'load_batch' failed: disk gone")));
+  EXPECT_EQ(dependent_runs.load(), 0);
+  EXPECT_THAT(engine_->WaitForVar(c), IsOk());
+  EXPECT_EQ(unrelated_runs.load(), 1);
+  // Reported once: a and b are usable again, and WaitForAll has nothing left to report.
+  EXPECT_THAT(engine_->WaitForVar(a), IsOk());
+  EXPECT_THAT(engine_->WaitForAll(), IsOk());
+  ASSERT_THAT(engine_->PushSync([&](RunContext) { dependent_runs++; return Ok(); }, Context::CPU(),
+                                {a}, {b}),
+              IsOk());
+  EXPECT_THAT(engine_->WaitForVar(b), IsOk());
+  EXPECT_EQ(dependent_runs.load(), 1);
+}
+
+TEST_P(BothEnginesTest, ExceptionsAndAsyncErrorsBecomeStatuses) {
+  VarHandle v = engine_->NewVariable();
+  ASSERT_THAT(engine_->PushSync([](RunContext) -> absl::Status { throw std::runtime_error("boom"); },
+                                Context::CPU(), {}, {v}, FnProperty::kNormal, 0, "thrower"),
+              IsOk());
+  EXPECT_THAT(engine_->WaitForAll(), StatusIs(absl::StatusCode::kInternal,
+                                              HasSubstr("'thrower' failed: exception: boom")));
+  ASSERT_THAT(engine_->PushAsync(
+                  [](RunContext, CallbackOnComplete done) {
+                    done(absl::UnavailableError("peer hung up"));
+                  },
+                  Context::CPU(), {}, {v}, FnProperty::kNormal, 0, "recv"),
+              IsOk());
+  EXPECT_THAT(engine_->WaitForVar(v),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("'recv' failed: peer hung up")));
+  EXPECT_THAT(engine_->WaitForAll(), IsOk());
+}
+
+TEST_P(BothEnginesTest, WaitingFromInsideAFunctionIsAnError) {
+  VarHandle v = engine_->NewVariable(), w = engine_->NewVariable();
+  absl::Status inner_var, inner_all;
+  ASSERT_THAT(engine_->PushSync(
+                  [&](RunContext) {
+                    inner_var = engine_->WaitForVar(w);
+                    inner_all = engine_->WaitForAll();
+                    return Ok();
+                  },
+                  Context::CPU(), {}, {v}),
+              IsOk());
+  ASSERT_THAT(engine_->WaitForAll(), IsOk());
+  EXPECT_THAT(inner_var, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("deadlock")));
+  EXPECT_THAT(inner_all, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("deadlock")));
+}
+
+TEST_P(BothEnginesTest, PushesFromManyThreadsAtOnce) {
+  constexpr int kThreads = 4, kPerThread = 2000;
+  VarHandle shared = engine_->NewVariable();
+  long total = 0;  // mutated only by engine functions that hold `shared`
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      VarHandle mine = engine_->NewVariable();
+      for (int i = 0; i < kPerThread; ++i) {
+        ASSERT_THAT(engine_->PushSync([&](RunContext) { total += 1; return Ok(); }, Context::CPU(),
+                                      {mine}, {shared}),
+                    IsOk());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_THAT(engine_->WaitForVar(shared), IsOk());
+  EXPECT_EQ(total, kThreads * kPerThread);
+}
+
+TEST_P(BothEnginesTest, ProfilerWritesOneChromeEventPerFunction) {
+  engine_->profiler().Start(Profiler::Mode::kMarked);
+  VarHandle v = engine_->NewVariable();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {v},
+                                  FnProperty::kNormal, 0, "conv1_forward", /*profiling=*/true),
+                IsOk());
+  }
+  ASSERT_THAT(engine_->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {v},
+                                FnProperty::kNormal, 0, "unmarked"),
+              IsOk());
+  ASSERT_THAT(engine_->WaitForAll(), IsOk());
+  engine_->profiler().Stop();
+  std::vector<ProfileEvent> events = engine_->profiler().events();
+  ASSERT_EQ(events.size(), 5u);
+  for (const ProfileEvent& e : events) {
+    EXPECT_STREQ(e.name, "conv1_forward");
+    EXPECT_EQ(e.ctx, Context::CPU());
+    EXPECT_LE(e.start_ns, e.end_ns);
+    EXPECT_NE(e.thread_id, 0u);
+  }
+  std::string json = engine_->profiler().ChromeTraceJson();
+  EXPECT_THAT(json, HasSubstr(R"("name": "conv1_forward", "cat": "normal", "ph": "X")"));
+  EXPECT_THAT(json, HasSubstr(R"j("args": {"name": "cpu(0)"})j"));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("unmarked")));
+}
+
+TEST_P(BothEnginesTest, OmpThreadsPerWorkerIsSettable) {
+  EXPECT_EQ(engine_->num_omp_threads_per_worker(), 1);
+  engine_->set_num_omp_threads_per_worker(3);
+  EXPECT_EQ(engine_->num_omp_threads_per_worker(), 3);
+  engine_->set_num_omp_threads_per_worker(0);
+  EXPECT_EQ(engine_->num_omp_threads_per_worker(), 1);
+}
+
+TEST_P(BothEnginesTest, ShutdownWithWorkStillQueuedRunsItAll) {
+  std::atomic<int> ran{0};
+  {
+    auto engine = MakeEngine(GetParam());
+    VarHandle v = engine->NewVariable();
+    for (int i = 0; i < 5000; ++i) {
+      ASSERT_THAT(engine->PushSync([&](RunContext) { ran++; return Ok(); }, Context::CPU(),
+                                   i % 3 ? std::vector<VarHandle>{} : std::vector<VarHandle>{v},
+                                   {}),
+                  IsOk());
+    }
+    engine->NotifyShutdown();
+  }  // destroyed with work queued: no hang, no leak (LeakSanitizer under --config=asan)
+  EXPECT_EQ(ran.load(), 5000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, BothEnginesTest,
+                         ::testing::Values(EngineOptions::Kind::kNaive,
+                                           EngineOptions::Kind::kThreaded),
+                         [](const auto& info) {
+                           return info.param == EngineOptions::Kind::kNaive ? "Naive" : "Threaded";
+                         });
+
+// ---- Threaded engine only ----
+
+TEST(ThreadedEngineTest, ReadersOfOneVersionRunTogether) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 2);
+  VarHandle v = engine->NewVariable();
+  Gate first_started, second_started;
+  bool first_saw_second = false, second_saw_first = false;
+  ASSERT_THAT(engine->PushSync([&](RunContext) {
+                first_started.Open();
+                first_saw_second = second_started.WaitFor(5000);
+                return Ok();
+              }, Context::CPU(), {v}, {}), IsOk());
+  ASSERT_THAT(engine->PushSync([&](RunContext) {
+                second_started.Open();
+                second_saw_first = first_started.WaitFor(5000);
+                return Ok();
+              }, Context::CPU(), {v}, {}), IsOk());
+  ASSERT_THAT(engine->WaitForAll(), IsOk());
+  EXPECT_TRUE(first_saw_second && second_saw_first) << "two readers did not overlap";
+}
+
+TEST(ThreadedEngineTest, PrioritiesAreHonouredWhenThePoolIsSaturated) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
+  Gate blocker_running, release;
+  ASSERT_THAT(engine->PushSync([&](RunContext) {
+                blocker_running.Open();
+                release.Wait();
+                return Ok();
+              }, Context::CPU(), {}, {}), IsOk());
+  blocker_running.Wait();  // the only worker is busy: everything below queues up
+  std::mutex mu;
+  std::vector<int> order;
+  for (int i = 0; i < 30; ++i) {
+    int priority = (i * 7) % 3;  // interleaved 0, 1, 2
+    ASSERT_THAT(engine->PushSync([&, priority](RunContext) {
+                  std::lock_guard<std::mutex> g(mu);
+                  order.push_back(priority);
+                  return Ok();
+                }, Context::CPU(), {}, {}, FnProperty::kNormal, priority), IsOk());
+  }
+  release.Open();
+  ASSERT_THAT(engine->WaitForAll(), IsOk());
+  ASSERT_EQ(order.size(), 30u);
+  EXPECT_TRUE(std::is_sorted(order.begin(), order.end(), std::greater<int>()))
+      << "functions ran out of priority order";
+}
+
+TEST(ThreadedEngineTest, PrioritizedQueueBypassesABusyPool) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
+  Gate release, prioritized_ran;
+  ASSERT_THAT(engine->PushSync([&](RunContext) { release.Wait(); return Ok(); }, Context::CPU(),
+                               {}, {}), IsOk());
+  ASSERT_THAT(engine->PushSync([&](RunContext) { prioritized_ran.Open(); return Ok(); },
+                               Context::CPU(), {}, {}, FnProperty::kCPUPrioritized), IsOk());
+  EXPECT_TRUE(prioritized_ran.WaitFor(5000));
+  release.Open();
+  ASSERT_THAT(engine->WaitForAll(), IsOk());
+}
+
+TEST(ThreadedEngineTest, WaitForVarWaitsForEarlierReadersToo) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 2);
+  VarHandle v = engine->NewVariable();
+  std::atomic<bool> reader_done{false};
+  ASSERT_THAT(engine->PushSync([&](RunContext) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                reader_done = true;
+                return Ok();
+              }, Context::CPU(), {v}, {}), IsOk());
+  ASSERT_THAT(engine->WaitForVar(v), IsOk());
+  EXPECT_TRUE(reader_done.load());
+}
+
+TEST(EngineOptionsTest, FromEnvNamesTheBadVariable) {
+  setenv("TESSERA_CPU_WORKER_NTHREADS", "many", 1);
+  EXPECT_THAT(EngineOptions::FromEnv(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TESSERA_CPU_WORKER_NTHREADS='many'")));
+  setenv("TESSERA_CPU_WORKER_NTHREADS", "3", 1);
+  setenv("TESSERA_ENGINE", "Naive", 1);
+  auto o = EngineOptions::FromEnv();
+  ASSERT_THAT(o, IsOk());
+  EXPECT_EQ(o->cpu_workers, 3);
+  EXPECT_EQ(o->kind, EngineOptions::Kind::kNaive);
+  setenv("TESSERA_ENGINE", "turbo", 1);
+  EXPECT_THAT(EngineOptions::FromEnv(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TESSERA_ENGINE='turbo'")));
+  unsetenv("TESSERA_ENGINE");
+  unsetenv("TESSERA_CPU_WORKER_NTHREADS");
+}
+
+TEST(EngineOptionsTest, ProfilerEnvWritesATraceAtExit) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/engine_trace.json");
+  EngineOptions o;
+  o.profile_path = path;
+  {
+    auto engine = CreateEngine(o);
+    ASSERT_THAT(engine, IsOk());
+    VarHandle v = (*engine)->NewVariable();
+    ASSERT_THAT((*engine)->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {v},
+                                    FnProperty::kNormal, 0, "traced_fn"),
+                IsOk());
+  }
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr(R"("traceEvents")"));
+  EXPECT_THAT(text, HasSubstr(R"("name": "traced_fn")"));
+}
+
+}  // namespace
+}  // namespace tessera::engine
