@@ -23,8 +23,7 @@ namespace tessera::engine::storage_internal {
 namespace {
 
 std::string CudaErrorText(const char* call, cudaError_t err) {
-  return absl::StrCat(call, " failed: ", cudaGetErrorString(err), " (", cudaGetErrorName(err),
-                      ")");
+  return absl::StrCat(call, " failed: ", cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
 }
 
 // Makes `device` current for one call and restores the caller's device afterwards, so
@@ -137,9 +136,9 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> NewGpuAllocator(int device) {
         absl::StrCat("no CUDA device for ", name, ": the CUDA runtime reports 0 devices"));
   }
   if (device >= *count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device for ", name, ": this machine has ", *count, " (gpu(0)..gpu(",
-        *count - 1, "))"));
+    return absl::FailedPreconditionError(absl::StrCat("no CUDA device for ", name,
+                                                      ": this machine has ", *count,
+                                                      " (gpu(0)..gpu(", *count - 1, "))"));
   }
   return std::make_unique<GpuAllocator>(device);
 }

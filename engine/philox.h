@@ -135,8 +135,7 @@ class PhiloxRandom {
     // 1 - u lies in (0, 1], so the logarithm is finite.
     const double u1 = 1.0 - NextUniformDouble();
     const double u2 = NextUniformDouble();
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                              std::cos(6.283185307179586 * u2));
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
 
   // Advances by `n` 32-bit outputs, as if NextU32() had been called n times.

@@ -19,9 +19,9 @@ struct ResourceState {
   Context ctx;
   VarHandle var;
   int32_t id;
-  PhiloxRandom random;       // kRandom
-  Storage* storage;          // kTempSpace: where the buffer comes from; not owned
-  StorageHandle space;       // kTempSpace: the current buffer, empty until first use
+  PhiloxRandom random;  // kRandom
+  Storage* storage;     // kTempSpace: where the buffer comes from; not owned
+  StorageHandle space;  // kTempSpace: the current buffer, empty until first use
 };
 
 }  // namespace resource_internal
@@ -40,8 +40,8 @@ PhiloxRandom* Resource::get_random() const {
 
 absl::StatusOr<void*> Resource::get_space(size_t bytes) const {
   if (state_ == nullptr || type != ResourceRequest::kTempSpace) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "get_space on resource ", id, " of ", ctx.ToString(), ", which is not temp space"));
+    return absl::FailedPreconditionError(absl::StrCat("get_space on resource ", id, " of ",
+                                                      ctx.ToString(), ", which is not temp space"));
   }
   StorageHandle& space = state_->space;
   if (bytes == 0) return space.dptr;
@@ -54,8 +54,8 @@ absl::StatusOr<void*> Resource::get_space(size_t bytes) const {
   space = StorageHandle{};
   absl::StatusOr<StorageHandle> grown = state_->storage->Alloc(bytes, ctx);
   if (!grown.ok()) {
-    return absl::Status(grown.status().code(), absl::StrCat("temp space resource ", id, ": ",
-                                                            grown.status().message()));
+    return absl::Status(grown.status().code(),
+                        absl::StrCat("temp space resource ", id, ": ", grown.status().message()));
   }
   space = *grown;
   return space.dptr;
@@ -68,8 +68,7 @@ absl::StatusOr<int> ResourceManager::TempSpaceCopiesFromEnv() {
   int copies = 0;
   if (!absl::SimpleAtoi(value, &copies) || copies < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kVar, "='", value, "': expected an integer >= 1 (temp-space buffers per "
-                                         "device)"));
+        absl::StrCat(kVar, "='", value, "': expected an integer >= 1 (buffers per device)"));
   }
   return copies;
 }
@@ -81,7 +80,7 @@ int ResolveTempSpaceCopies(int requested) {
   if (requested > 0) return requested;
   absl::StatusOr<int> from_env = ResourceManager::TempSpaceCopiesFromEnv();
   if (from_env.ok()) return *from_env;
-  spdlog::error("ResourceManager: {}; using 1", from_env.status().message());
+  spdlog::error("ResourceManager: {}; using 1", std::string(from_env.status().message()));
   return 1;
 }
 
@@ -133,9 +132,8 @@ ResourceState* ResourceManager::NewState(ResourceRequest::Type type, Context ctx
 
 absl::StatusOr<Resource> ResourceManager::Request(Context ctx, const ResourceRequest& request) {
   if (request.type != ResourceRequest::kRandom && request.type != ResourceRequest::kTempSpace) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown resource type ",
-                                                   static_cast<int>(request.type), " for ",
-                                                   ctx.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown resource type ", static_cast<int>(request.type), " for ", ctx.ToString()));
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = devices_.find(ctx);

@@ -86,8 +86,7 @@ class ResourceManager {
   // `engine` and `storage` are not owned and must outlive the manager. `seed` seeds every
   // generator. `temp_space_copies` >= 1 is the number of temp-space buffers per device; 0
   // means TempSpaceCopiesFromEnv(), or 1 (with an error logged) when that fails.
-  ResourceManager(Engine* engine, Storage* storage, uint64_t seed = 0,
-                  int temp_space_copies = 0);
+  ResourceManager(Engine* engine, Storage* storage, uint64_t seed = 0, int temp_space_copies = 0);
   // Waits for every function using a resource, then frees the buffers and deletes the
   // variables. Call it outside engine functions.
   ~ResourceManager();

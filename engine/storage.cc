@@ -106,9 +106,10 @@ class DevicePool {
     auto it = live_.find(ptr);
     if (it == live_.end()) {
       ++stats_.invalid_frees;
-      spdlog::error("Storage::{}: block {} is not in use on {} (freed twice, or never allocated "
-                    "there); ignored",
-                    to_system ? "DirectFree" : "Free", fmt::ptr(ptr), ctx_.ToString());
+      spdlog::error(
+          "Storage::{}: block {} is not in use on {} (freed twice, or never allocated "
+          "there); ignored",
+          to_system ? "DirectFree" : "Free", fmt::ptr(ptr), ctx_.ToString());
       return;
     }
     const size_t size = it->second;
@@ -158,9 +159,9 @@ class DevicePool {
     if (limit_bytes_ != 0) absl::StrAppend(&message, ", limit ", limit_bytes_, " bytes");
     absl::StrAppend(&message, "): ", cause.message());
     // Only a real shortage is RESOURCE_EXHAUSTED; e.g. a sticky CUDA error keeps its code.
-    return absl::Status(absl::IsResourceExhausted(cause) ? absl::StatusCode::kResourceExhausted
-                                                          : cause.code(),
-                        message);
+    return absl::Status(
+        absl::IsResourceExhausted(cause) ? absl::StatusCode::kResourceExhausted : cause.code(),
+        message);
   }
 
   const Context ctx_;
@@ -179,7 +180,8 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> NewSystemAllocator(Context ctx)
     case DeviceType::kCPUPinned:
 #if TESSERA_USE_CUDA
       // Pinning only pays off (and cudaHostAlloc only works) with a GPU to copy to.
-      if (absl::StatusOr<int> count = storage_internal::CudaDeviceCount(); count.ok() && *count > 0) {
+      if (absl::StatusOr<int> count = storage_internal::CudaDeviceCount();
+          count.ok() && *count > 0) {
         return storage_internal::NewCudaHostAllocator();
       }
 #endif
@@ -208,8 +210,7 @@ class PooledStorage final : public Storage {
     if (bytes > kStorageMaxBytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("out of memory allocating ", bytes, " bytes on ", ctx.ToString(),
-                       ": more than the largest supported block (", kStorageMaxBytes,
-                       " bytes)"));
+                       ": more than the largest supported block (", kStorageMaxBytes, " bytes)"));
     }
     absl::StatusOr<void*> ptr = (*pool)->Alloc(bytes);
     if (!ptr.ok()) return ptr.status();

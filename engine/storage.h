@@ -65,11 +65,11 @@ struct StorageHandle {
 
 // Counters of one device pool. Byte counts are block (size-class) bytes.
 struct StorageStats {
-  size_t bytes_in_use = 0;    // handed out and not yet freed
-  size_t bytes_pooled = 0;    // freed into the pool, held for reuse
-  uint64_t allocations = 0;   // successful Alloc calls of non-zero size
-  uint64_t pool_hits = 0;     // of those, served from the pool
-  uint64_t invalid_frees = 0; // Free/DirectFree of unknown or already freed handles
+  size_t bytes_in_use = 0;     // handed out and not yet freed
+  size_t bytes_pooled = 0;     // freed into the pool, held for reuse
+  uint64_t allocations = 0;    // successful Alloc calls of non-zero size
+  uint64_t pool_hits = 0;      // of those, served from the pool
+  uint64_t invalid_frees = 0;  // Free/DirectFree of unknown or already freed handles
   double hit_rate() const {
     return allocations == 0 ? 0.0 : static_cast<double>(pool_hits) / allocations;
   }

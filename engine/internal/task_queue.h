@@ -3,7 +3,10 @@
 // Workers that find the queue empty spin for `spin_us` before sleeping: waking a sleeping
 // thread costs tens of microseconds on these machines, far more than the functions the
 // engine usually runs, so a worker that is about to get more work should not sleep.
-// Pushers only touch the condition variable when some worker really sleeps.
+// The heap is guarded by a SpinLock (a few dozen instructions per operation); the mutex
+// and condition variable are only for sleeping, and pushers touch them only when some
+// worker really sleeps. `size_` and `sleepers_` are seq_cst so that a pusher either sees
+// a sleeper or the sleeper sees the new item (no lost wake-up).
 //
 // Thread-safe; blocks in Pop only.
 #ifndef TESSERA_ENGINE_INTERNAL_TASK_QUEUE_H_
@@ -30,15 +33,17 @@ class TaskQueue {
   explicit TaskQueue(int spin_us) : spin_(std::chrono::microseconds(spin_us)) {}
 
   void Push(T* item, int priority) {
-    bool wake;
     {
-      std::lock_guard<std::mutex> guard(mu_);
+      std::lock_guard<SpinLock> guard(heap_lock_);
       heap_.push_back({priority, next_seq_++, item});
       std::push_heap(heap_.begin(), heap_.end());
-      size_.fetch_add(1, std::memory_order_relaxed);
-      wake = sleepers_ > 0;
+      size_.fetch_add(1, std::memory_order_seq_cst);
     }
-    if (wake) cv_.notify_one();
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      // Taking the mutex orders this notify after a sleeper's last look at `size_`.
+      std::lock_guard<std::mutex> guard(mu_);
+      cv_.notify_one();
+    }
   }
 
   // The highest-priority item, waiting for one; nullptr once shut down and drained.
@@ -47,8 +52,7 @@ class TaskQueue {
     for (int spins = 0;; ++spins) {
       // relaxed: only a hint; the pop itself happens under the mutex.
       if (size_.load(std::memory_order_relaxed) > 0) {
-        std::lock_guard<std::mutex> guard(mu_);
-        if (!heap_.empty()) return PopLocked();
+        if (T* item = TryPop()) return item;
       }
       if (stopping_.load(std::memory_order_relaxed)) break;
       if (spins < 32) {
@@ -58,13 +62,14 @@ class TaskQueue {
       sched_yield();
       if ((spins & 15) == 0 && std::chrono::steady_clock::now() > deadline) break;
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    while (heap_.empty() && !shutdown_) {
-      ++sleepers_;
-      cv_.wait(lock);
-      --sleepers_;
+    for (;;) {
+      if (T* item = TryPop()) return item;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (shutdown_ && size_.load(std::memory_order_seq_cst) == 0) return nullptr;
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      if (size_.load(std::memory_order_seq_cst) == 0 && !shutdown_) cv_.wait(lock);
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
-    return heap_.empty() ? nullptr : PopLocked();
   }
 
   // Wakes every worker; Pop returns nullptr once the queue is empty.
@@ -88,22 +93,25 @@ class TaskQueue {
     }
   };
 
-  T* PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  T* TryPop() {
+    std::lock_guard<SpinLock> guard(heap_lock_);
+    if (heap_.empty()) return nullptr;
     std::pop_heap(heap_.begin(), heap_.end());
     T* item = heap_.back().item;
     heap_.pop_back();
-    size_.fetch_sub(1, std::memory_order_relaxed);
+    size_.fetch_sub(1, std::memory_order_seq_cst);
     return item;
   }
 
   const std::chrono::nanoseconds spin_;
-  std::mutex mu_;
+  SpinLock heap_lock_;
+  std::vector<Entry> heap_ ABSL_GUARDED_BY(heap_lock_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(heap_lock_) = 0;
+  std::mutex mu_;  // for sleeping only
   std::condition_variable cv_;
-  std::vector<Entry> heap_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<size_t> size_{0};
+  std::atomic<int> sleepers_{0};
   std::atomic<bool> stopping_{false};
 };
 

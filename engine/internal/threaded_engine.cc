@@ -5,6 +5,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "engine/internal/block_pool.h"
 #include "engine/internal/gpu_sync.h"
 #include "spdlog/spdlog.h"
 
@@ -162,11 +163,11 @@ absl::StatusOr<OprBlock*> ThreadedEngine::NewOneShot(Context ctx,
                                                      FnProperty prop, int priority,
                                                      const char* name, bool profiling) {
   if (absl::Status s = CheckContext(ctx, name); !s.ok()) return s;
-  auto* b = new OprBlock;
+  auto* b = OprBlockPool::New();
   absl::Status s = ResolveVars(this, name, const_vars, mutate_vars, &b->one_shot.const_vars,
                                &b->one_shot.mutate_vars);
   if (!s.ok()) {
-    delete b;
+    OprBlockPool::Delete(b);
     return s;
   }
   b->opr = &b->one_shot;
@@ -209,7 +210,7 @@ absl::Status ThreadedEngine::Push(OprHandle op, Context ctx, int priority, bool 
     ReleaseOpr(*opr);
     return s;
   }
-  auto* b = new OprBlock;
+  auto* b = OprBlockPool::New();
   b->opr = *opr;
   b->prebuilt = true;
   b->ctx = ctx;
@@ -311,7 +312,7 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
     }
   }
   if (b->prebuilt) ReleaseOpr(b->opr);
-  delete b;
+  OprBlockPool::Delete(b);
   for (OprBlock* r : ready) Grant(r);
   // seq_cst pairs with WaitForAll's increment of all_waiters_: one of the two sees the other.
   if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
@@ -324,7 +325,7 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
 absl::Status ThreadedEngine::DeleteVariable(SyncFn delete_fn, Context ctx, VarHandle var) {
   if (absl::Status s = CheckContext(ctx, "DeleteVariable"); !s.ok()) return s;
   if (absl::Status s = MarkDeleted(var); !s.ok()) return s;
-  auto* b = new OprBlock;
+  auto* b = OprBlockPool::New();
   b->opr = &b->one_shot;
   b->one_shot.mutate_vars.push_back(var.var);
   b->one_shot.prop = FnProperty::kDeleteVar;

@@ -35,8 +35,8 @@ TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
   for (const KnownAnswer& kat : kKnownAnswers) {
     const PhiloxBlock got = Philox4x32x10(kat.counter, kat.key);
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(got.v[i], kat.expected.v[i]) << std::hex << "counter word0 " << kat.counter.v[0]
-                                             << ", output word " << i;
+      EXPECT_EQ(got.v[i], kat.expected.v[i])
+          << std::hex << "counter word0 " << kat.counter.v[0] << ", output word " << i;
     }
   }
 }

@@ -260,12 +260,12 @@ TEST_P(ResourceTest, WrongUseOfAResourceIsAnError) {
   ResourceManager manager(engine_.get(), storage_.get(), 0, 1);
   absl::StatusOr<Resource> rng = manager.Request(Context::CPU(0), kRandom);
   ASSERT_THAT(rng, IsOk());
-  EXPECT_THAT(rng->get_space(16), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                           HasSubstr("not temp space")));
+  EXPECT_THAT(rng->get_space(16),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not temp space")));
   EXPECT_THAT(Resource().get_space(16), StatusIs(absl::StatusCode::kFailedPrecondition, _));
-  EXPECT_THAT(manager.Request(Context::CPU(0),
-                              ResourceRequest{static_cast<ResourceRequest::Type>(7)}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown resource type 7")));
+  EXPECT_THAT(
+      manager.Request(Context::CPU(0), ResourceRequest{static_cast<ResourceRequest::Type>(7)}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown resource type 7")));
   EXPECT_THAT(manager.Request(Context::CPU(-2), kTempSpace),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cpu(-2)")));
 }
@@ -274,8 +274,8 @@ TEST_P(ResourceTest, GpuRequestWithoutDeviceFailsUpFront) {
   ResourceManager manager(engine_.get(), storage_.get(), 0, 1);
   absl::StatusOr<Resource> res = manager.Request(Context::GPU(0), kTempSpace);
   if (res.ok()) GTEST_SKIP() << "a CUDA device is present";
-  EXPECT_THAT(res, StatusIs(absl::StatusCode::kFailedPrecondition,
-                            HasSubstr("no CUDA device for gpu(0)")));
+  EXPECT_THAT(
+      res, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device for gpu(0)")));
   EXPECT_THAT(manager.Request(Context::GPU(0), kRandom),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("gpu(0)")));
 }
@@ -307,9 +307,9 @@ TEST_P(ResourceTest, DestructorWaitsThenFreesBuffersAndDeletesVariables) {
   EXPECT_TRUE(finished.load());
   EXPECT_EQ(storage_->Stats(Context::CPU(0)).bytes_in_use, 0u);
   // The variable is gone: pushes naming it are rejected.
-  EXPECT_FALSE(engine_->PushSync([](RunContext) { return absl::OkStatus(); }, Context::CPU(), {},
-                                 {var})
-                   .ok());
+  EXPECT_FALSE(
+      engine_->PushSync([](RunContext) { return absl::OkStatus(); }, Context::CPU(), {}, {var})
+          .ok());
   EXPECT_THAT(engine_->WaitForAll(), IsOk());
 }
 
@@ -317,8 +317,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, ResourceTest,
                          ::testing::Values(EngineOptions::Kind::kNaive,
                                            EngineOptions::Kind::kThreaded),
                          [](const ::testing::TestParamInfo<EngineOptions::Kind>& info) {
-                           return info.param == EngineOptions::Kind::kNaive ? "Naive"
-                                                                            : "Threaded";
+                           return info.param == EngineOptions::Kind::kNaive ? "Naive" : "Threaded";
                          });
 
 TEST(ResourceManagerEnvTest, TempSpaceCopiesComeFromTheEnvironment) {

@@ -49,9 +49,9 @@ TEST(StorageSizeClassTest, PowersOfTwoUpToOneMiBThenMiBMultiples) {
 TEST(StorageTest, EveryBlockIs64ByteAlignedAndWritable) {
   auto storage = Storage::Create();
   std::vector<StorageHandle> handles;
-  for (size_t bytes : {size_t{1}, size_t{3}, size_t{63}, size_t{64}, size_t{65}, size_t{100},
-                       size_t{255}, size_t{4095}, size_t{4097}, 100 * kKiB, kMiB - 1, kMiB + 1,
-                       3 * kMiB + 17}) {
+  for (size_t bytes :
+       {size_t{1}, size_t{3}, size_t{63}, size_t{64}, size_t{65}, size_t{100}, size_t{255},
+        size_t{4095}, size_t{4097}, 100 * kKiB, kMiB - 1, kMiB + 1, 3 * kMiB + 17}) {
     for (Context ctx : {Context::CPU(0), Context::CPUPinned(0)}) {
       absl::StatusOr<StorageHandle> h = storage->Alloc(bytes, ctx);
       ASSERT_THAT(h, IsOk());
@@ -271,8 +271,7 @@ class FakeDeviceAllocator final : public DeviceAllocator {
 
 TEST(StorageTest, FailedDeviceAllocationReleasesPoolAndRetriesOnce) {
   StorageOptions options;
-  options.allocator_factory =
-      [](Context) -> absl::StatusOr<std::unique_ptr<DeviceAllocator>> {
+  options.allocator_factory = [](Context) -> absl::StatusOr<std::unique_ptr<DeviceAllocator>> {
     return std::make_unique<FakeDeviceAllocator>(4 * kMiB);
   };
   auto storage = Storage::Create(options);
@@ -408,8 +407,8 @@ TEST(StorageNoGpuTest, GpuContextWithoutDeviceIsAClearError) {
     storage->Free(*h);
     GTEST_SKIP() << "a CUDA device is present; StorageGpuTest covers it";
   }
-  EXPECT_THAT(h, StatusIs(absl::StatusCode::kFailedPrecondition,
-                          HasSubstr("no CUDA device for gpu(0)")));
+  EXPECT_THAT(
+      h, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device for gpu(0)")));
   // The failure is not cached as a broken pool: asking again gives the same error.
   EXPECT_THAT(storage->Alloc(1, Context::GPU(0)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("gpu(0)")));
