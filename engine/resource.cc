@@ -39,7 +39,11 @@ PhiloxRandom* Resource::get_random() const {
 }
 
 absl::StatusOr<void*> Resource::get_space(size_t bytes) const {
-  if (state_ == nullptr || type != ResourceRequest::kTempSpace) {
+  if (state_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "get_space on a Resource that no ResourceManager handed out");
+  }
+  if (type != ResourceRequest::kTempSpace) {
     return absl::FailedPreconditionError(absl::StrCat("get_space on resource ", id, " of ",
                                                       ctx.ToString(), ", which is not temp space"));
   }
