@@ -2,7 +2,7 @@
 //
 // Environment variables read by EngineOptions::FromEnv (all optional):
 //   TESSERA_ENGINE                 naive | threaded (default threaded)
-//   TESSERA_CPU_WORKER_NTHREADS    CPU worker threads (default: hardware concurrency)
+//   TESSERA_CPU_WORKER_NTHREADS    CPU worker threads (default: cores - 1, at least 1)
 //   TESSERA_CPU_PRIORITY_NTHREADS  threads of the high-priority CPU queue (default 1)
 //   TESSERA_GPU_WORKER_NTHREADS    compute workers (each with its own stream) per GPU (default 1)
 //   TESSERA_GPU_COPY_NTHREADS      copy workers (each with its own stream) per GPU (default 1)
@@ -23,7 +23,7 @@ namespace tessera::engine {
 struct EngineOptions {
   enum class Kind { kNaive, kThreaded };
   Kind kind = Kind::kThreaded;
-  int cpu_workers = 0;  // 0: std::thread::hardware_concurrency()
+  int cpu_workers = 0;  // 0: cores - 1 (one core stays with the pushing thread), at least 1
   int cpu_priority_workers = 1;
   int gpu_workers_per_device = 1;
   int gpu_copy_workers_per_device = 1;

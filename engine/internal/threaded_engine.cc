@@ -76,9 +76,11 @@ void Release(Var* v, bool write, ReadyList* ready) {
 }  // namespace
 
 ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(options) {
+  // Default: one core stays with the thread that pushes (the training loop); on this
+  // 2-core machine a second worker only fights the pusher for the CPU (engine_bench).
   int cpu_workers = options.cpu_workers > 0
                         ? options.cpu_workers
-                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   cpu_queue_ = std::make_unique<Queue>(options.spin_us);
   cpu_priority_queue_ = std::make_unique<Queue>(options.spin_us);
   StartPool(cpu_queue_.get(), cpu_workers, Context::CPU(), false);
