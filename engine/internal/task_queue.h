@@ -76,6 +76,9 @@ class TaskQueue {
     }
   }
 
+  // The highest-priority item if there is one now; never blocks.
+  T* TryPopNow() { return size_.load(std::memory_order_relaxed) > 0 ? TryPop() : nullptr; }
+
   // Wakes every worker; Pop returns nullptr once the queue is empty.
   void Shutdown() {
     {
@@ -122,13 +125,15 @@ class TaskQueue {
   }
 
   const std::chrono::nanoseconds spin_;
-  SpinLock heap_lock_;
+  // Hot fields on separate cache lines: the spinning workers' reads of `size_` must not
+  // bounce the line the pusher is writing the lock and buckets on.
+  alignas(64) SpinLock heap_lock_;
   std::vector<Bucket> buckets_ ABSL_GUARDED_BY(heap_lock_);  // highest priority first
-  std::mutex mu_;  // for sleeping only
+  alignas(64) std::mutex mu_;  // for sleeping only
   std::condition_variable cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<size_t> size_{0};
-  std::atomic<int> sleepers_{0};
+  alignas(64) std::atomic<size_t> size_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> stopping_{false};
 };
 

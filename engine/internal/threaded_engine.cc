@@ -396,6 +396,13 @@ absl::Status ThreadedEngine::WaitForAll() {
     return absl::FailedPreconditionError(
         "WaitForAll called from inside an engine function (it would deadlock)");
   }
+  // Help while waiting, as oneTBB's waiting thread does: the caller runs queued CPU work
+  // instead of sleeping while a worker would have to get to it.
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    OprBlock* b = cpu_queue_->TryPopNow();
+    if (b == nullptr) break;
+    Execute(b, nullptr);
+  }
   all_waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock<std::mutex> lock(wait_mu_);

@@ -84,8 +84,8 @@ class ThreadedEngine final : public EngineBase {
   std::mutex push_mu_;  // orders pushes that name several variables
 
   // Functions pushed and not yet completed; WaitForAll sleeps until it is 0.
-  std::atomic<int64_t> pending_{0};
-  std::atomic<int> all_waiters_{0};
+  alignas(64) std::atomic<int64_t> pending_{0};
+  alignas(64) std::atomic<int> all_waiters_{0};
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
 };

@@ -373,6 +373,14 @@ TEST(ThreadedEngineTest, PrioritiesAreHonouredWhenThePoolIsSaturated) {
                 }, Context::CPU(), {}, {}, FnProperty::kNormal, priority), IsOk());
   }
   release.Open();
+  // Not WaitForAll: the waiting thread would help run the queue, a second consumer.
+  for (int i = 0; i < 10000; ++i) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (order.size() == 30u) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_THAT(engine->WaitForAll(), IsOk());
   ASSERT_EQ(order.size(), 30u);
   EXPECT_TRUE(std::is_sorted(order.begin(), order.end(), std::greater<int>()))
