@@ -44,7 +44,7 @@ enum class FnProperty : int8_t {
   kNormal = 0,        // compute on the worker pool of its context
   kCopyFromGPU = 1,   // GPU -> host copy, on the GPU's copy worker and stream
   kCopyToGPU = 2,     // host -> GPU copy, on the GPU's copy worker and stream
-  kCPUPrioritized = 3,// on the dedicated high-priority CPU queue
+  kCPUPrioritized = 3,  // on the dedicated high-priority CPU queue
   kAsync = 4,         // returns at once and completes through its callback later; run
                       // inline by whichever thread finds it ready
   kDeleteVar = 5,     // the deletion of a variable (pushed by DeleteVariable)
