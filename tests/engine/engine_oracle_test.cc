@@ -63,10 +63,10 @@ class CompletionThread {
     thread_.join();
   }
   void Post(std::function<void()> f) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      work_.push_back(std::move(f));
-    }
+    // Notify under the lock: once the work is taken, the test may finish and destroy
+    // this object while a poster that had unlocked would still be inside notify.
+    std::lock_guard<std::mutex> g(mu_);
+    work_.push_back(std::move(f));
     cv_.notify_all();
   }
 
