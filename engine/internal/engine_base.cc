@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/status_macros.h"
 #include "engine/internal/gpu_sync.h"
 #include "spdlog/spdlog.h"
 
@@ -149,6 +150,18 @@ absl::Status EngineBase::CheckContext(Context ctx, const char* fn_name) const {
   if (ctx.id < 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad context ", ctx.ToString()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status EngineBase::PrepareOneShot(Opr* opr, Context ctx,
+                                        absl::Span<const VarHandle> const_vars,
+                                        absl::Span<const VarHandle> mutate_vars, FnProperty prop,
+                                        const char* name) const {
+  RETURN_IF_ERROR(CheckContext(ctx, name));
+  RETURN_IF_ERROR(
+      ResolveVars(this, name, const_vars, mutate_vars, &opr->const_vars, &opr->mutate_vars));
+  opr->prop = prop;
+  opr->name = name;
   return absl::OkStatus();
 }
 

@@ -55,6 +55,11 @@ class EngineBase : public Engine {
     bool outer_;
   };
 
+  // Fills a one-shot function's variables, property and name after validating the
+  // handles and the context; its function is the caller's to set.
+  absl::Status PrepareOneShot(Opr* opr, Context ctx, absl::Span<const VarHandle> const_vars,
+                              absl::Span<const VarHandle> mutate_vars, FnProperty prop,
+                              const char* name) const;
   // An error when `ctx` names a GPU this process cannot use.
   absl::Status CheckContext(Context ctx, const char* fn_name) const;
   // Validates `var` for DeleteVariable and marks it deleted; later pushes are rejected.

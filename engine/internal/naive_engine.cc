@@ -3,6 +3,7 @@
 #include <condition_variable>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "engine/internal/gpu_sync.h"
 
 #if TESSERA_USE_CUDA
@@ -93,15 +94,8 @@ absl::Status NaiveEngine::PushAsync(AsyncFn fn, Context ctx,
                                     absl::Span<const VarHandle> mutate_vars, FnProperty prop,
                                     int /*priority*/, const char* name, bool profiling) {
   Opr opr;
-  if (absl::Status s = ResolveVars(this, name, const_vars, mutate_vars, &opr.const_vars,
-                                   &opr.mutate_vars);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckContext(ctx, name); !s.ok()) return s;
+  RETURN_IF_ERROR(PrepareOneShot(&opr, ctx, const_vars, mutate_vars, prop, name));
   opr.async_fn = std::move(fn);
-  opr.prop = prop;
-  opr.name = name;
   Run(opr, ctx, profiling);
   return absl::OkStatus();
 }
@@ -110,15 +104,8 @@ absl::Status NaiveEngine::PushSync(SyncFn fn, Context ctx, absl::Span<const VarH
                                    absl::Span<const VarHandle> mutate_vars, FnProperty prop,
                                    int /*priority*/, const char* name, bool profiling) {
   Opr opr;
-  if (absl::Status s = ResolveVars(this, name, const_vars, mutate_vars, &opr.const_vars,
-                                   &opr.mutate_vars);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckContext(ctx, name); !s.ok()) return s;
+  RETURN_IF_ERROR(PrepareOneShot(&opr, ctx, const_vars, mutate_vars, prop, name));
   opr.sync_fn = std::move(fn);
-  opr.prop = prop;
-  opr.name = name;
   Run(opr, ctx, profiling);
   return absl::OkStatus();
 }

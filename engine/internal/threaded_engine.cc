@@ -164,17 +164,13 @@ absl::StatusOr<OprBlock*> ThreadedEngine::NewOneShot(Context ctx,
                                                      absl::Span<const VarHandle> mutate_vars,
                                                      FnProperty prop, int priority,
                                                      const char* name, bool profiling) {
-  if (absl::Status s = CheckContext(ctx, name); !s.ok()) return s;
-  auto* b = OprBlockPool::New();
-  absl::Status s = ResolveVars(this, name, const_vars, mutate_vars, &b->one_shot.const_vars,
-                               &b->one_shot.mutate_vars);
+  OprBlock* b = OprBlockPool::New();
+  absl::Status s = PrepareOneShot(&b->one_shot, ctx, const_vars, mutate_vars, prop, name);
   if (!s.ok()) {
     OprBlockPool::Delete(b);
     return s;
   }
   b->opr = &b->one_shot;
-  b->one_shot.prop = prop;
-  b->one_shot.name = name;
   b->ctx = ctx;
   b->priority = priority;
   b->profiling = profiling;
@@ -381,7 +377,6 @@ absl::Status ThreadedEngine::WaitForVar(VarHandle var) {
     waiter.cv.notify_all();
     return absl::OkStatus();
   };
-  (*b)->one_shot.mutate_vars = {v};
   Schedule(*b);
   std::unique_lock<std::mutex> lock(waiter.mu);
   waiter.cv.wait(lock, [&] { return waiter.done; });
