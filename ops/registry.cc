@@ -1,0 +1,93 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera::ops {
+
+OpRegistry& OpRegistry::Global() {
+  static auto* registry = new OpRegistry();  // never destroyed: used during static exit too
+  return *registry;
+}
+
+OpInfo& OpRegistry::Register(const std::string& name,
+                             std::function<std::unique_ptr<OperatorProperty>()> factory) {
+  auto [it, inserted] = ops_.try_emplace(name, nullptr);
+  if (!inserted) {
+    std::fprintf(stderr, "operator '%s' registered twice\n", name.c_str());
+    std::abort();
+  }
+  it->second = std::make_unique<OpInfo>();
+  it->second->name = name;
+  it->second->factory = std::move(factory);
+  return *it->second;
+}
+
+const OpInfo* OpRegistry::Find(absl::string_view name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+std::vector<const OpInfo*> OpRegistry::List() const {
+  std::vector<const OpInfo*> out;
+  for (const auto& [name, info] : ops_) out.push_back(info.get());
+  std::sort(out.begin(), out.end(),
+            [](const OpInfo* a, const OpInfo* b) { return a->name < b->name; });
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<OperatorProperty>> OpRegistry::Create(absl::string_view name,
+                                                                     const KwArgs& kwargs) const {
+  const OpInfo* info = Find(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown operator '", name, "' (`tessera ops` lists them)"));
+  }
+  std::unique_ptr<OperatorProperty> prop = info->factory();
+  if (absl::Status status = prop->Init(kwargs); !status.ok()) return status;
+  return prop;
+}
+
+namespace {
+
+// The names of a list, or "-" when empty.
+std::string Names(const std::vector<std::string>& names) {
+  return names.empty() ? "-" : absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+std::string DescribeOperators() {
+  std::string out;
+  const std::vector<const OpInfo*> ops = OpRegistry::Global().List();
+  for (const OpInfo* info : ops) {
+    absl::StrAppend(&out, info->name, "\n");
+    if (!info->description.empty()) absl::StrAppend(&out, "  ", info->description, "\n");
+    // Argument lists can depend on parameters (no_bias, num_args); show those of the
+    // defaults, which is what a user starts from.
+    std::unique_ptr<OperatorProperty> prop = info->factory();
+    absl::StrAppend(&out, "  arguments: ", Names(prop->ListArguments()), "\n");
+    absl::StrAppend(&out, "  outputs: ", Names(prop->ListOutputs()), "\n");
+    const auto aux = prop->ListAuxiliaryStates();
+    if (!aux.empty()) absl::StrAppend(&out, "  auxiliary states: ", Names(aux), "\n");
+    if (info->params.empty()) {
+      absl::StrAppend(&out, "  parameters: -\n");
+    } else {
+      absl::StrAppend(&out, "  parameters:\n");
+      for (const ParamFieldInfo& p : info->params) {
+        absl::StrAppend(&out, "    ", p.name, " (", p.type, ", ",
+                        p.required ? "required" : absl::StrCat("default ", p.default_value), ")");
+        if (!p.description.empty()) absl::StrAppend(&out, ": ", p.description);
+        absl::StrAppend(&out, "\n");
+      }
+    }
+  }
+  absl::StrAppend(&out, ops.size(), " operators\n");
+  return out;
+}
+
+}  // namespace tessera::ops
