@@ -146,7 +146,7 @@ class ParamField : public param_internal::FieldBase<P> {
           break;
         }
       }
-    } else if constexpr (std::is_enum_v<T>) {
+    } else if constexpr (kPlainEnum) {
       error = "enum field without values (a bug in the operator)";
     } else {
       error = param_internal::Parse(value, &parsed);
@@ -185,7 +185,7 @@ class ParamField : public param_internal::FieldBase<P> {
     for (const auto& [name, value] : enum_) {
       if (value == v) return name;
     }
-    if constexpr (std::is_enum_v<T>) {
+    if constexpr (kPlainEnum) {
       return absl::StrCat(static_cast<int>(v));
     } else {
       return param_internal::Format(v);
@@ -203,6 +203,9 @@ class ParamField : public param_internal::FieldBase<P> {
     return hi_ >= 1e300 ? absl::StrCat("must be >= ", lo_)
                         : absl::StrCat("must be in [", lo_, ", ", hi_, "]");
   }
+
+  // Enums other than DType (which parses by name) need Enum() values.
+  static constexpr bool kPlainEnum = std::is_enum_v<T> && !std::is_same_v<T, DType>;
 
   T P::*member_;
   std::vector<std::pair<std::string, T>> enum_;

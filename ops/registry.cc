@@ -61,9 +61,16 @@ std::string Names(const std::vector<std::string>& names) {
 
 }  // namespace
 
-std::string DescribeOperators() {
+absl::StatusOr<std::string> DescribeOperators(absl::string_view only) {
   std::string out;
-  const std::vector<const OpInfo*> ops = OpRegistry::Global().List();
+  std::vector<const OpInfo*> ops = OpRegistry::Global().List();
+  if (!only.empty()) {
+    const OpInfo* info = OpRegistry::Global().Find(only);
+    if (info == nullptr) {
+      return absl::NotFoundError(absl::StrCat("unknown operator '", only, "'"));
+    }
+    ops = {info};
+  }
   for (const OpInfo* info : ops) {
     absl::StrAppend(&out, info->name, "\n");
     if (!info->description.empty()) absl::StrAppend(&out, "  ", info->description, "\n");

@@ -64,7 +64,8 @@ class OpRegistry {
 
 // Human-readable description of every operator (what `tessera ops` prints): name,
 // description, arguments, outputs, auxiliary states and parameters with types and defaults.
-std::string DescribeOperators();
+// With `only` set, just that operator (NOT_FOUND when there is none).
+absl::StatusOr<std::string> DescribeOperators(absl::string_view only = "");
 
 }  // namespace tessera::ops
 

@@ -1,0 +1,144 @@
+// ParamSchema: defaults, parsing of every field type, readable errors, round trips; and the
+// operator registry's lookups and listing.
+#include "ops/param.h"
+
+#include "core/status_matchers.h"
+#include "gtest/gtest.h"
+#include "ops/registry.h"
+
+namespace tessera::ops {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+enum class Mode { kFast, kSlow };
+
+struct TestParam {
+  int num_filter = 0;
+  int64_t workspace = 512;
+  float slope = 0.25f;
+  double eps = 1e-3;
+  bool no_bias = false;
+  std::string name = "x";
+  Shape kernel;
+  std::vector<int> axes;
+  DType dtype = DType::kFloat32;
+  Mode mode = Mode::kFast;
+
+  static const ParamSchema<TestParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<TestParam>("TestOp");
+      s->Field("num_filter", &TestParam::num_filter).Required().Range(1, 100).Describe("filters");
+      s->Field("workspace", &TestParam::workspace).Lower(0);
+      s->Field("slope", &TestParam::slope);
+      s->Field("eps", &TestParam::eps);
+      s->Field("no_bias", &TestParam::no_bias);
+      s->Field("name", &TestParam::name);
+      s->Field("kernel", &TestParam::kernel).Range(1, 64);
+      s->Field("axes", &TestParam::axes);
+      s->Field("dtype", &TestParam::dtype);
+      s->Field("mode", &TestParam::mode).Enum({{"fast", Mode::kFast}, {"slow", Mode::kSlow}});
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+TEST(ParamSchemaTest, DefaultsAndParsing) {
+  TestParam p;
+  ASSERT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "8"}}), IsOk());
+  EXPECT_EQ(p.num_filter, 8);
+  EXPECT_EQ(p.workspace, 512);
+  EXPECT_EQ(p.mode, Mode::kFast);
+
+  ASSERT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "3"},
+                                            {"workspace", "1024"},
+                                            {"slope", "0.5"},
+                                            {"eps", "1e-5"},
+                                            {"no_bias", "True"},
+                                            {"name", "conv1"},
+                                            {"kernel", "(3, 5)"},
+                                            {"axes", "(0,-1)"},
+                                            {"dtype", "float16"},
+                                            {"mode", "slow"}}),
+              IsOk());
+  EXPECT_EQ(p.num_filter, 3);
+  EXPECT_EQ(p.workspace, 1024);
+  EXPECT_FLOAT_EQ(p.slope, 0.5f);
+  EXPECT_DOUBLE_EQ(p.eps, 1e-5);
+  EXPECT_TRUE(p.no_bias);
+  EXPECT_EQ(p.name, "conv1");
+  EXPECT_EQ(p.kernel, (Shape{3, 5}));
+  EXPECT_EQ(p.axes, (std::vector<int>{0, -1}));
+  EXPECT_EQ(p.dtype, DType::kFloat16);
+  EXPECT_EQ(p.mode, Mode::kSlow);
+
+  // Init resets to defaults first: nothing leaks from the previous call.
+  ASSERT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}}), IsOk());
+  EXPECT_EQ(p.kernel, Shape{});
+  EXPECT_EQ(p.mode, Mode::kFast);
+}
+
+TEST(ParamSchemaTest, GetRoundTrips) {
+  TestParam p;
+  ASSERT_THAT(TestParam::Schema().Init(
+                  &p, {{"num_filter", "7"}, {"kernel", "(2,2)"}, {"mode", "slow"}, {"axes", "(1,)"}}),
+              IsOk());
+  const auto params = TestParam::Schema().Get(p);
+  EXPECT_EQ(params.at("kernel"), "(2,2)");
+  EXPECT_EQ(params.at("mode"), "slow");
+  EXPECT_EQ(params.at("no_bias"), "false");
+  TestParam q;
+  ASSERT_THAT(TestParam::Schema().Init(&q, KwArgs(params.begin(), params.end())), IsOk());
+  EXPECT_EQ(TestParam::Schema().Get(q), params);
+}
+
+TEST(ParamSchemaTest, ReadableErrors) {
+  TestParam p;
+  EXPECT_THAT(TestParam::Schema().Init(&p, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("TestOp"), HasSubstr("'num_filter' is missing"))));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "2"}, {"kernal", "(3,3)"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("unknown parameter 'kernal'"), HasSubstr("kernel"))));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "abc"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'abc'"), HasSubstr("num_filter"), HasSubstr("integer"))));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "101"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[1, 100]")));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}, {"kernel", "(3,0)"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kernel")));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}, {"mode", "medium"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'medium'"), HasSubstr("'fast', 'slow'"))));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}, {"no_bias", "maybe"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no_bias")));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}, {"eps", "nan"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("finite")));
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}, {"dtype", "float8"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("float8")));
+}
+
+TEST(ParamSchemaTest, InfoDescribesFields) {
+  const auto info = TestParam::Schema().Info();
+  ASSERT_EQ(info.size(), 10u);
+  EXPECT_EQ(info[0].name, "num_filter");
+  EXPECT_TRUE(info[0].required);
+  EXPECT_EQ(info[0].description, "filters");
+  EXPECT_THAT(info[0].type, HasSubstr("[1, 100]"));
+  EXPECT_EQ(info[1].default_value, "512");
+  EXPECT_EQ(info[9].type, "{'fast', 'slow'}");
+  EXPECT_EQ(info[9].default_value, "fast");
+}
+
+TEST(OpRegistryTest, UnknownOperatorIsNotFound) {
+  EXPECT_THAT(OpRegistry::Global().Create("Convolutoin", {}).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("'Convolutoin'")));
+  EXPECT_EQ(OpRegistry::Global().Find("no such op"), nullptr);
+}
+
+}  // namespace
+}  // namespace tessera::ops
