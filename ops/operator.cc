@@ -1,5 +1,6 @@
 #include "ops/operator.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera::ops {
@@ -58,6 +59,27 @@ std::vector<int> OperatorProperty::DeclareBackwardDependency(
 const ParamSchema<NoParam>& NoParam::Schema() {
   static const auto* schema = new ParamSchema<NoParam>("operator");
   return *schema;
+}
+
+namespace {
+absl::flat_hash_map<std::string, GpuOperatorFactory>& GpuFactories() {
+  static auto* factories = new absl::flat_hash_map<std::string, GpuOperatorFactory>();
+  return *factories;
+}
+}  // namespace
+
+void RegisterGpuOperator(const std::string& op, GpuOperatorFactory factory) {
+  GpuFactories()[op] = std::move(factory);
+}
+
+absl::StatusOr<std::unique_ptr<Operator>> CreateGpuOperator(const OperatorProperty& prop,
+                                                            Context ctx) {
+  auto it = GpuFactories().find(prop.TypeString());
+  if (it == GpuFactories().end()) {
+    return absl::UnimplementedError(absl::StrCat(prop.TypeString(), ": no GPU kernel in this build (",
+                                                 ctx.ToString(), ")"));
+  }
+  return it->second(prop, ctx);
 }
 
 absl::Status AssignShape(const OperatorProperty& prop, Slot slot, int index,

@@ -12,6 +12,7 @@
 #ifndef TESSERA_OPS_OPERATOR_H_
 #define TESSERA_OPS_OPERATOR_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -139,6 +140,18 @@ class PropertyWithParam : public OperatorProperty {
 struct NoParam {
   static const ParamSchema<NoParam>& Schema();
 };
+
+// GPU kernels live in ops/cuda and register a factory per operator name here, so the
+// properties (ops/nn, ops/tensor, ...) hold no CUDA code: their CreateOperator returns
+// CreateGpuOperator(*this, ctx) for a GPU context. Registration happens at static
+// initialization; lookups afterwards from any thread.
+using GpuOperatorFactory = std::function<absl::StatusOr<std::unique_ptr<Operator>>(
+    const OperatorProperty& prop, Context ctx)>;
+void RegisterGpuOperator(const std::string& op, GpuOperatorFactory factory);
+// The registered GPU operator for prop.TypeString(); UNIMPLEMENTED naming the operator and
+// device when this build has none (e.g. built without CUDA).
+absl::StatusOr<std::unique_ptr<Operator>> CreateGpuOperator(const OperatorProperty& prop,
+                                                            Context ctx);
 
 // Which list of a property a shape belongs to, for error messages.
 enum class Slot { kArgument, kOutput, kAux };
