@@ -46,6 +46,14 @@ class Buffer {
 
 Values Filled(int64_t n, double v) { return Values(n, v); }
 
+// `values` as a buffer of `dtype` holds them: the kAddTo checks add to what the kernel sees,
+// not to values the dtype cannot represent (integers truncate [-1, 1] to 0).
+Values RoundTo(DType dtype, const Values& values) {
+  Buffer buffer(static_cast<int64_t>(values.size()), dtype);
+  buffer.Store(values);
+  return buffer.Load();
+}
+
 std::vector<int> Iota(int begin, int n) {
   std::vector<int> ids(n);
   for (int i = 0; i < n; ++i) ids[i] = begin + i;
@@ -243,7 +251,7 @@ void OpChecker::CheckForward(const ReferenceFn& ref, Tolerance tol, bool is_trai
 
   // kAddTo onto random values.
   std::vector<Values> base, added;
-  for (const Shape& s : out_shapes_) base.push_back(RandomValues(s.Size(), rng_));
+  for (const Shape& s : out_shapes_) base.push_back(RoundTo(dtype_, RandomValues(s.Size(), rng_)));
   added = base;
   absl::Status status = RunForward(is_train, OpReqType::kAddTo, &added);
   ASSERT_TRUE(status.ok()) << status;
@@ -329,7 +337,7 @@ void OpChecker::CheckBackward(Tolerance tol, double eps) {
 
   // kAddTo adds to what is there.
   std::vector<Values> base, added;
-  for (const Shape& s : in_shapes_) base.push_back(RandomValues(s.Size(), rng_));
+  for (const Shape& s : in_shapes_) base.push_back(RoundTo(dtype_, RandomValues(s.Size(), rng_)));
   added = base;
   absl::Status status = RunBackward(out_grads, OpReqType::kAddTo, &added);
   ASSERT_TRUE(status.ok()) << status;
