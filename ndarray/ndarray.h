@@ -42,8 +42,7 @@ class NDArray {
   // out-of-memory error is returned here, not later). INVALID_ARGUMENT for an unknown shape
   // or dtype.
   static absl::StatusOr<NDArray> Empty(const Runtime& rt, const Shape& shape,
-                                       Context ctx = Context::CPU(),
-                                       DType dtype = DType::kFloat32);
+                                       Context ctx = Context::CPU(), DType dtype = DType::kFloat32);
 
   bool is_none() const { return chunk_ == nullptr; }
   const Shape& shape() const { return shape_; }
@@ -88,6 +87,18 @@ class NDArray {
   DType dtype_ = DType::kFloat32;
   int64_t offset_ = 0;  // in elements, from the start of the chunk
 };
+
+// A new array of `shape` on `ctx` holding `values` (exactly shape.Size() of them; the dtype
+// is T's). Synchronous: the values are copied before it returns.
+template <typename T>
+absl::StatusOr<NDArray> FromVector(const Runtime& rt, const Shape& shape,
+                                   absl::Span<const T> values, Context ctx = Context::CPU()) {
+  absl::StatusOr<NDArray> out = NDArray::Empty(rt, shape, ctx, DTypeOf<T>());
+  if (!out.ok()) return out;
+  absl::Status s = out->SyncCopyFromCPU(values.data(), static_cast<int64_t>(values.size()));
+  if (!s.ok()) return s;
+  return out;
+}
 
 }  // namespace tessera
 
