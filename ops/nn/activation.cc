@@ -1,0 +1,219 @@
+// Activation (MXNet): relu, sigmoid, tanh and softrelu (log(1 + e^x)) element-wise.
+// CPU kernel: oneDNN eltwise. Backward reads only out_grad and the output, as MXNet
+// declares: relu / sigmoid / tanh use oneDNN's *_use_dst_for_bwd algorithms; softrelu has
+// none in oneDNN 2.6, so its gradient sigmoid(x) = 1 - exp(-y) is a loop over the output.
+// Forward may run in place (data -> output) and backward in place (out_grad -> in_grad).
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "ops/nn/dnnl_util.h"
+#include "ops/registry.h"
+
+namespace tessera::ops::nn {
+namespace {
+
+enum class ActType { kRelu, kSigmoid, kTanh, kSoftRelu };
+
+struct ActivationParam {
+  ActType act_type = ActType::kRelu;
+  static const ParamSchema<ActivationParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<ActivationParam>("Activation");
+      s->Field("act_type", &ActivationParam::act_type)
+          .Required()
+          .Enum({{"relu", ActType::kRelu},
+                 {"sigmoid", ActType::kSigmoid},
+                 {"tanh", ActType::kTanh},
+                 {"softrelu", ActType::kSoftRelu}})
+          .Describe("the activation function");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+dnnl::algorithm ForwardAlgorithm(ActType t) {
+  switch (t) {
+    case ActType::kRelu:
+      return dnnl::algorithm::eltwise_relu;
+    case ActType::kSigmoid:
+      return dnnl::algorithm::eltwise_logistic;
+    case ActType::kTanh:
+      return dnnl::algorithm::eltwise_tanh;
+    case ActType::kSoftRelu:
+      break;
+  }
+  return dnnl::algorithm::eltwise_soft_relu;
+}
+
+dnnl::algorithm BackwardAlgorithm(ActType t) {
+  switch (t) {
+    case ActType::kRelu:
+      return dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+    case ActType::kSigmoid:
+      return dnnl::algorithm::eltwise_logistic_use_dst_for_bwd;
+    case ActType::kTanh:
+      return dnnl::algorithm::eltwise_tanh_use_dst_for_bwd;
+    case ActType::kSoftRelu:
+      break;
+  }
+  return dnnl::algorithm::undef;  // no oneDNN kernel: a loop
+}
+
+class ActivationOp : public DnnlOperator {
+ public:
+  explicit ActivationOp(ActivationParam param) : param_(param) {}
+
+ protected:
+  absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
+                           const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
+                           const std::vector<TBlob>&) override {
+    if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    Entry* e;
+    RETURN_IF_ERROR(GetEntry(in[0].Size(), &e));
+    CallBuffers buf;
+    const int dst = buf.Output(out[0], req[0]);
+    const int sp = buf.Scratch(e->fwd_pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, BlobMemory(in[0], e->md, engine())},
+        {DNNL_ARG_DST, buf.Memory(dst, e->md, engine())}};
+    AddScratchpad(buf, sp, e->fwd_pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(e->fwd.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    buf.Finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
+                            const std::vector<TBlob>&, const std::vector<TBlob>& out_data,
+                            const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                            const std::vector<TBlob>&) override {
+    if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    const int64_t n = out_data[0].Size();
+    if (param_.act_type == ActType::kSoftRelu) {
+      const float* og = static_cast<const float*>(out_grad[0].dptr);
+      const float* y = static_cast<const float*>(out_data[0].dptr);
+      float* ig = static_cast<float*>(in_grad[0].dptr);
+      for (int64_t i = 0; i < n; ++i) Assign(ig + i, req[0], og[i] * -std::expm1(-y[i]));
+      return absl::OkStatus();
+    }
+    Entry* e;
+    RETURN_IF_ERROR(GetEntry(n, &e));
+    RETURN_IF_ERROR(EnsureBackward(e));
+    CallBuffers buf;
+    const int dsrc = buf.Output(in_grad[0], req[0]);
+    const int sp = buf.Scratch(e->bwd_pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_DST, BlobMemory(out_data[0], e->md, engine())},
+        {DNNL_ARG_DIFF_DST, BlobMemory(out_grad[0], e->md, engine())},
+        {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, e->md, engine())}};
+    AddScratchpad(buf, sp, e->bwd_pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(e->bwd.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    buf.Finish();
+    return absl::OkStatus();
+  }
+
+ private:
+  // Element-wise, so the primitives depend only on the element count (a 1-D view).
+  struct Entry {
+    dnnl::memory::desc md;
+    dnnl::eltwise_forward::primitive_desc fwd_pd;
+    dnnl::eltwise_forward fwd;
+    bool has_backward = false;
+    dnnl::eltwise_backward::primitive_desc bwd_pd;
+    dnnl::eltwise_backward bwd;
+  };
+
+  absl::Status GetEntry(int64_t n, Entry** out) {
+    auto it = cache_.find(n);
+    if (it != cache_.end()) {
+      *out = it->second.get();
+      return absl::OkStatus();
+    }
+    auto e = std::make_unique<Entry>();
+    e->md = PlainDesc(dnnl::memory::dims{n});
+    DNNL_RETURN_IF_ERROR(e->fwd_pd = dnnl::eltwise_forward::primitive_desc(
+                             dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
+                                                         ForwardAlgorithm(param_.act_type), e->md),
+                             UserScratchpadAttr(), engine()));
+    DNNL_RETURN_IF_ERROR(e->fwd = dnnl::eltwise_forward(e->fwd_pd));
+    *out = e.get();
+    cache_[n] = std::move(e);
+    return absl::OkStatus();
+  }
+
+  absl::Status EnsureBackward(Entry* e) {
+    if (e->has_backward) return absl::OkStatus();
+    const dnnl::algorithm alg = BackwardAlgorithm(param_.act_type);
+    dnnl::eltwise_forward::primitive_desc hint;
+    DNNL_RETURN_IF_ERROR(
+        hint = dnnl::eltwise_forward::primitive_desc(
+            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, e->md), engine()));
+    DNNL_RETURN_IF_ERROR(
+        e->bwd_pd = dnnl::eltwise_backward::primitive_desc(
+            dnnl::eltwise_backward::desc(alg, e->md, e->md), UserScratchpadAttr(), engine(), hint));
+    DNNL_RETURN_IF_ERROR(e->bwd = dnnl::eltwise_backward(e->bwd_pd));
+    e->has_backward = true;
+    return absl::OkStatus();
+  }
+
+  const ActivationParam param_;
+  std::map<int64_t, std::unique_ptr<Entry>> cache_;
+};
+
+class ActivationProp : public PropertyWithParam<ActivationProp, ActivationParam> {
+ public:
+  absl::StatusOr<bool> InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
+                                  std::vector<Shape>*) const override {
+    if ((*in)[0].is_known()) {
+      RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, 0, (*in)[0], out));
+    } else if ((*out)[0].is_known()) {
+      RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, 0, (*out)[0], in));
+    }
+    return (*in)[0].is_known();
+  }
+  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
+                                 std::vector<DType>* aux) const override {
+    return InferFloat32Type(*this, in, out, aux);
+  }
+  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
+                                             const std::vector<int>&,
+                                             const std::vector<int>& out_data) const override {
+    return {out_grad[0], out_data[0]};
+  }
+  std::vector<std::pair<int, int>> ForwardInplaceOption(
+      const std::vector<int>& in_data, const std::vector<int>& out_data) const override {
+    return {{in_data[0], out_data[0]}};
+  }
+  std::vector<std::pair<int, int>> BackwardInplaceOption(
+      const std::vector<int>& out_grad, const std::vector<int>&, const std::vector<int>&,
+      const std::vector<int>& in_grad) const override {
+    return {{out_grad[0], in_grad[0]}};
+  }
+  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    RETURN_IF_ERROR(CheckCpu(*this, ctx));
+    return std::unique_ptr<Operator>(new ActivationOp(param_));
+  }
+  std::string TypeString() const override { return "Activation"; }
+};
+
+TESSERA_REGISTER_OP_PROPERTY(Activation, ActivationProp)
+    .Describe("Element-wise activation: relu, sigmoid, tanh or softrelu (oneDNN eltwise).")
+    .AddParams<ActivationParam>();
+
+}  // namespace
+}  // namespace tessera::ops::nn

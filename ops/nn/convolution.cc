@@ -1,0 +1,177 @@
+// Convolution (MXNet, 2-D NCHW): data (N, C, H, W), weight (num_filter, C / num_group, kh,
+// kw), bias (num_filter). CPU kernel: oneDNN convolution forward / backward data / backward
+// weights through ConvOp (conv_util.h).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "ops/nn/conv_util.h"
+#include "ops/nn/dnnl_util.h"
+#include "ops/registry.h"
+
+namespace tessera::ops::nn {
+namespace {
+
+struct ConvolutionParam {
+  Shape kernel;
+  Shape stride;
+  Shape dilate;
+  Shape pad;
+  int num_filter = 0;
+  int num_group = 1;
+  bool no_bias = false;
+  int workspace = 1024;
+  static const ParamSchema<ConvolutionParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<ConvolutionParam>("Convolution");
+      s->Field("kernel", &ConvolutionParam::kernel).Required().Lower(1).Describe("window (h, w)");
+      s->Field("stride", &ConvolutionParam::stride)
+          .Lower(1)
+          .Describe("stride (h, w); default (1, 1)");
+      s->Field("dilate", &ConvolutionParam::dilate)
+          .Lower(1)
+          .Describe("dilation (h, w); default (1, 1)");
+      s->Field("pad", &ConvolutionParam::pad)
+          .Lower(0)
+          .Describe("zero padding (h, w); default (0, 0)");
+      s->Field("num_filter", &ConvolutionParam::num_filter)
+          .Required()
+          .Lower(1)
+          .Describe("output channels");
+      s->Field("num_group", &ConvolutionParam::num_group).Lower(1).Describe("groups of channels");
+      s->Field("no_bias", &ConvolutionParam::no_bias).Describe("whether to omit the bias");
+      s->Field("workspace", &ConvolutionParam::workspace)
+          .Lower(0)
+          .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+// The parameters as numbers, after defaults.
+struct Geometry {
+  std::array<int64_t, 2> kernel, stride, dilate, pad;
+};
+
+class ConvolutionProp : public PropertyWithParam<ConvolutionProp, ConvolutionParam> {
+ public:
+  absl::Status Init(const KwArgs& kwargs) override {
+    RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
+    return GetGeometry().status();
+  }
+
+  std::vector<std::string> ListArguments() const override {
+    if (param_.no_bias) return {"data", "weight"};
+    return {"data", "weight", "bias"};
+  }
+
+  absl::StatusOr<bool> InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
+                                  std::vector<Shape>*) const override {
+    const Shape& data = (*in)[kConvData];
+    if (!data.is_known()) return false;
+    if (data.ndim() != 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Convolution: argument 'data' must be 4-D (N, C, H, W), got ", data.ToString()));
+    }
+    ASSIGN_OR_RETURN(Geometry g, GetGeometry());
+    const int64_t channels = data[1];
+    if (channels % param_.num_group != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Convolution: input channels ", channels, " of argument 'data' ",
+                       data.ToString(), " are not divisible by num_group ", param_.num_group));
+    }
+    if (param_.num_filter % param_.num_group != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Convolution: num_filter ", param_.num_filter,
+                                                     " is not divisible by num_group ",
+                                                     param_.num_group));
+    }
+    const Shape wshape{param_.num_filter, channels / param_.num_group, g.kernel[0], g.kernel[1]};
+    RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, kConvWeight, wshape, in));
+    if (!param_.no_bias) {
+      RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, kConvBias, Shape{param_.num_filter}, in));
+    }
+    Shape oshape{data[0], param_.num_filter, 0, 0};
+    for (int i = 0; i < 2; ++i) {
+      oshape[2 + i] = ConvOutLength(data[2 + i], g.kernel[i], g.stride[i], g.pad[i], g.dilate[i]);
+      if (oshape[2 + i] <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Convolution: kernel ", param_.kernel.ToString(), " (dilate ",
+                         param_.dilate.ToString(), ") does not fit argument 'data' ",
+                         data.ToString(), " padded by ", param_.pad.ToString()));
+      }
+    }
+    RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, 0, oshape, out));
+    return true;
+  }
+
+  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
+                                 std::vector<DType>* aux) const override {
+    return InferFloat32Type(*this, in, out, aux);
+  }
+  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  // As MXNet: the output is not needed for the gradients.
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
+                                             const std::vector<int>& in_data,
+                                             const std::vector<int>&) const override {
+    return {out_grad[0], in_data[kConvData], in_data[kConvWeight]};
+  }
+
+  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    RETURN_IF_ERROR(CheckCpu(*this, ctx));
+    ASSIGN_OR_RETURN(Geometry g, GetGeometry());
+    const ConvolutionParam p = param_;
+    auto descs = [p, g](const Shape& data) {
+      ConvDescs d;
+      const int64_t groups = p.num_group;
+      const int64_t oh = ConvOutLength(data[2], g.kernel[0], g.stride[0], g.pad[0], g.dilate[0]);
+      const int64_t ow = ConvOutLength(data[3], g.kernel[1], g.stride[1], g.pad[1], g.dilate[1]);
+      d.src = PlainDesc(data);
+      // Grouped weights are (G, O/G, I/G, kh, kw): the same memory as MXNet's (O, I/G, kh, kw).
+      d.weights =
+          groups == 1
+              ? PlainDesc(dnnl::memory::dims{p.num_filter, data[1], g.kernel[0], g.kernel[1]})
+              : PlainDesc(dnnl::memory::dims{groups, p.num_filter / groups, data[1] / groups,
+                                             g.kernel[0], g.kernel[1]});
+      if (!p.no_bias) d.bias = PlainDesc(dnnl::memory::dims{p.num_filter});
+      d.dst = PlainDesc(dnnl::memory::dims{data[0], p.num_filter, oh, ow});
+      d.strides = {g.stride[0], g.stride[1]};
+      d.dilates = {g.dilate[0] - 1, g.dilate[1] - 1};  // oneDNN counts dilation from 0
+      d.pad_l = {g.pad[0], g.pad[1]};
+      d.pad_r = {g.pad[0], g.pad[1]};
+      return d;
+    };
+    return std::unique_ptr<Operator>(
+        new ConvOp<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                   dnnl::convolution_backward_weights>(dnnl::algorithm::convolution_direct,
+                                                       param_.no_bias, descs));
+  }
+  std::string TypeString() const override { return "Convolution"; }
+
+ private:
+  absl::StatusOr<Geometry> GetGeometry() const {
+    Geometry g;
+    ASSIGN_OR_RETURN(g.kernel, Pair2D(param_.kernel, 1, "Convolution", "kernel"));
+    if (param_.kernel.ndim() == 0) {
+      return absl::InvalidArgumentError("Convolution: parameter 'kernel' must be (h, w), got ()");
+    }
+    ASSIGN_OR_RETURN(g.stride, Pair2D(param_.stride, 1, "Convolution", "stride"));
+    ASSIGN_OR_RETURN(g.dilate, Pair2D(param_.dilate, 1, "Convolution", "dilate"));
+    ASSIGN_OR_RETURN(g.pad, Pair2D(param_.pad, 0, "Convolution", "pad"));
+    return g;
+  }
+};
+
+TESSERA_REGISTER_OP_PROPERTY(Convolution, ConvolutionProp)
+    .Describe("2-D convolution over NCHW data (oneDNN), with groups, stride, pad and dilation.")
+    .AddParams<ConvolutionParam>();
+
+}  // namespace
+}  // namespace tessera::ops::nn

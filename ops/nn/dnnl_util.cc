@@ -1,0 +1,173 @@
+#include "ops/nn/dnnl_util.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace tessera::ops::nn {
+
+absl::Status DnnlError(const dnnl::error& e, const char* call, const char* file, int line) {
+  const std::string message = absl::StrCat("oneDNN error ", static_cast<int>(e.status), " (",
+                                           e.what(), ") in '", call, "' at ", file, ":", line);
+  switch (e.status) {
+    case dnnl_invalid_arguments:
+      return absl::InvalidArgumentError(message);
+    case dnnl_unimplemented:
+      return absl::UnimplementedError(message);
+    case dnnl_out_of_memory:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::Status ExceptionError(const std::exception& e, const char* call, const char* file, int line) {
+  return absl::InternalError(
+      absl::StrCat("exception (", e.what(), ") in '", call, "' at ", file, ":", line));
+}
+
+absl::Status DnnlEnv::Init() {
+  if (engine_.has_value()) return absl::OkStatus();
+  DNNL_RETURN_IF_ERROR(engine_.emplace(dnnl::engine::kind::cpu, 0));
+  DNNL_RETURN_IF_ERROR(stream_.emplace(*engine_));
+  return absl::OkStatus();
+}
+
+dnnl::memory::dims Dims(const Shape& shape) { return {shape.begin(), shape.end()}; }
+
+dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims) {
+  using tag = dnnl::memory::format_tag;
+  static constexpr tag kTags[] = {tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde, tag::abcdef};
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, kTags[dims.size() - 1]);
+}
+
+dnnl::primitive_attr UserScratchpadAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+absl::StatusOr<bool> InferFloat32Type(const OperatorProperty& prop, std::vector<DType>* in_type,
+                                      std::vector<DType>* out_type, std::vector<DType>* aux_type) {
+  ASSIGN_OR_RETURN(bool known, prop.OperatorProperty::InferType(in_type, out_type, aux_type));
+  if (known && (*in_type)[0] != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prop.TypeString(), ": only float32 is supported (oneDNN CPU kernels), got ",
+                     DTypeName((*in_type)[0]), " for argument '", prop.ListArguments()[0], "'"));
+  }
+  return known;
+}
+
+int CallBuffers::Output(const TBlob& blob, OpReqType req) {
+  Slot slot;
+  if (req == OpReqType::kWriteTo || req == OpReqType::kWriteInplace) {
+    slot.ptr = blob.dptr;
+  } else {
+    slot.in_scratch = true;
+    slot.bytes = blob.Bytes();
+    if (req == OpReqType::kAddTo) slot.add_to = static_cast<float*>(blob.dptr);
+  }
+  slots_.push_back(slot);
+  if (slot.in_scratch) {
+    slots_.back().offset = total_;
+    total_ += (slot.bytes + 63) / 64 * 64;
+  }
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+int CallBuffers::Scratch(size_t bytes) {
+  Slot slot;
+  slot.in_scratch = bytes > 0;
+  slot.bytes = bytes;
+  slot.offset = total_;
+  total_ += (bytes + 63) / 64 * 64;
+  slots_.push_back(slot);
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+absl::Status CallBuffers::Allocate(const OpContext& ctx) {
+  if (total_ == 0) return absl::OkStatus();
+  const Resource* temp = nullptr;
+  for (const Resource& r : ctx.requested) {
+    if (r.type == ResourceRequest::kTempSpace) {
+      temp = &r;
+      break;
+    }
+  }
+  if (temp == nullptr) {
+    return absl::FailedPreconditionError(
+        "oneDNN operator called without the kTempSpace resource it declares");
+  }
+  ASSIGN_OR_RETURN(void* base, temp->get_space(total_));
+  for (Slot& slot : slots_) {
+    if (slot.in_scratch) slot.ptr = static_cast<char*>(base) + slot.offset;
+  }
+  return absl::OkStatus();
+}
+
+void CallBuffers::Finish() const {
+  for (const Slot& slot : slots_) {
+    if (slot.add_to == nullptr) continue;
+    const float* src = static_cast<const float*>(slot.ptr);
+    const int64_t n = static_cast<int64_t>(slot.bytes / sizeof(float));
+    for (int64_t i = 0; i < n; ++i) slot.add_to[i] += src[i];
+  }
+}
+
+void AddScratchpad(const CallBuffers& buffers, int slot, const dnnl::memory::desc& md,
+                   const dnnl::engine& eng, std::unordered_map<int, dnnl::memory>* args) {
+  if (slot < 0 || md.get_size() == 0) return;
+  args->insert({DNNL_ARG_SCRATCHPAD, buffers.Memory(slot, md, eng)});
+}
+
+absl::Status DnnlOperator::Forward(const OpContext& ctx, const std::vector<TBlob>& in_data,
+                                   const std::vector<OpReqType>& req,
+                                   const std::vector<TBlob>& out_data,
+                                   const std::vector<TBlob>& aux_states) {
+  RETURN_IF_ERROR(env_.Init());
+  absl::Status status;
+  DNNL_RETURN_IF_ERROR(status = ForwardImpl(ctx, in_data, req, out_data, aux_states));
+  return status;
+}
+
+absl::Status DnnlOperator::Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad,
+                                    const std::vector<TBlob>& in_data,
+                                    const std::vector<TBlob>& out_data,
+                                    const std::vector<OpReqType>& req,
+                                    const std::vector<TBlob>& in_grad,
+                                    const std::vector<TBlob>& aux_states) {
+  RETURN_IF_ERROR(env_.Init());
+  absl::Status status;
+  DNNL_RETURN_IF_ERROR(
+      status = BackwardImpl(ctx, out_grad, in_data, out_data, req, in_grad, aux_states));
+  return status;
+}
+
+absl::Status CheckCpu(const OperatorProperty& prop, Context ctx) {
+  if (ctx.type == DeviceType::kCPU || ctx.type == DeviceType::kCPUPinned) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(prop.TypeString(), ": no kernel for ", ctx.ToString(), " (oneDNN CPU only)"));
+}
+
+bool AllNull(const std::vector<OpReqType>& req) {
+  return std::all_of(req.begin(), req.end(), [](OpReqType r) { return r == OpReqType::kNullOp; });
+}
+
+void StoreFloats(const float* src, float* out, int64_t n, OpReqType req) {
+  switch (req) {
+    case OpReqType::kNullOp:
+      return;
+    case OpReqType::kWriteTo:
+    case OpReqType::kWriteInplace:
+      if (src != out) std::memmove(out, src, n * sizeof(float));
+      return;
+    case OpReqType::kAddTo:
+      for (int64_t i = 0; i < n; ++i) out[i] += src[i];
+      return;
+  }
+}
+
+}  // namespace tessera::ops::nn

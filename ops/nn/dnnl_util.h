@@ -1,0 +1,170 @@
+// Helpers shared by the oneDNN-backed CPU operators of ops/nn: the error macro that turns
+// a thrown dnnl::error into an absl::Status, the per-operator engine and stream, plain
+// memory descriptors for row-major TBlobs, and CallBuffers, which lays out one call's
+// scratch (oneDNN scratchpads and add-to staging) in the engine's temp space.
+//
+// Engine and stream: each Operator owns one CPU engine and one in-order stream (DnnlEnv).
+// An Operator never runs two calls at once (the engine serializes it through its variable,
+// see ops/operator.h), so its stream is never shared between threads, and no process-wide
+// oneDNN state is hidden below main(). A CPU engine is cheap to create, so per-operator
+// costs nothing measurable, while per-thread streams would tie operators to threads.
+//
+// Primitives are built with scratchpad_mode::user so that their scratch comes from the
+// engine's kTempSpace resource instead of an allocation inside every execute.
+//
+// Thread safety: DnnlEnv and CallBuffers are thread-compatible (one call at a time).
+#ifndef TESSERA_OPS_NN_DNNL_UTIL_H_
+#define TESSERA_OPS_NN_DNNL_UTIL_H_
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/shape.h"
+#include "core/tblob.h"
+#include "dnnl.hpp"
+#include "ops/operator.h"
+
+namespace tessera::ops::nn {
+
+// The Status for a oneDNN error thrown by `call` at file:line.
+absl::Status DnnlError(const dnnl::error& e, const char* call, const char* file, int line);
+// The Status for any other exception escaping a oneDNN call (std::bad_alloc, ...).
+absl::Status ExceptionError(const std::exception& e, const char* call, const char* file, int line);
+
+}  // namespace tessera::ops::nn
+
+// DNNL_RETURN_IF_ERROR(statement): runs `statement` (which may call oneDNN and throw) and
+// returns a Status naming the statement, file and line from the enclosing function if it
+// throws. Nothing thrown by oneDNN passes it, so exceptions never leave an Operator.
+#define DNNL_RETURN_IF_ERROR(statement)                                                           \
+  do {                                                                                            \
+    try {                                                                                         \
+      statement;                                                                                  \
+    } catch (const ::dnnl::error& tessera_dnnl_e_) {                                              \
+      return ::tessera::ops::nn::DnnlError(tessera_dnnl_e_, #statement, __FILE__, __LINE__);      \
+    } catch (const ::std::exception& tessera_dnnl_e_) {                                           \
+      return ::tessera::ops::nn::ExceptionError(tessera_dnnl_e_, #statement, __FILE__, __LINE__); \
+    }                                                                                             \
+  } while (false)
+
+namespace tessera::ops::nn {
+
+// One CPU engine and stream, created on first use.
+class DnnlEnv {
+ public:
+  absl::Status Init();
+  const dnnl::engine& engine() const { return *engine_; }
+  dnnl::stream& stream() { return *stream_; }
+
+ private:
+  std::optional<dnnl::engine> engine_;
+  std::optional<dnnl::stream> stream_;
+};
+
+// The oneDNN dims of a shape.
+dnnl::memory::dims Dims(const Shape& shape);
+// A dense row-major f32 descriptor of `dims` (tags a, ab, abc, abcd, abcde).
+dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims);
+inline dnnl::memory::desc PlainDesc(const Shape& shape) { return PlainDesc(Dims(shape)); }
+// An attribute with user-managed scratchpad (see the header comment).
+dnnl::primitive_attr UserScratchpadAttr();
+
+// Rejects anything but float32 with an error naming the operator: the oneDNN kernels here
+// are float32 only. Runs the default inference first.
+absl::StatusOr<bool> InferFloat32Type(const OperatorProperty& prop, std::vector<DType>* in_type,
+                                      std::vector<DType>* out_type, std::vector<DType>* aux_type);
+
+// The memory of one call. Register what the call needs (Output, Scratch), then Allocate
+// once: all scratch lives in one get_space of the first requested kTempSpace resource.
+// Outputs with kWriteTo / kWriteInplace are written in place; kAddTo outputs are staged in
+// scratch and added by Finish(); kNullOp outputs that a primitive must still write go to
+// scratch and are dropped.
+class CallBuffers {
+ public:
+  // Slot for an output blob written per `req`.
+  int Output(const TBlob& blob, OpReqType req);
+  // Slot for `bytes` of scratch.
+  int Scratch(size_t bytes);
+  absl::Status Allocate(const OpContext& ctx);
+  void* ptr(int slot) const { return slots_[slot].ptr; }
+  float* fptr(int slot) const { return static_cast<float*>(slots_[slot].ptr); }
+  // A oneDNN memory over slot `slot`.
+  dnnl::memory Memory(int slot, const dnnl::memory::desc& md, const dnnl::engine& eng) const {
+    return dnnl::memory(md, eng, slots_[slot].ptr);
+  }
+  // Adds staged add-to results into their blobs.
+  void Finish() const;
+
+ private:
+  struct Slot {
+    size_t offset = 0;
+    size_t bytes = 0;
+    bool in_scratch = false;
+    float* add_to = nullptr;  // the blob to add into, for kAddTo
+    void* ptr = nullptr;
+  };
+  std::vector<Slot> slots_;
+  size_t total_ = 0;
+};
+
+// A oneDNN memory over a blob's data (const-cast: oneDNN's API takes void* for inputs too).
+inline dnnl::memory BlobMemory(const TBlob& blob, const dnnl::memory::desc& md,
+                               const dnnl::engine& eng) {
+  return dnnl::memory(md, eng, blob.dptr);
+}
+
+// Adds the scratchpad of `pd` to `args` through `buffers` slot `slot` (-1: none needed).
+void AddScratchpad(const CallBuffers& buffers, int slot, const dnnl::memory::desc& md,
+                   const dnnl::engine& eng, std::unordered_map<int, dnnl::memory>* args);
+
+// The base of the oneDNN operators: owns the DnnlEnv and is the exception boundary.
+// Forward/Backward run the *Impl functions under DNNL_RETURN_IF_ERROR, so anything a oneDNN
+// call throws that the implementation did not already turn into a Status still comes back
+// as one, naming the failing operator entry point.
+class DnnlOperator : public Operator {
+ public:
+  absl::Status Forward(const OpContext& ctx, const std::vector<TBlob>& in_data,
+                       const std::vector<OpReqType>& req, const std::vector<TBlob>& out_data,
+                       const std::vector<TBlob>& aux_states) final;
+  absl::Status Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad,
+                        const std::vector<TBlob>& in_data, const std::vector<TBlob>& out_data,
+                        const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                        const std::vector<TBlob>& aux_states) final;
+
+ protected:
+  virtual absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in_data,
+                                   const std::vector<OpReqType>& req,
+                                   const std::vector<TBlob>& out_data,
+                                   const std::vector<TBlob>& aux_states) = 0;
+  virtual absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
+                                    const std::vector<TBlob>& in_data,
+                                    const std::vector<TBlob>& out_data,
+                                    const std::vector<OpReqType>& req,
+                                    const std::vector<TBlob>& in_grad,
+                                    const std::vector<TBlob>& aux_states) = 0;
+  const dnnl::engine& engine() const { return env_.engine(); }
+  dnnl::stream& stream() { return env_.stream(); }
+
+ private:
+  DnnlEnv env_;
+};
+
+// UNIMPLEMENTED naming the operator and device unless `ctx` is a CPU.
+absl::Status CheckCpu(const OperatorProperty& prop, Context ctx);
+
+// True when every req is kNullOp (the call has nothing to do).
+bool AllNull(const std::vector<OpReqType>& req);
+
+// Copies or adds `n` floats into `out` per `req` (a loop; for small fix-ups).
+void StoreFloats(const float* src, float* out, int64_t n, OpReqType req);
+
+}  // namespace tessera::ops::nn
+
+#endif  // TESSERA_OPS_NN_DNNL_UTIL_H_

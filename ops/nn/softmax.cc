@@ -1,0 +1,180 @@
+// softmax and log_softmax (MXNet) along one axis (default the last). CPU kernel: oneDNN
+// softmax / logsoftmax on a 3-D (outer, axis, inner) view of the data, so any rank works
+// and the primitives depend only on those three numbers. Backward reads out_grad and the
+// output, as MXNet declares; forward may run in place.
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "ops/nn/dnnl_util.h"
+#include "ops/registry.h"
+
+namespace tessera::ops::nn {
+namespace {
+
+struct SoftmaxParam {
+  int axis = -1;
+  static const ParamSchema<SoftmaxParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<SoftmaxParam>("softmax");
+      s->Field("axis", &SoftmaxParam::axis)
+          .Describe("the axis to normalize over; negative from the end");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+// Fwd/Bwd: dnnl::softmax_* or dnnl::logsoftmax_*.
+template <typename Fwd, typename Bwd>
+class SoftmaxOp : public DnnlOperator {
+ public:
+  explicit SoftmaxOp(int axis) : axis_(axis) {}
+
+ protected:
+  absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
+                           const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
+                           const std::vector<TBlob>&) override {
+    if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    Entry* e;
+    RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
+    CallBuffers buf;
+    const int dst = buf.Output(out[0], req[0]);
+    const int sp = buf.Scratch(e->fwd_pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, BlobMemory(in[0], e->md, engine())},
+        {DNNL_ARG_DST, buf.Memory(dst, e->md, engine())}};
+    AddScratchpad(buf, sp, e->fwd_pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(e->fwd.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    buf.Finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
+                            const std::vector<TBlob>&, const std::vector<TBlob>& out_data,
+                            const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                            const std::vector<TBlob>&) override {
+    if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    Entry* e;
+    RETURN_IF_ERROR(GetEntry(out_data[0].shape, &e));
+    RETURN_IF_ERROR(EnsureBackward(e));
+    CallBuffers buf;
+    const int dsrc = buf.Output(in_grad[0], req[0]);
+    const int sp = buf.Scratch(e->bwd_pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_DST, BlobMemory(out_data[0], e->md, engine())},
+        {DNNL_ARG_DIFF_DST, BlobMemory(out_grad[0], e->md, engine())},
+        {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, e->md, engine())}};
+    AddScratchpad(buf, sp, e->bwd_pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(e->bwd.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    buf.Finish();
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Entry {
+    dnnl::memory::desc md;
+    typename Fwd::primitive_desc fwd_pd;
+    Fwd fwd;
+    bool has_backward = false;
+    typename Bwd::primitive_desc bwd_pd;
+    Bwd bwd;
+  };
+
+  absl::Status GetEntry(const Shape& shape, Entry** out) {
+    ASSIGN_OR_RETURN(const int axis, NormalizeAxis(axis_, shape.ndim()));
+    const dnnl::memory::dims dims = {shape.ProdRange(0, axis), shape[axis],
+                                     shape.ProdRange(axis + 1, shape.ndim())};
+    auto it = cache_.find(dims);
+    if (it != cache_.end()) {
+      *out = it->second.get();
+      return absl::OkStatus();
+    }
+    auto e = std::make_unique<Entry>();
+    e->md = PlainDesc(dims);
+    DNNL_RETURN_IF_ERROR(e->fwd_pd = typename Fwd::primitive_desc(
+                             typename Fwd::desc(dnnl::prop_kind::forward_training, e->md, 1),
+                             UserScratchpadAttr(), engine()));
+    DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
+    *out = e.get();
+    cache_[dims] = std::move(e);
+    return absl::OkStatus();
+  }
+
+  absl::Status EnsureBackward(Entry* e) {
+    if (e->has_backward) return absl::OkStatus();
+    DNNL_RETURN_IF_ERROR(
+        e->bwd_pd = typename Bwd::primitive_desc(typename Bwd::desc(e->md, e->md, 1),
+                                                 UserScratchpadAttr(), engine(), e->fwd_pd));
+    DNNL_RETURN_IF_ERROR(e->bwd = Bwd(e->bwd_pd));
+    e->has_backward = true;
+    return absl::OkStatus();
+  }
+
+  const int axis_;
+  std::map<dnnl::memory::dims, std::unique_ptr<Entry>> cache_;
+};
+
+template <typename Fwd, typename Bwd, bool kLog>
+class SoftmaxProp : public PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam> {
+  using Base = PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam>;
+
+ public:
+  absl::StatusOr<bool> InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
+                                  std::vector<Shape>*) const override {
+    const Shape& data = (*in)[0];
+    if (!data.is_known()) return false;
+    absl::StatusOr<int> axis = NormalizeAxis(this->param_.axis, data.ndim());
+    if (!axis.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TypeString(), ": argument 'data' ", data.ToString(), ": ", axis.status().message()));
+    }
+    RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, 0, data, out));
+    return true;
+  }
+  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
+                                 std::vector<DType>* aux) const override {
+    return InferFloat32Type(*this, in, out, aux);
+  }
+  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
+                                             const std::vector<int>&,
+                                             const std::vector<int>& out_data) const override {
+    return {out_grad[0], out_data[0]};
+  }
+  std::vector<std::pair<int, int>> ForwardInplaceOption(
+      const std::vector<int>& in_data, const std::vector<int>& out_data) const override {
+    return {{in_data[0], out_data[0]}};
+  }
+  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    RETURN_IF_ERROR(CheckCpu(*this, ctx));
+    return std::unique_ptr<Operator>(new SoftmaxOp<Fwd, Bwd>(this->param_.axis));
+  }
+  std::string TypeString() const override { return kLog ? "log_softmax" : "softmax"; }
+};
+
+using SoftmaxOpProp = SoftmaxProp<dnnl::softmax_forward, dnnl::softmax_backward, false>;
+using LogSoftmaxOpProp = SoftmaxProp<dnnl::logsoftmax_forward, dnnl::logsoftmax_backward, true>;
+
+TESSERA_REGISTER_OP_PROPERTY(softmax, SoftmaxOpProp)
+    .Describe("exp(x) / sum(exp(x)) along `axis` (oneDNN softmax).")
+    .AddParams<SoftmaxParam>();
+TESSERA_REGISTER_OP_PROPERTY(log_softmax, LogSoftmaxOpProp)
+    .Describe("x - log(sum(exp(x))) along `axis` (oneDNN logsoftmax).")
+    .AddParams<SoftmaxParam>();
+
+}  // namespace
+}  // namespace tessera::ops::nn

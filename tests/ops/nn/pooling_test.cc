@@ -1,0 +1,149 @@
+// Pooling: max / avg (with and without padding in the divisor) / sum, 'valid' and 'full'
+// conventions and global pooling against a naive float64 reference with MXNet's window
+// rules; backward against finite differences; inference and parameter errors.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ops/registry.h"
+#include "tests/ops/op_check.h"
+
+namespace tessera::ops {
+namespace {
+
+using ::tessera::ops::testing::OpChecker;
+using ::tessera::ops::testing::Tolerance;
+using ::tessera::ops::testing::Values;
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr Tolerance kForwardTol{.rtol = 1e-5, .atol = 1e-6};
+constexpr Tolerance kGradTol{.rtol = 2e-2, .atol = 1e-3};
+
+struct PoolCase {
+  std::string type = "max";
+  int64_t n = 2, c = 3, h = 7, w = 6, k = 3, stride = 2, pad = 0;
+  bool full = false;
+  bool global = false;
+  bool include_pad = true;
+};
+
+// MXNet's pooling: windows start at y*s - p; avg divides by the window clipped to the
+// padded input (count_include_pad) or to the input.
+Values Reference(const Values& x, const PoolCase& p, int64_t oh, int64_t ow) {
+  const int64_t k = p.global ? p.h : p.k, kw = p.global ? p.w : p.k;
+  const int64_t s = p.global ? 1 : p.stride, pad = p.global ? 0 : p.pad;
+  Values out(p.n * p.c * oh * ow);
+  for (int64_t nc = 0; nc < p.n * p.c; ++nc)
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t xx = 0; xx < ow; ++xx) {
+        const int64_t hs = y * s - pad, ws = xx * s - pad;
+        const int64_t he = std::min(hs + k, p.h + pad), we = std::min(ws + kw, p.w + pad);
+        const int64_t padded_area = (he - hs) * (we - ws);
+        double max = -std::numeric_limits<double>::infinity(), sum = 0;
+        int64_t count = 0;
+        for (int64_t i = std::max<int64_t>(hs, 0); i < std::min(he, p.h); ++i)
+          for (int64_t j = std::max<int64_t>(ws, 0); j < std::min(we, p.w); ++j) {
+            const double v = x[(nc * p.h + i) * p.w + j];
+            max = std::max(max, v);
+            sum += v;
+            ++count;
+          }
+        double r = max;
+        if (p.type == "sum") r = sum;
+        if (p.type == "avg") r = sum / static_cast<double>(p.include_pad ? padded_area : count);
+        out[(nc * oh + y) * ow + xx] = r;
+      }
+  return out;
+}
+
+void Check(const PoolCase& p) {
+  SCOPED_TRACE(absl::StrCat(p.type, " k=", p.k, " s=", p.stride, " p=", p.pad, " full=", p.full,
+                            " global=", p.global, " include_pad=", p.include_pad));
+  KwArgs kw = {{"pool_type", p.type},
+               {"pooling_convention", p.full ? "full" : "valid"},
+               {"count_include_pad", p.include_pad ? "true" : "false"}};
+  if (p.global) {
+    kw.push_back({"global_pool", "true"});
+  } else {
+    kw.push_back({"kernel", absl::StrCat("(", p.k, ",", p.k, ")")});
+    kw.push_back({"stride", absl::StrCat("(", p.stride, ",", p.stride, ")")});
+    kw.push_back({"pad", absl::StrCat("(", p.pad, ",", p.pad, ")")});
+  }
+  auto checker = OpChecker::Create("Pooling", kw, {Shape{p.n, p.c, p.h, p.w}});
+  ASSERT_THAT(checker, IsOk());
+  auto out_len = [&](int64_t in) {
+    const int64_t span = in + 2 * p.pad - p.k;
+    return 1 + (p.full ? (span + p.stride - 1) / p.stride : span / p.stride);
+  };
+  const int64_t oh = p.global ? 1 : out_len(p.h), ow = p.global ? 1 : out_len(p.w);
+  ASSERT_EQ((*checker)->out_shapes()[0], (Shape{p.n, p.c, oh, ow}));
+  // Distinct values at least 3e-3 apart, so max pooling's argmax never flips under the
+  // finite-difference step.
+  const int64_t size = p.n * p.c * p.h * p.w;
+  std::vector<int64_t> order(size);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), (*checker)->rng());
+  Values x(size);
+  for (int64_t i = 0; i < size; ++i) x[i] = (i % 2 ? -1 : 1) * (0.1 + 3e-3 * order[i]);
+  (*checker)->SetInput(0, x);
+  (*checker)->CheckForward(
+      [&](const std::vector<Values>& in, const std::vector<Shape>&) {
+        return std::vector<Values>{Reference(in[0], p, oh, ow)};
+      },
+      kForwardTol);
+  (*checker)->CheckBackward(kGradTol, 1e-3);
+}
+
+TEST(PoolingTest, MaxValid) { Check({}); }
+TEST(PoolingTest, MaxPadFull) {
+  Check({.h = 8, .w = 7, .k = 3, .stride = 2, .pad = 1, .full = true});
+}
+TEST(PoolingTest, AvgIncludePad) { Check({.type = "avg", .pad = 1}); }
+TEST(PoolingTest, AvgExcludePad) { Check({.type = "avg", .pad = 1, .include_pad = false}); }
+TEST(PoolingTest, AvgFullClipsDivisor) {
+  Check({.type = "avg", .h = 8, .w = 7, .pad = 1, .full = true});
+}
+TEST(PoolingTest, Sum) { Check({.type = "sum", .k = 2, .stride = 1, .pad = 1}); }
+TEST(PoolingTest, SumFull) {
+  Check({.type = "sum", .h = 6, .w = 6, .k = 3, .stride = 2, .full = true});
+}
+TEST(PoolingTest, GlobalMax) { Check({.global = true}); }
+TEST(PoolingTest, GlobalAvg) { Check({.type = "avg", .global = true}); }
+
+TEST(PoolingTest, KernelLargerThanInputNamesShapes) {
+  auto prop = OpRegistry::Global().Create("Pooling", {{"kernel", "(5,5)"}});
+  ASSERT_THAT(prop, IsOk());
+  std::vector<Shape> in{Shape{1, 2, 3, 3}}, out(1), aux;
+  EXPECT_THAT((*prop)->InferShape(&in, &out, &aux),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("Pooling"), HasSubstr("(5,5)"), HasSubstr("(1,2,3,3)"))));
+  std::vector<Shape> bad_out{Shape{1, 2, 9, 9}};
+  std::vector<Shape> in2{Shape{1, 2, 7, 7}};
+  EXPECT_THAT((*prop)->InferShape(&in2, &bad_out, &aux),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("(1,2,3,3)"), HasSubstr("(1,2,9,9)"))));
+}
+
+TEST(PoolingTest, BadParameters) {
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"pool_type", "max"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kernel")));
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("pool_type"), HasSubstr("'lp'"))));
+  EXPECT_THAT(
+      OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"pooling_convention", "same"}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pooling_convention")));
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"global_pool", "true"}}), IsOk());
+}
+
+}  // namespace
+}  // namespace tessera::ops
