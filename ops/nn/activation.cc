@@ -205,6 +205,7 @@ class ActivationProp : public PropertyWithParam<ActivationProp, ActivationParam>
     return {{out_grad[0], in_grad[0]}};
   }
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     return std::unique_ptr<Operator>(new ActivationOp(param_));
   }

@@ -306,6 +306,7 @@ class BatchNormProp : public PropertyWithParam<BatchNormProp, BatchNormParam> {
             in_data[kBeta], out_data[kMean], out_data[kVar]};
   }
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     return std::unique_ptr<Operator>(new BatchNormOp(param_));
   }

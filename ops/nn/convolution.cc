@@ -125,6 +125,7 @@ class ConvolutionProp : public PropertyWithParam<ConvolutionProp, ConvolutionPar
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     ASSIGN_OR_RETURN(Geometry g, GetGeometry());
     const ConvolutionParam p = param_;

@@ -131,6 +131,7 @@ class DeconvolutionProp : public PropertyWithParam<DeconvolutionProp, Deconvolut
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     ASSIGN_OR_RETURN(Geometry g, GetGeometry());
     const DeconvolutionParam p = param_;

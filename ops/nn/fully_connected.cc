@@ -219,6 +219,7 @@ class FullyConnectedProp : public PropertyWithParam<FullyConnectedProp, FullyCon
     return {out_grad[0], in_data[kData], in_data[kWeight]};
   }
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     return std::unique_ptr<Operator>(new FullyConnectedOp(param_));
   }

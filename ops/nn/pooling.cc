@@ -304,6 +304,7 @@ class PoolingProp : public PropertyWithParam<PoolingProp, PoolingParam> {
   }
   // Backward depends on everything (the default), as MXNet declares: out_grad, data, out.
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     return std::unique_ptr<Operator>(new PoolingOp(param_));
   }

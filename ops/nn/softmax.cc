@@ -160,6 +160,7 @@ class SoftmaxProp : public PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, Softma
     return {{in_data[0], out_data[0]}};
   }
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     return std::unique_ptr<Operator>(new SoftmaxOp<Fwd, Bwd>(this->param_.axis));
   }

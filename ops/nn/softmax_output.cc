@@ -201,6 +201,7 @@ class SoftmaxOutputProp : public PropertyWithParam<SoftmaxOutputProp, SoftmaxOut
     return {{in_data[kData], out_data[0]}};
   }
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     return std::unique_ptr<Operator>(new SoftmaxOutputOp(param_));
   }

@@ -178,10 +178,7 @@ class BroadcastBinaryProp : public PropertyWithParam<BroadcastBinaryProp<kOp>, N
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) {
-      return absl::UnimplementedError(
-          absl::StrCat(TypeString(), ": no kernel for ", ctx.ToString()));
-    }
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     return std::make_unique<BroadcastBinaryOperator<kOp>>();
   }
 

@@ -219,10 +219,7 @@ class DotProp : public OperatorProperty {
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) {
-      return absl::UnimplementedError(
-          absl::StrCat(TypeString(), ": no kernel for ", ctx.ToString()));
-    }
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     return std::make_unique<DotOperator<kBatch>>(param_);
   }
 

@@ -190,10 +190,7 @@ class ReduceProp : public PropertyWithParam<ReduceProp<kOp>, ReduceParamFor<kOp>
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) {
-      return absl::UnimplementedError(
-          absl::StrCat(TypeString(), ": no kernel for ", ctx.ToString()));
-    }
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     return std::make_unique<ReduceOperator<kOp>>(this->param_);
   }
 

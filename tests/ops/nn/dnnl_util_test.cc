@@ -90,7 +90,7 @@ TEST(DnnlUtilTest, CallBuffersNeedTempSpace) {
   EXPECT_THAT(none.Allocate(OpContext{}), IsOk());
 }
 
-TEST(DnnlUtilTest, OperatorsAreCpuOnly) {
+TEST(DnnlUtilTest, GpuNeedsTheCudaKernels) {
   auto prop = OpRegistry::Global().Create("Activation", {{"act_type", "relu"}});
   ASSERT_THAT(prop, IsOk());
   EXPECT_THAT((*prop)->CreateOperator(Context::GPU(0)),
