@@ -169,7 +169,7 @@ class ActivationOp : public DnnlOperator {
   std::map<int64_t, std::unique_ptr<Entry>> cache_;
 };
 
-class ActivationProp : public PropertyWithParam<ActivationProp, ActivationParam> {
+class ActivationProp : public DnnlProperty<ActivationProp, ActivationParam, ActivationOp> {
  public:
   absl::StatusOr<bool> InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
                                   std::vector<Shape>*) const override {
@@ -179,16 +179,6 @@ class ActivationProp : public PropertyWithParam<ActivationProp, ActivationParam>
       RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, 0, (*out)[0], in));
     }
     return (*in)[0].is_known();
-  }
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
   }
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
                                              const std::vector<int>&,
@@ -203,11 +193,6 @@ class ActivationProp : public PropertyWithParam<ActivationProp, ActivationParam>
       const std::vector<int>& out_grad, const std::vector<int>&, const std::vector<int>&,
       const std::vector<int>& in_grad) const override {
     return {{out_grad[0], in_grad[0]}};
-  }
-  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
-    RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    return std::unique_ptr<Operator>(new ActivationOp(param_));
   }
   std::string TypeString() const override { return "Activation"; }
 };

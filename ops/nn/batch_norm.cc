@@ -260,7 +260,7 @@ class BatchNormOp : public DnnlOperator {
   std::map<std::string, std::unique_ptr<Entry>> cache_;
 };
 
-class BatchNormProp : public PropertyWithParam<BatchNormProp, BatchNormParam> {
+class BatchNormProp : public DnnlProperty<BatchNormProp, BatchNormParam, BatchNormOp> {
  public:
   std::vector<std::string> ListArguments() const override { return {"data", "gamma", "beta"}; }
   std::vector<std::string> ListOutputs() const override { return {"output", "mean", "var"}; }
@@ -288,27 +288,12 @@ class BatchNormProp : public PropertyWithParam<BatchNormProp, BatchNormParam> {
     RETURN_IF_ERROR(AssignShape(*this, Slot::kAux, kMovingVar, channels, aux));
     return true;
   }
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
   // As MXNet: out_grad, data, gamma, beta and the saved mean / var (not the output).
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
                                              const std::vector<int>& in_data,
                                              const std::vector<int>& out_data) const override {
     return {out_grad[kOut], in_data[kData],  in_data[kGamma],
             in_data[kBeta], out_data[kMean], out_data[kVar]};
-  }
-  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
-    RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    return std::unique_ptr<Operator>(new BatchNormOp(param_));
   }
   std::string TypeString() const override { return "BatchNorm"; }
 };

@@ -56,7 +56,7 @@ struct Geometry {
   std::array<int64_t, 2> kernel, stride, dilate, pad;
 };
 
-class ConvolutionProp : public PropertyWithParam<ConvolutionProp, ConvolutionParam> {
+class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionParam> {
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
@@ -107,16 +107,6 @@ class ConvolutionProp : public PropertyWithParam<ConvolutionProp, ConvolutionPar
     return true;
   }
 
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
   // As MXNet: the output is not needed for the gradients.
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
                                              const std::vector<int>& in_data,

@@ -64,7 +64,7 @@ int64_t DeconvOutLength(int64_t in, const Geometry& g, int i) {
   return (in - 1) * g.stride[i] - 2 * g.pad[i] + g.dilate[i] * (g.kernel[i] - 1) + 1 + g.adj[i];
 }
 
-class DeconvolutionProp : public PropertyWithParam<DeconvolutionProp, DeconvolutionParam> {
+class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, DeconvolutionParam> {
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
@@ -114,16 +114,6 @@ class DeconvolutionProp : public PropertyWithParam<DeconvolutionProp, Deconvolut
     return true;
   }
 
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
                                              const std::vector<int>& in_data,
                                              const std::vector<int>&) const override {

@@ -159,6 +159,36 @@ class DnnlOperator : public Operator {
 // UNIMPLEMENTED naming the operator and device unless `ctx` is a CPU.
 absl::Status CheckCpu(const OperatorProperty& prop, Context ctx);
 
+// The property side every oneDNN operator shares: float32 only, and one temp-space buffer for
+// the primitives' scratch in forward and backward. `Derived` adds the shapes, names,
+// dependencies and CreateOperator.
+template <typename Derived, typename Param>
+class DnnlPropertyBase : public PropertyWithParam<Derived, Param> {
+ public:
+  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
+                                 std::vector<DType>* aux) const override {
+    return InferFloat32Type(*this, in, out, aux);
+  }
+  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
+    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  }
+};
+
+// The same with the usual CreateOperator: GPU contexts go to ops/cuda, CPU ones get
+// `Op(param)`.
+template <typename Derived, typename Param, typename Op>
+class DnnlProperty : public DnnlPropertyBase<Derived, Param> {
+ public:
+  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
+    if (absl::Status status = CheckCpu(*this, ctx); !status.ok()) return status;
+    return std::unique_ptr<Operator>(new Op(this->param_));
+  }
+};
+
 // True when every req is kNullOp (the call has nothing to do).
 bool AllNull(const std::vector<OpReqType>& req);
 

@@ -171,7 +171,8 @@ class FullyConnectedOp : public DnnlOperator {
   std::map<std::string, std::unique_ptr<Entry>> cache_;
 };
 
-class FullyConnectedProp : public PropertyWithParam<FullyConnectedProp, FullyConnectedParam> {
+class FullyConnectedProp
+    : public DnnlProperty<FullyConnectedProp, FullyConnectedParam, FullyConnectedOp> {
  public:
   std::vector<std::string> ListArguments() const override {
     if (param_.no_bias) return {"data", "weight"};
@@ -202,26 +203,11 @@ class FullyConnectedProp : public PropertyWithParam<FullyConnectedProp, FullyCon
     return true;
   }
 
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
   // The output is not needed: gradients come from out_grad, data and weight.
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
                                              const std::vector<int>& in_data,
                                              const std::vector<int>&) const override {
     return {out_grad[0], in_data[kData], in_data[kWeight]};
-  }
-  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
-    RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    return std::unique_ptr<Operator>(new FullyConnectedOp(param_));
   }
   std::string TypeString() const override { return "FullyConnected"; }
 };

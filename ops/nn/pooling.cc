@@ -266,7 +266,7 @@ class PoolingOp : public DnnlOperator {
   std::map<std::string, std::unique_ptr<Entry>> cache_;
 };
 
-class PoolingProp : public PropertyWithParam<PoolingProp, PoolingParam> {
+class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
@@ -292,22 +292,7 @@ class PoolingProp : public PropertyWithParam<PoolingProp, PoolingParam> {
     return true;
   }
 
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
   // Backward depends on everything (the default), as MXNet declares: out_grad, data, out.
-  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
-    RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    return std::unique_ptr<Operator>(new PoolingOp(param_));
-  }
   std::string TypeString() const override { return "Pooling"; }
 };
 

@@ -124,7 +124,7 @@ class SoftmaxOp : public DnnlOperator {
 };
 
 template <typename Fwd, typename Bwd, bool kLog>
-class SoftmaxProp : public PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam> {
+class SoftmaxProp : public DnnlPropertyBase<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam> {
   using Base = PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam>;
 
  public:
@@ -139,16 +139,6 @@ class SoftmaxProp : public PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, Softma
     }
     RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, 0, data, out));
     return true;
-  }
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
-  }
-  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
   }
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
                                              const std::vector<int>&,

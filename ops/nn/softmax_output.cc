@@ -165,7 +165,8 @@ class SoftmaxOutputOp : public DnnlOperator {
   std::map<dnnl::memory::dims, std::unique_ptr<Entry>> cache_;
 };
 
-class SoftmaxOutputProp : public PropertyWithParam<SoftmaxOutputProp, SoftmaxOutputParam> {
+class SoftmaxOutputProp
+    : public DnnlProperty<SoftmaxOutputProp, SoftmaxOutputParam, SoftmaxOutputOp> {
  public:
   std::vector<std::string> ListArguments() const override { return {"data", "label"}; }
 
@@ -183,12 +184,9 @@ class SoftmaxOutputProp : public PropertyWithParam<SoftmaxOutputProp, SoftmaxOut
     RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, 0, data, out));
     return true;
   }
-  absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
-                                 std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
-  }
-  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
-    return {ResourceRequest{ResourceRequest::kTempSpace}};
+  // Backward is a plain loop over the softmax output: no scratch.
+  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
+    return {};
   }
   // The loss gradient needs only the label and the softmax output (not out_grad).
   std::vector<int> DeclareBackwardDependency(const std::vector<int>&,
@@ -199,11 +197,6 @@ class SoftmaxOutputProp : public PropertyWithParam<SoftmaxOutputProp, SoftmaxOut
   std::vector<std::pair<int, int>> ForwardInplaceOption(
       const std::vector<int>& in_data, const std::vector<int>& out_data) const override {
     return {{in_data[kData], out_data[0]}};
-  }
-  absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
-    RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    return std::unique_ptr<Operator>(new SoftmaxOutputOp(param_));
   }
   std::string TypeString() const override { return "SoftmaxOutput"; }
 };
