@@ -291,10 +291,6 @@ absl::StatusOr<NDArray> Dot(const NDArray& a, const NDArray& b, bool transpose_a
   RETURN_IF_ERROR(PushCompute(
       "Dot",
       [x, y, c, transpose_a, transpose_b]() -> absl::Status {
-        // With beta = 0, BLAS conventions say c is not read, but a NaN left in fresh
-        // storage times 0 is NaN wherever a kernel does read it; zeroing costs O(mn)
-        // against the O(mnk) product.
-        RETURN_IF_ERROR(math::Fill(c, 0.0));
         return math::Gemm(transpose_a, transpose_b, 1.0, x, y, 0.0, c);
       },
       {a.var(), b.var()}, out));

@@ -32,7 +32,8 @@ absl::Status Reduce(ReduceOp op, const TBlob& in, absl::Span<const int> axes, Op
 // Sums `in` down to out.shape, which `in` broadcasts from: the gradient of broadcasting.
 absl::Status SumToShape(const TBlob& in, OpReqType req, const TBlob& out);
 // c = alpha * op(a) * op(b) + beta * c for 2-D float32 (oneDNN sgemm) or float64 blobs;
-// op transposes when the flag is set. INVALID_ARGUMENT names the shapes on a mismatch.
+// op transposes when the flag is set; with beta == 0, c is never read (fresh storage may
+// hold NaN). INVALID_ARGUMENT names the shapes on a mismatch.
 absl::Status Gemm(bool transpose_a, bool transpose_b, double alpha, const TBlob& a,
                   const TBlob& b, double beta, const TBlob& c);
 // Elementwise conversion between any two dtypes of equal shape.
