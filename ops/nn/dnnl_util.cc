@@ -123,6 +123,43 @@ void AddScratchpad(const CallBuffers& buffers, int slot, const dnnl::memory::des
   args->insert({DNNL_ARG_SCRATCHPAD, buffers.Memory(slot, md, eng)});
 }
 
+absl::Status DnnlOperator::RunSrcToDst(const OpContext& ctx, const dnnl::primitive& prim,
+                                       const dnnl::memory::desc& scratchpad,
+                                       const dnnl::memory::desc& md, const TBlob& in,
+                                       const TBlob& out, OpReqType req) {
+  CallBuffers buf;
+  const int dst = buf.Output(out, req);
+  const int sp = buf.Scratch(scratchpad.get_size());
+  RETURN_IF_ERROR(buf.Allocate(ctx));
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, BlobMemory(in, md, engine())},
+                                                {DNNL_ARG_DST, buf.Memory(dst, md, engine())}};
+  AddScratchpad(buf, sp, scratchpad, engine(), &args);
+  DNNL_RETURN_IF_ERROR(prim.execute(stream(), args));
+  DNNL_RETURN_IF_ERROR(stream().wait());
+  buf.Finish();
+  return absl::OkStatus();
+}
+
+absl::Status DnnlOperator::RunDstBackward(const OpContext& ctx, const dnnl::primitive& prim,
+                                          const dnnl::memory::desc& scratchpad,
+                                          const dnnl::memory::desc& md, const TBlob& out_data,
+                                          const TBlob& out_grad, const TBlob& in_grad,
+                                          OpReqType req) {
+  CallBuffers buf;
+  const int dsrc = buf.Output(in_grad, req);
+  const int sp = buf.Scratch(scratchpad.get_size());
+  RETURN_IF_ERROR(buf.Allocate(ctx));
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_DST, BlobMemory(out_data, md, engine())},
+      {DNNL_ARG_DIFF_DST, BlobMemory(out_grad, md, engine())},
+      {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, md, engine())}};
+  AddScratchpad(buf, sp, scratchpad, engine(), &args);
+  DNNL_RETURN_IF_ERROR(prim.execute(stream(), args));
+  DNNL_RETURN_IF_ERROR(stream().wait());
+  buf.Finish();
+  return absl::OkStatus();
+}
+
 absl::Status DnnlOperator::Forward(const OpContext& ctx, const std::vector<TBlob>& in_data,
                                    const std::vector<OpReqType>& req,
                                    const std::vector<TBlob>& out_data,

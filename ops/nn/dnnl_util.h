@@ -152,6 +152,18 @@ class DnnlOperator : public Operator {
   const dnnl::engine& engine() const { return env_.engine(); }
   dnnl::stream& stream() { return env_.stream(); }
 
+  // Runs a primitive mapping src to dst, both laid out as `md` (eltwise, softmax), writing
+  // `out` per `req`. `scratchpad` is the primitive descriptor's scratchpad_desc().
+  absl::Status RunSrcToDst(const OpContext& ctx, const dnnl::primitive& prim,
+                           const dnnl::memory::desc& scratchpad, const dnnl::memory::desc& md,
+                           const TBlob& in, const TBlob& out, OpReqType req);
+  // Runs a backward primitive computing diff_src from (dst, diff_dst), all laid out as `md`
+  // (the "use dst" eltwise algorithms, softmax), writing `in_grad` per `req`.
+  absl::Status RunDstBackward(const OpContext& ctx, const dnnl::primitive& prim,
+                              const dnnl::memory::desc& scratchpad, const dnnl::memory::desc& md,
+                              const TBlob& out_data, const TBlob& out_grad, const TBlob& in_grad,
+                              OpReqType req);
+
  private:
   DnnlEnv env_;
 };

@@ -42,18 +42,7 @@ class SoftmaxOp : public DnnlOperator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
-    CallBuffers buf;
-    const int dst = buf.Output(out[0], req[0]);
-    const int sp = buf.Scratch(e->fwd_pd.scratchpad_desc().get_size());
-    RETURN_IF_ERROR(buf.Allocate(ctx));
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, BlobMemory(in[0], e->md, engine())},
-        {DNNL_ARG_DST, buf.Memory(dst, e->md, engine())}};
-    AddScratchpad(buf, sp, e->fwd_pd.scratchpad_desc(), engine(), &args);
-    DNNL_RETURN_IF_ERROR(e->fwd.execute(stream(), args));
-    DNNL_RETURN_IF_ERROR(stream().wait());
-    buf.Finish();
-    return absl::OkStatus();
+    return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0]);
   }
 
   absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
@@ -64,19 +53,8 @@ class SoftmaxOp : public DnnlOperator {
     Entry* e;
     RETURN_IF_ERROR(GetEntry(out_data[0].shape, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
-    CallBuffers buf;
-    const int dsrc = buf.Output(in_grad[0], req[0]);
-    const int sp = buf.Scratch(e->bwd_pd.scratchpad_desc().get_size());
-    RETURN_IF_ERROR(buf.Allocate(ctx));
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_DST, BlobMemory(out_data[0], e->md, engine())},
-        {DNNL_ARG_DIFF_DST, BlobMemory(out_grad[0], e->md, engine())},
-        {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, e->md, engine())}};
-    AddScratchpad(buf, sp, e->bwd_pd.scratchpad_desc(), engine(), &args);
-    DNNL_RETURN_IF_ERROR(e->bwd.execute(stream(), args));
-    DNNL_RETURN_IF_ERROR(stream().wait());
-    buf.Finish();
-    return absl::OkStatus();
+    return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0], out_grad[0],
+                          in_grad[0], req[0]);
   }
 
  private:
