@@ -106,69 +106,41 @@ bool IsValidDType(int value);
 
 }  // namespace tessera
 
-// TESSERA_TYPE_SWITCH(dtype, DT, { body }): runs `body` with DT aliased to the C++ type of
-// `dtype`. `default_body` runs for kUnknown or a value outside the enum.
-#define TESSERA_TYPE_SWITCH(dtype, DT, body, default_body) \
-  switch (dtype) {                                         \
-    case ::tessera::DType::kFloat32: {                     \
-      using DT = float;                                    \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kFloat64: {                     \
-      using DT = double;                                   \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kFloat16: {                     \
-      using DT = ::tessera::Half;                          \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kBFloat16: {                    \
-      using DT = ::tessera::BFloat16;                      \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kUInt8: {                       \
-      using DT = uint8_t;                                  \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kInt8: {                        \
-      using DT = int8_t;                                   \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kInt32: {                       \
-      using DT = int32_t;                                  \
-      body;                                                \
-    } break;                                               \
-    case ::tessera::DType::kInt64: {                       \
-      using DT = int64_t;                                  \
-      body;                                                \
-    } break;                                               \
-    default: {                                             \
-      default_body;                                        \
-    } break;                                               \
+// One case of the switches below: `body` with DT aliased to `type`.
+#define TESSERA_DTYPE_CASE_(value, type, DT, body) \
+  case ::tessera::DType::value: {                  \
+    using DT = type;                               \
+    body;                                          \
+  } break;
+
+// TESSERA_FLOAT_TYPE_SWITCH over the floating-point types only (what neural-network kernels
+// support); `default_body` runs for every other dtype.
+#define TESSERA_FLOAT_TYPE_SWITCH(dtype, DT, body, default_body)            \
+  switch (dtype) {                                                          \
+    TESSERA_DTYPE_CASE_(kFloat32, float, DT, body)                          \
+    TESSERA_DTYPE_CASE_(kFloat64, double, DT, body)                         \
+    TESSERA_DTYPE_CASE_(kFloat16, ::tessera::Half, DT, body)                \
+    TESSERA_DTYPE_CASE_(kBFloat16, ::tessera::BFloat16, DT, body)           \
+    default: {                                                              \
+      default_body;                                                         \
+    } break;                                                                \
   }
 
-// The same over the floating-point types only (what neural-network kernels support).
-#define TESSERA_FLOAT_TYPE_SWITCH(dtype, DT, body, default_body) \
-  switch (dtype) {                                               \
-    case ::tessera::DType::kFloat32: {                           \
-      using DT = float;                                          \
-      body;                                                      \
-    } break;                                                     \
-    case ::tessera::DType::kFloat64: {                           \
-      using DT = double;                                         \
-      body;                                                      \
-    } break;                                                     \
-    case ::tessera::DType::kFloat16: {                           \
-      using DT = ::tessera::Half;                                \
-      body;                                                      \
-    } break;                                                     \
-    case ::tessera::DType::kBFloat16: {                          \
-      using DT = ::tessera::BFloat16;                            \
-      body;                                                      \
-    } break;                                                     \
-    default: {                                                   \
-      default_body;                                              \
-    } break;                                                     \
+// TESSERA_TYPE_SWITCH(dtype, DT, { body }, default_body): runs `body` with DT aliased to the
+// C++ type of `dtype`. `default_body` runs for kUnknown or a value outside the enum.
+#define TESSERA_TYPE_SWITCH(dtype, DT, body, default_body)                  \
+  switch (dtype) {                                                          \
+    TESSERA_DTYPE_CASE_(kFloat32, float, DT, body)                          \
+    TESSERA_DTYPE_CASE_(kFloat64, double, DT, body)                         \
+    TESSERA_DTYPE_CASE_(kFloat16, ::tessera::Half, DT, body)                \
+    TESSERA_DTYPE_CASE_(kBFloat16, ::tessera::BFloat16, DT, body)           \
+    TESSERA_DTYPE_CASE_(kUInt8, uint8_t, DT, body)                          \
+    TESSERA_DTYPE_CASE_(kInt8, int8_t, DT, body)                            \
+    TESSERA_DTYPE_CASE_(kInt32, int32_t, DT, body)                          \
+    TESSERA_DTYPE_CASE_(kInt64, int64_t, DT, body)                          \
+    default: {                                                              \
+      default_body;                                                         \
+    } break;                                                                \
   }
 
 #endif  // TESSERA_CORE_DTYPE_H_
