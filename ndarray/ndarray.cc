@@ -300,4 +300,27 @@ absl::StatusOr<NDArray> NDArray::At(int64_t index) const {
   return MakeView(*this, std::move(target), index * shape_.ProdRange(1, shape_.ndim()));
 }
 
+absl::StatusOr<NDArray> NDArray::ViewAs(const Shape& shape, DType dtype) const {
+  if (is_none()) return absl::FailedPreconditionError("NDArray::ViewAs on a none array");
+  if (!shape.is_known()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NDArray::ViewAs: shape ", shape.ToString(), " is not fully known"));
+  }
+  const int64_t start = offset_ * static_cast<int64_t>(DTypeSize(dtype_));
+  const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t needed = shape.Size() * size;
+  const int64_t available = static_cast<int64_t>(chunk_->handle.size) - start;
+  if (start % size != 0 || needed > available) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NDArray::ViewAs: ", shape.ToString(), " ", DTypeName(dtype), " needs ", needed,
+        " bytes at byte offset ", start, ", but the chunk has ", available, " from there"));
+  }
+  NDArray out;
+  out.chunk_ = chunk_;
+  out.shape_ = shape;
+  out.dtype_ = dtype;
+  out.offset_ = start / size;
+  return out;
+}
+
 }  // namespace tessera

@@ -76,6 +76,10 @@ class NDArray {
   absl::StatusOr<NDArray> Reshape(absl::Span<const int64_t> new_shape) const;
   absl::StatusOr<NDArray> Slice(int64_t begin, int64_t end) const;
   absl::StatusOr<NDArray> At(int64_t index) const;
+  // This view's memory reinterpreted as `shape` of `dtype` (how the graph executor carves
+  // values of any type out of planned byte buffers). INVALID_ARGUMENT naming the sizes when
+  // it needs more bytes than the chunk has from this view's start.
+  absl::StatusOr<NDArray> ViewAs(const Shape& shape, DType dtype) const;
 
  private:
   struct Chunk;

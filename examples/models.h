@@ -1,0 +1,23 @@
+// Symbol builders for the networks the examples, tests and benchmarks share: MNIST's
+// multi-layer perceptron and LeNet, as MXNet's examples define them.
+#ifndef TESSERA_EXAMPLES_MODELS_H_
+#define TESSERA_EXAMPLES_MODELS_H_
+
+#include "absl/status/statusor.h"
+#include "graph/symbol.h"
+
+namespace tessera::examples {
+
+// data -> (FullyConnected(hidden) -> Activation(act))^num_hidden_layers ->
+// FullyConnected(num_classes) -> SoftmaxOutput (label "softmax_label"). Layers are named
+// fc1, relu1 (act1 for other activations), ..., and the head "softmax".
+absl::StatusOr<graph::Symbol> Mlp(int num_hidden_layers, int hidden, int num_classes = 10,
+                                  const char* act = "relu");
+
+// LeNet for 1x28x28 inputs: conv(5x5, 20) tanh maxpool(2) conv(5x5, 50) tanh maxpool(2)
+// flatten fc(500) tanh fc(num_classes) SoftmaxOutput.
+absl::StatusOr<graph::Symbol> LeNet(int num_classes = 10);
+
+}  // namespace tessera::examples
+
+#endif  // TESSERA_EXAMPLES_MODELS_H_

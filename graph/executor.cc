@@ -1,0 +1,423 @@
+#include "graph/executor.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/container/node_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+#include "graph/gradient.h"
+#include "graph/infer.h"
+#include "ndarray/arithmetic.h"
+
+namespace tessera::graph {
+namespace {
+
+// The engine keeps function names for its whole life; executors come and go.
+const char* InternName(const std::string& name) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* names = new absl::node_hash_set<std::string>();
+  absl::MutexLock lock(&mu);
+  return names->insert(name).first->c_str();
+}
+
+absl::Status CheckArray(const std::string& what, const std::string& name, const NDArray& array,
+                        const Shape& shape, DType dtype) {
+  if (array.is_none()) return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' is a none array"));
+  if (array.shape() != shape || array.dtype() != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' is ", array.shape().ToString(),
+                                                   " ", DTypeName(array.dtype()), ", expected ",
+                                                   shape.ToString(), " ", DTypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+Context VariableContext(const Node& node, Context ctx, const std::map<std::string, Context>& group2ctx) {
+  auto it = node.attrs.find("__ctx_group__");
+  if (it == node.attrs.end()) return ctx;
+  auto g = group2ctx.find(it->second);
+  return g == group2ctx.end() ? ctx : g->second;
+}
+
+}  // namespace
+
+// What one exec node needs at run time, built once at bind.
+struct Executor::NodeState {
+  std::shared_ptr<ops::Operator> op;  // kForward/kGradSum; kBackward shares its forward's
+  engine::VarHandle op_var;           // orders every use of `op` (it may cache per call)
+  engine::OprHandle train, infer;     // pre-built pushes (infer: kForward only)
+};
+
+Executor::Executor(const Runtime& rt, Symbol symbol, Context ctx, ExecutorOptions options)
+    : rt_(rt), symbol_(std::move(symbol)), ctx_(ctx), options_(std::move(options)) {}
+
+Executor::~Executor() {
+  for (const std::unique_ptr<NodeState>& n : nodes_) {
+    if (n == nullptr) continue;
+    for (engine::OprHandle h : {n->train, n->infer}) {
+      if (h) (void)rt_.engine->DeleteOperator(h);
+    }
+    if (n->op_var) (void)rt_.engine->DeleteVariable(nullptr, ctx_, n->op_var);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Bind(
+    const Runtime& rt, const Symbol& symbol, Context ctx, std::vector<NDArray> args,
+    std::vector<NDArray> arg_grads, std::vector<OpReqType> grad_reqs,
+    std::vector<NDArray> aux_states, const ExecutorOptions& options) {
+  std::unique_ptr<Executor> exec(new Executor(rt, symbol, ctx, options));
+  RETURN_IF_ERROR(exec->Init(std::move(args), std::move(arg_grads), std::move(grad_reqs),
+                             std::move(aux_states)));
+  return exec;
+}
+
+absl::Status Executor::Init(std::vector<NDArray> args, std::vector<NDArray> arg_grads,
+                            std::vector<OpReqType> grad_reqs, std::vector<NDArray> aux_states) {
+  graph_ = std::make_unique<IndexedGraph>(symbol_.outputs());
+  const std::vector<std::string> arg_names = symbol_.ListArguments();
+  const std::vector<std::string> aux_names = symbol_.ListAuxiliaryStates();
+  if (args.size() != arg_names.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Bind: expected ", arg_names.size(), " arguments (",
+                                                   absl::StrJoin(arg_names, ", "), "), got ", args.size()));
+  }
+  if (aux_states.size() != aux_names.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Bind: expected ", aux_names.size(),
+                                                   " auxiliary states (", absl::StrJoin(aux_names, ", "),
+                                                   "), got ", aux_states.size()));
+  }
+  if (grad_reqs.empty()) grad_reqs.assign(args.size(), OpReqType::kNullOp);
+  if (grad_reqs.size() != args.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Bind: expected ", args.size(), " grad_reqs, got ",
+                                                   grad_reqs.size()));
+  }
+  if (arg_grads.empty()) arg_grads.resize(args.size());
+  if (arg_grads.size() != args.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Bind: expected ", args.size(),
+                                                   " gradient arrays, got ", arg_grads.size()));
+  }
+  // Inference from the bound arrays; their shapes are facts, so any conflict is an error.
+  std::vector<Shape> shapes(graph_->num_entries());
+  std::vector<DType> types(graph_->num_entries(), DType::kUnknown);
+  const auto seed = [&](const std::vector<uint32_t>& nodes, const std::vector<NDArray>& arrays,
+                        const std::vector<std::string>& names, const char* what) -> absl::Status {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (arrays[i].is_none()) {
+        return absl::InvalidArgumentError(absl::StrCat("Bind: ", what, " '", names[i], "' is a none array"));
+      }
+      shapes[graph_->entry_id(nodes[i], 0)] = arrays[i].shape();
+      types[graph_->entry_id(nodes[i], 0)] = arrays[i].dtype();
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(seed(graph_->argument_nodes(), args, arg_names, "argument"));
+  RETURN_IF_ERROR(seed(graph_->aux_nodes(), aux_states, aux_names, "auxiliary state"));
+  RETURN_IF_ERROR(InferShapes(*graph_, &shapes));
+  RETURN_IF_ERROR(InferTypes(*graph_, &types));
+  for (uint32_t id = 0; id < graph_->num_nodes(); ++id) {
+    for (int i = 0; i < graph_->node(id).num_outputs(); ++i) {
+      const uint32_t e = graph_->entry_id(id, i);
+      if (!shapes[e].is_known() || types[e] == DType::kUnknown) {
+        return absl::InvalidArgumentError(absl::StrCat("Bind: cannot infer the ",
+                                                       shapes[e].is_known() ? "type" : "shape", " of '",
+                                                       graph_->node(id).OutputName(i), "'"));
+      }
+    }
+  }
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (grad_reqs[a] == OpReqType::kWriteInplace) grad_reqs[a] = OpReqType::kWriteTo;
+    if (grad_reqs[a] == OpReqType::kNullOp) continue;
+    RETURN_IF_ERROR(CheckArray("gradient of", arg_names[a], arg_grads[a], args[a].shape(), args[a].dtype()));
+    if (arg_grads[a].ctx() != args[a].ctx()) {
+      return absl::InvalidArgumentError(absl::StrCat("Bind: the gradient of '", arg_names[a], "' is on ",
+                                                     arg_grads[a].ctx().ToString(), " but the argument on ",
+                                                     args[a].ctx().ToString()));
+    }
+  }
+  args_ = std::move(args);
+  arg_grads_ = std::move(arg_grads);
+  aux_ = std::move(aux_states);
+  grad_reqs_ = std::move(grad_reqs);
+
+  ExecGraphOptions build{.default_ctx = ctx_, .group2ctx = options_.group2ctx, .grad_req = grad_reqs_};
+  for (const NDArray& a : args_) build.argument_ctx.push_back(a.ctx());
+  for (const NDArray& a : aux_) build.aux_ctx.push_back(a.ctx());
+  ASSIGN_OR_RETURN(exec_, BuildExecGraph(*graph_, shapes, types, build));
+  plan_ = PlanMemory(exec_, options_.memory);
+  RETURN_IF_ERROR(AllocateEntries());
+  nodes_.resize(exec_.nodes.size());
+  for (uint32_t id = 0; id < exec_.nodes.size(); ++id) RETURN_IF_ERROR(BuildNode(id));
+  for (uint32_t e : exec_.outputs) outputs_.push_back(entries_[e]);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::AllocateEntries() {
+  for (const MemoryPlan::Slot& slot : plan_.slots) {
+    ASSIGN_OR_RETURN(NDArray buffer, NDArray::Empty(rt_, Shape{std::max<int64_t>(slot.bytes, 1)},
+                                                    slot.ctx, DType::kUInt8));
+    slots_.push_back(std::move(buffer));
+  }
+  entries_.resize(exec_.entries.size());
+  for (size_t a = 0; a < exec_.argument_entries.size(); ++a) entries_[exec_.argument_entries[a]] = args_[a];
+  for (size_t a = 0; a < exec_.aux_entries.size(); ++a) entries_[exec_.aux_entries[a]] = aux_[a];
+  for (size_t a = 0; a < exec_.gradient_entries.size(); ++a) {
+    if (exec_.gradient_entries[a] != kNoEntry) entries_[exec_.gradient_entries[a]] = arg_grads_[a];
+  }
+  for (uint32_t e : exec_.head_grad_entries) {
+    if (e == kNoEntry) continue;
+    ASSIGN_OR_RETURN(entries_[e], NDArray::Empty(rt_, exec_.entries[e].shape, exec_.entries[e].ctx,
+                                                 exec_.entries[e].dtype));
+  }
+  for (uint32_t e = 0; e < exec_.entries.size(); ++e) {
+    if (plan_.storage[e] < 0) continue;
+    ASSIGN_OR_RETURN(entries_[e], slots_[plan_.storage[e]].ViewAs(exec_.entries[e].shape, exec_.entries[e].dtype));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::BuildNode(uint32_t id) {
+  const ExecNode& node = exec_.nodes[id];
+  if (node.kind != ExecNodeKind::kForward && node.kind != ExecNodeKind::kBackward &&
+      node.kind != ExecNodeKind::kGradSum) {
+    return absl::OkStatus();
+  }
+  auto state = std::make_unique<NodeState>();
+  const auto blob = [&](uint32_t e) { return e == kNoEntry ? TBlob() : entries_[e].data(); };
+  const auto blobs = [&](const std::vector<uint32_t>& list) {
+    std::vector<TBlob> out;
+    for (uint32_t e : list) out.push_back(blob(e));
+    return out;
+  };
+  std::vector<uint32_t> outputs;
+  std::vector<OpReqType> req;
+  for (uint32_t o = 0; o < node.num_outputs; ++o) {
+    const uint32_t e = node.first_output + o;
+    outputs.push_back(e);
+    req.push_back(plan_.inplace[e] ? OpReqType::kWriteInplace : exec_.entries[e].req);
+  }
+  std::vector<engine::VarHandle> const_vars, mutate_vars;
+  for (uint32_t e : node.inputs) const_vars.push_back(entries_[e].var());
+  for (uint32_t e : outputs) mutate_vars.push_back(entries_[e].var());
+
+  if (node.kind == ExecNodeKind::kBackward) {
+    NodeState& fwd = *nodes_[node.forward_exec_id];
+    state->op = fwd.op;
+    state->op_var = fwd.op_var;
+  } else {
+    ASSIGN_OR_RETURN(std::unique_ptr<ops::Operator> op, node.op->CreateOperator(node.ctx));
+    state->op = std::move(op);
+    state->op_var = rt_.engine->NewVariable();
+  }
+  mutate_vars.push_back(state->op_var);
+
+  const ExecNode& fnode = node.kind == ExecNodeKind::kBackward ? exec_.nodes[node.forward_exec_id] : node;
+  std::vector<Shape> in_shapes;
+  for (uint32_t e : fnode.inputs) in_shapes.push_back(exec_.entries[e].shape);
+  std::vector<engine::Resource> resources;
+  for (const engine::ResourceRequest& r : node.kind == ExecNodeKind::kBackward ? node.op->BackwardResource(in_shapes)
+                                                                      : node.op->ForwardResource(in_shapes)) {
+    ASSIGN_OR_RETURN(engine::Resource res, rt_.resources->Request(node.ctx, r));
+    resources.push_back(res);
+    mutate_vars.push_back(res.var);
+  }
+  std::vector<TBlob> aux = blobs(fnode.aux);
+  for (uint32_t e : fnode.aux) {
+    (node.kind == ExecNodeKind::kForward ? mutate_vars : const_vars).push_back(entries_[e].var());
+  }
+  std::shared_ptr<ops::Operator> op = state->op;
+  const char* name = InternName(node.name);
+  const auto make = [&](engine::Engine::AsyncFn fn) {
+    return rt_.engine->NewOperator(std::move(fn), const_vars, mutate_vars, engine::FnProperty::kNormal, name);
+  };
+  if (node.kind == ExecNodeKind::kBackward) {
+    auto fn = [op, resources, out_grad = blobs(node.out_grad), in_data = blobs(node.in_data),
+               out_data = blobs(node.out_data), req, in_grad = blobs(outputs),
+               aux](engine::RunContext rc, engine::CallbackOnComplete done) {
+      const ops::OpContext ctx{.is_train = true, .run_ctx = rc, .requested = resources};
+      done(op->Backward(ctx, out_grad, in_data, out_data, req, in_grad, aux));
+    };
+    ASSIGN_OR_RETURN(state->train, make(std::move(fn)));
+  } else {
+    for (bool is_train : {true, false}) {
+      auto fn = [op, resources, in = blobs(node.inputs), req, out = blobs(outputs), aux,
+                 is_train](engine::RunContext rc, engine::CallbackOnComplete done) {
+        const ops::OpContext ctx{.is_train = is_train, .run_ctx = rc, .requested = resources};
+        done(op->Forward(ctx, in, req, out, aux));
+      };
+      engine::OprHandle& handle = is_train ? state->train : state->infer;
+      ASSIGN_OR_RETURN(handle, make(std::move(fn)));
+    }
+  }
+  nodes_[id] = std::move(state);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::RunNodes(uint32_t begin, uint32_t end, bool is_train) {
+  for (uint32_t id = begin; id < end; ++id) {
+    const ExecNode& node = exec_.nodes[id];
+    switch (node.kind) {
+      case ExecNodeKind::kForward:
+        RETURN_IF_ERROR(rt_.engine->Push(is_train ? nodes_[id]->train : nodes_[id]->infer, node.ctx));
+        break;
+      case ExecNodeKind::kBackward:
+      case ExecNodeKind::kGradSum:
+        RETURN_IF_ERROR(rt_.engine->Push(nodes_[id]->train, node.ctx));
+        break;
+      case ExecNodeKind::kCopy:
+        RETURN_IF_ERROR(CopyFromTo(entries_[node.inputs[0]], entries_[node.first_output]));
+        break;
+      case ExecNodeKind::kZeros:
+        RETURN_IF_ERROR(Fill(entries_[node.first_output], 0.0));
+        break;
+      case ExecNodeKind::kVariable:
+      case ExecNodeKind::kHeadGrad:
+        break;
+    }
+    if (options_.poison_released) {
+      for (uint32_t e : plan_.released_after[id]) {
+        const bool is_float = IsFloatingPoint(exec_.entries[e].dtype);
+        RETURN_IF_ERROR(Fill(entries_[e], is_float ? std::numeric_limits<double>::quiet_NaN() : 127.0));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Forward(bool is_train) {
+  RETURN_IF_ERROR(RunNodes(0, exec_.num_forward_nodes, is_train));
+  trained_forward_ = is_train;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Backward(const std::vector<NDArray>& head_grads) {
+  if (exec_.num_forward_nodes == exec_.nodes.size()) {
+    return absl::FailedPreconditionError("Backward: the executor was bound without gradients (every grad_req is null)");
+  }
+  if (!trained_forward_) {
+    return absl::FailedPreconditionError("Backward: run Forward(is_train=true) first");
+  }
+  const std::vector<std::string> names = symbol_.ListOutputs();
+  if (!head_grads.empty() && head_grads.size() != exec_.outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Backward: expected ", exec_.outputs.size(),
+                                                   " head gradients (", absl::StrJoin(names, ", "),
+                                                   "), got ", head_grads.size()));
+  }
+  for (size_t k = 0; k < exec_.head_grad_entries.size(); ++k) {
+    const uint32_t e = exec_.head_grad_entries[k];
+    if (e == kNoEntry) continue;
+    if (head_grads.empty()) {
+      RETURN_IF_ERROR(Fill(entries_[e], 1.0));
+      continue;
+    }
+    RETURN_IF_ERROR(CheckArray("head gradient for", names[k], head_grads[k], exec_.entries[e].shape,
+                               exec_.entries[e].dtype));
+    RETURN_IF_ERROR(CopyFromTo(head_grads[k], entries_[e]));
+  }
+  return RunNodes(exec_.num_forward_nodes, static_cast<uint32_t>(exec_.nodes.size()), true);
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::SimpleBind(const Runtime& rt, const Symbol& symbol,
+                                                               Context ctx,
+                                                               const SimpleBindOptions& options) {
+  ASSIGN_OR_RETURN(InferResult<Shape> shapes, symbol.InferShape(options.shapes));
+  std::map<std::string, DType> known_types = options.dtypes;
+  const std::vector<std::string> arg_names = symbol.ListArguments();
+  const std::vector<std::string> aux_names = symbol.ListAuxiliaryStates();
+  std::vector<std::string> unknown;
+  for (size_t i = 0; i < arg_names.size(); ++i) {
+    if (!shapes.arguments[i].is_known()) unknown.push_back(arg_names[i]);
+    known_types.try_emplace(arg_names[i], DType::kFloat32);
+  }
+  for (size_t i = 0; i < aux_names.size(); ++i) {
+    if (!shapes.aux_states[i].is_known()) unknown.push_back(aux_names[i]);
+  }
+  if (!unknown.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("SimpleBind: cannot infer the shapes of ",
+                                                   absl::StrJoin(unknown, ", "), "; give more input shapes"));
+  }
+  ASSIGN_OR_RETURN(InferResult<DType> types, symbol.InferType(known_types));
+  IndexedGraph graph(symbol.outputs());
+  std::vector<NDArray> args, grads, aux;
+  std::vector<OpReqType> reqs;
+  for (size_t i = 0; i < arg_names.size(); ++i) {
+    const Context where = VariableContext(graph.node(graph.argument_nodes()[i]), ctx, options.executor.group2ctx);
+    ASSIGN_OR_RETURN(NDArray arg, Zeros(rt, shapes.arguments[i], where, types.arguments[i]));
+    auto it = options.grad_req_by_name.find(arg_names[i]);
+    const OpReqType req = it == options.grad_req_by_name.end() ? options.grad_req : it->second;
+    NDArray grad;
+    if (req != OpReqType::kNullOp) {
+      ASSIGN_OR_RETURN(grad, Zeros(rt, shapes.arguments[i], where, types.arguments[i]));
+    }
+    args.push_back(std::move(arg));
+    grads.push_back(std::move(grad));
+    reqs.push_back(req);
+  }
+  for (size_t i = 0; i < aux_names.size(); ++i) {
+    const Context where = VariableContext(graph.node(graph.aux_nodes()[i]), ctx, options.executor.group2ctx);
+    ASSIGN_OR_RETURN(NDArray a, Zeros(rt, shapes.aux_states[i], where, types.aux_states[i]));
+    aux.push_back(std::move(a));
+  }
+  return Bind(rt, symbol, ctx, std::move(args), std::move(grads), std::move(reqs), std::move(aux),
+              options.executor);
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Reshape(const std::map<std::string, Shape>& shapes,
+                                                            bool partial_shaping) const {
+  const std::vector<std::string> arg_names = symbol_.ListArguments();
+  const std::vector<std::string> aux_names = symbol_.ListAuxiliaryStates();
+  ASSIGN_OR_RETURN(InferResult<Shape> first, symbol_.InferShape(shapes));
+  // Arguments inference cannot reach keep their shapes (e.g. a label beside new data).
+  std::map<std::string, Shape> known = shapes;
+  for (size_t i = 0; i < arg_names.size(); ++i) {
+    if (!first.arguments[i].is_known()) known.emplace(arg_names[i], args_[i].shape());
+  }
+  ASSIGN_OR_RETURN(InferResult<Shape> inferred, symbol_.InferShape(known));
+  std::vector<NDArray> args, grads, aux;
+  for (size_t i = 0; i < arg_names.size(); ++i) {
+    const Shape& s = inferred.arguments[i];
+    if (s == args_[i].shape()) {
+      args.push_back(args_[i]);
+      grads.push_back(arg_grads_[i]);
+      continue;
+    }
+    if (!shapes.contains(arg_names[i]) && !partial_shaping) {
+      return absl::InvalidArgumentError(absl::StrCat("Reshape: argument '", arg_names[i], "' would change shape from ",
+                                                     args_[i].shape().ToString(), " to ", s.ToString(),
+                                                     "; name it, or allow partial shaping"));
+    }
+    ASSIGN_OR_RETURN(NDArray arg, Zeros(rt_, s, args_[i].ctx(), args_[i].dtype()));
+    NDArray grad;
+    if (grad_reqs_[i] != OpReqType::kNullOp) {
+      ASSIGN_OR_RETURN(grad, Zeros(rt_, s, args_[i].ctx(), args_[i].dtype()));
+    }
+    args.push_back(std::move(arg));
+    grads.push_back(std::move(grad));
+  }
+  for (size_t i = 0; i < aux_names.size(); ++i) {
+    if (inferred.aux_states[i] != aux_[i].shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("Reshape: auxiliary state '", aux_names[i],
+                                                     "' would change shape from ", aux_[i].shape().ToString(),
+                                                     " to ", inferred.aux_states[i].ToString()));
+    }
+    aux.push_back(aux_[i]);
+  }
+  return Bind(rt_, symbol_, ctx_, std::move(args), std::move(grads), grad_reqs_, std::move(aux), options_);
+}
+
+namespace {
+std::map<std::string, NDArray> Dict(const std::vector<std::string>& names, const std::vector<NDArray>& arrays) {
+  std::map<std::string, NDArray> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!arrays[i].is_none()) out[names[i]] = arrays[i];
+  }
+  return out;
+}
+}  // namespace
+
+std::map<std::string, NDArray> Executor::arg_dict() const { return Dict(symbol_.ListArguments(), args_); }
+std::map<std::string, NDArray> Executor::grad_dict() const { return Dict(symbol_.ListArguments(), arg_grads_); }
+std::map<std::string, NDArray> Executor::aux_dict() const { return Dict(symbol_.ListAuxiliaryStates(), aux_); }
+
+}  // namespace tessera::graph
