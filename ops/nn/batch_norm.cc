@@ -28,6 +28,7 @@ struct BatchNormParam {
   bool fix_gamma = true;
   bool use_global_stats = false;
   bool output_mean_var = false;
+  bool cudnn_off = false;  // MXNet backend selection; unused
   static const ParamSchema<BatchNormParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<BatchNormParam>("BatchNorm");
@@ -40,6 +41,8 @@ struct BatchNormParam {
           .Describe("normalize with the moving statistics in training too");
       s->Field("output_mean_var", &BatchNormParam::output_mean_var)
           .Describe("make the mean and var outputs visible");
+      s->Field("cudnn_off", &BatchNormParam::cudnn_off)
+          .Describe("accepted for MXNet compatibility; ignored");
       return s;
     }();
     return *schema;

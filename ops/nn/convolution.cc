@@ -23,6 +23,9 @@ struct ConvolutionParam {
   int num_group = 1;
   bool no_bias = false;
   int workspace = 1024;
+  // MXNet backend selection, kept so MXNet files load and round-trip; unused.
+  std::string cudnn_tune = "None";
+  bool cudnn_off = false;
   static const ParamSchema<ConvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<ConvolutionParam>("Convolution");
@@ -45,6 +48,14 @@ struct ConvolutionParam {
       s->Field("workspace", &ConvolutionParam::workspace)
           .Lower(0)
           .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
+      s->Field("cudnn_tune", &ConvolutionParam::cudnn_tune)
+          .Enum({{"None", "None"},
+                 {"off", "off"},
+                 {"limited_workspace", "limited_workspace"},
+                 {"fastest", "fastest"}})
+          .Describe("cuDNN algorithm search (accepted for MXNet compatibility; ignored)");
+      s->Field("cudnn_off", &ConvolutionParam::cudnn_off)
+          .Describe("accepted for MXNet compatibility; ignored");
       return s;
     }();
     return *schema;

@@ -25,6 +25,9 @@ struct DeconvolutionParam {
   int num_group = 1;
   bool no_bias = true;  // MXNet's default for Deconvolution
   int workspace = 512;
+  // MXNet backend selection, kept so MXNet files load and round-trip; unused.
+  std::string cudnn_tune = "None";
+  bool cudnn_off = false;
   static const ParamSchema<DeconvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<DeconvolutionParam>("Deconvolution");
@@ -50,6 +53,14 @@ struct DeconvolutionParam {
       s->Field("workspace", &DeconvolutionParam::workspace)
           .Lower(0)
           .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
+      s->Field("cudnn_tune", &DeconvolutionParam::cudnn_tune)
+          .Enum({{"None", "None"},
+                 {"off", "off"},
+                 {"limited_workspace", "limited_workspace"},
+                 {"fastest", "fastest"}})
+          .Describe("cuDNN algorithm search (accepted for MXNet compatibility; ignored)");
+      s->Field("cudnn_off", &DeconvolutionParam::cudnn_off)
+          .Describe("accepted for MXNet compatibility; ignored");
       return s;
     }();
     return *schema;

@@ -32,6 +32,7 @@ struct PoolingParam {
   Shape pad;
   Convention pooling_convention = Convention::kValid;
   bool count_include_pad = true;
+  bool cudnn_off = false;  // MXNet backend selection; unused
   static const ParamSchema<PoolingParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<PoolingParam>("Pooling");
@@ -49,6 +50,8 @@ struct PoolingParam {
           .Describe("output size: floor ('valid') or ceil ('full') of the window sweep");
       s->Field("count_include_pad", &PoolingParam::count_include_pad)
           .Describe("avg: whether padded elements count in the divisor");
+      s->Field("cudnn_off", &PoolingParam::cudnn_off)
+          .Describe("accepted for MXNet compatibility; ignored");
       return s;
     }();
     return *schema;
