@@ -2,10 +2,22 @@
 //
 //   tessera ops [NAME]   list every registered operator (or one), with its arguments,
 //                        outputs, auxiliary states and parameters
+//   tessera graph inspect FILE.json [--shape NAME=D1,D2,...]...
+//   tessera graph run FILE.json [--params FILE] [--seed N] --input NAME=FILE.npy...
+//                        --output DIR
 #include <cstdio>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/graph_commands.h"
+#include "engine/create_engine.h"
+#include "graph/symbol_json.h"
+#include "ndarray/runtime.h"
 #include "ops/registry.h"
 
 namespace {
@@ -13,19 +25,98 @@ namespace {
 int Usage() {
   std::fprintf(stderr,
                "usage: tessera COMMAND [ARGS...]\n\n"
-               "  ops [NAME]   list every registered operator (or one) with its arguments,\n"
-               "               outputs and parameters\n");
+               "  ops [NAME]                 list every registered operator (or one) with its\n"
+               "                             arguments, outputs and parameters\n"
+               "  graph inspect FILE.json [--shape NAME=D1,D2,...]...\n"
+               "                             arguments, auxiliary states and outputs of a symbol\n"
+               "                             file with their shapes, and the parameter count\n"
+               "  graph run FILE.json --input NAME=FILE.npy... --output DIR\n"
+               "            [--params FILE] [--seed N]\n"
+               "                             the forward pass on .npy inputs; each output is\n"
+               "                             written to DIR/<output>.npy\n");
   return 2;
+}
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  return 1;
 }
 
 int RunOps(int argc, char** argv) {
   if (argc > 3) return Usage();
   absl::StatusOr<std::string> text = tessera::ops::DescribeOperators(argc == 3 ? argv[2] : "");
-  if (!text.ok()) {
-    std::fprintf(stderr, "tessera ops: %s\n", std::string(text.status().message()).c_str());
-    return 1;
-  }
+  if (!text.ok()) return Fail("ops", text.status());
   std::fputs(text->c_str(), stdout);
+  return 0;
+}
+
+// Flags of `graph` subcommands: "--name value" or "--name=value", repeatable.
+absl::StatusOr<std::multimap<std::string, std::string>> ParseFlags(int argc, char** argv, int first,
+                                                                  const std::vector<std::string>& known) {
+  std::multimap<std::string, std::string> flags;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (!absl::StartsWith(arg, "--")) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    std::string name = arg.substr(2), value;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+    }
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+    flags.emplace(name, value);
+  }
+  return flags;
+}
+
+int RunGraph(int argc, char** argv) {
+  if (argc < 4) return Usage();
+  const std::string sub = argv[2], command = absl::StrCat("graph ", sub);
+  absl::StatusOr<tessera::graph::Symbol> symbol = tessera::graph::LoadSymbolFile(argv[3]);
+  if (!symbol.ok()) return Fail(command, symbol.status());
+  if (sub == "inspect") {
+    auto flags = ParseFlags(argc, argv, 4, {"shape"});
+    if (!flags.ok()) return Fail(command, flags.status());
+    std::map<std::string, tessera::Shape> shapes;
+    for (const auto& [name, value] : *flags) {
+      auto shape = tessera::client::ParseShapeFlag(value);
+      if (!shape.ok()) return Fail(command, shape.status());
+      shapes[shape->first] = shape->second;
+    }
+    auto text = tessera::client::InspectGraph(*symbol, shapes);
+    if (!text.ok()) return Fail(command, text.status());
+    std::fputs(text->c_str(), stdout);
+    return 0;
+  }
+  if (sub != "run") return Usage();
+  auto flags = ParseFlags(argc, argv, 4, {"input", "output", "params", "seed"});
+  if (!flags.ok()) return Fail(command, flags.status());
+  tessera::client::RunGraphOptions options;
+  for (const auto& [name, value] : *flags) {
+    if (name == "input") {
+      auto input = tessera::client::ParseNamedPathFlag(value);
+      if (!input.ok()) return Fail(command, input.status());
+      options.inputs[input->first] = input->second;
+    } else if (name == "output") {
+      options.output_dir = value;
+    } else if (name == "params") {
+      options.params_path = value;
+    } else if (!absl::SimpleAtoi(value, &options.seed)) {
+      return Fail(command, absl::InvalidArgumentError(absl::StrCat("--seed '", value, "' is not a number")));
+    }
+  }
+  if (options.output_dir.empty()) return Fail(command, absl::InvalidArgumentError("--output DIR is required"));
+  auto rt = tessera::OwnedRuntime::Create(tessera::engine::EngineOptions{}, tessera::engine::StorageOptions{},
+                                          options.seed);
+  if (!rt.ok()) return Fail(command, rt.status());
+  auto written = tessera::client::RunGraph((*rt)->get(), *symbol, options);
+  if (!written.ok()) return Fail(command, written.status());
+  for (const std::string& path : *written) std::printf("%s\n", path.c_str());
   return 0;
 }
 
@@ -35,6 +126,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return Usage();
   const std::string command = argv[1];
   if (command == "ops") return RunOps(argc, argv);
+  if (command == "graph") return RunGraph(argc, argv);
   std::fprintf(stderr, "tessera: unknown command '%s'\n", command.c_str());
   return Usage();
 }
