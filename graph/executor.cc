@@ -1,5 +1,6 @@
 #include "graph/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -292,7 +293,7 @@ absl::Status Executor::Forward(bool is_train) {
 }
 
 absl::Status Executor::Backward(const std::vector<NDArray>& head_grads) {
-  if (exec_.num_forward_nodes == exec_.nodes.size()) {
+  if (std::all_of(grad_reqs_.begin(), grad_reqs_.end(), [](OpReqType r) { return r == OpReqType::kNullOp; })) {
     return absl::FailedPreconditionError("Backward: the executor was bound without gradients (every grad_req is null)");
   }
   if (!trained_forward_) {

@@ -222,7 +222,8 @@ class ExecGraphBuilder {
     if (!any_input || !any_output) return absl::OkStatus();
 
     const uint32_t fwd = forward_exec_id_.at(id);
-    const ExecNode& fnode = exec_.nodes[fwd];
+    // A copy: adding nodes below reallocates exec_.nodes.
+    const ExecNode fnode = exec_.nodes[fwd];
     const Context ctx = fnode.ctx;
     std::vector<uint32_t> out_grad(visible);
     for (int i = 0; i < visible; ++i) {
