@@ -1,0 +1,139 @@
+#include "io/mnist_iter.h"
+
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "io/idx_file.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera::io {
+namespace {
+
+absl::Status BadValue(const std::string& key, const std::string& value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("MNISTIter: bad value '", value, "' for option '", key, "'"));
+}
+
+absl::Status ParseBool(const std::string& key, const std::string& value, bool* out) {
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v == "1" || v == "true") {
+    *out = true;
+  } else if (v == "0" || v == "false") {
+    *out = false;
+  } else {
+    return BadValue(key, value);
+  }
+  return absl::OkStatus();
+}
+
+template <typename Int>
+absl::Status ParseInt(const std::string& key, const std::string& value, Int* out) {
+  return absl::SimpleAtoi(value, out) ? absl::OkStatus() : BadValue(key, value);
+}
+
+}  // namespace
+
+absl::StatusOr<MNISTIterOptions> MNISTIterOptions::FromKwargs(
+    const std::map<std::string, std::string>& kwargs) {
+  MNISTIterOptions o;
+  for (const auto& [key, value] : kwargs) {
+    if (key == "image") {
+      o.image = value;
+    } else if (key == "label") {
+      o.label = value;
+    } else if (key == "batch_size") {
+      RETURN_IF_ERROR(ParseInt(key, value, &o.batch_size));
+    } else if (key == "shuffle") {
+      RETURN_IF_ERROR(ParseBool(key, value, &o.shuffle));
+    } else if (key == "flat") {
+      RETURN_IF_ERROR(ParseBool(key, value, &o.flat));
+    } else if (key == "seed") {
+      RETURN_IF_ERROR(ParseInt(key, value, &o.seed));
+    } else if (key == "silent") {
+      RETURN_IF_ERROR(ParseBool(key, value, &o.silent));
+    } else if (key == "num_parts") {
+      RETURN_IF_ERROR(ParseInt(key, value, &o.num_parts));
+    } else if (key == "part_index") {
+      RETURN_IF_ERROR(ParseInt(key, value, &o.part_index));
+    } else if (key == "last_batch_handle") {
+      o.last_batch_handle = value;
+    } else if (key == "data_name") {
+      o.data_name = value;
+    } else if (key == "label_name") {
+      o.label_name = value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("MNISTIter: unknown option '", key, "'"));
+    }
+  }
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<MNISTIter>> MNISTIter::Create(const Runtime& rt,
+                                                             const MNISTIterOptions& options) {
+  if (options.batch_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MNISTIter: batch_size must be positive, got ", options.batch_size));
+  }
+  if (options.num_parts < 1 || options.part_index < 0 || options.part_index >= options.num_parts) {
+    return absl::InvalidArgumentError(absl::StrCat("MNISTIter: part_index ", options.part_index,
+                                                   " is not in [0, num_parts ", options.num_parts,
+                                                   ")"));
+  }
+  ASSIGN_OR_RETURN(IdxFile images, IdxFile::Open(options.image, 3));
+  ASSIGN_OR_RETURN(IdxFile labels, IdxFile::Open(options.label, 1));
+  const int64_t count = images.dims()[0];
+  if (labels.dims()[0] != count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MNISTIter: image file '", options.image, "' has ", count, " images but label file '",
+        options.label, "' has ", labels.dims()[0], " labels"));
+  }
+  // Integer floor(count * k / n): MXNet's GetPart, without its double rounding.
+  const int64_t begin = count * options.part_index / options.num_parts;
+  const int64_t end = count * (options.part_index + 1) / options.num_parts;
+  if (begin == end) {
+    return absl::InvalidArgumentError(absl::StrCat("MNISTIter: part ", options.part_index, " of ",
+                                                   options.num_parts, " of '", options.image, "' (",
+                                                   count, " images) is empty"));
+  }
+  ASSIGN_OR_RETURN(std::vector<uint8_t> pixels, images.ReadRows(begin, end));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> classes, labels.ReadRows(begin, end));
+
+  const int64_t n = end - begin, rows = images.dims()[1], cols = images.dims()[2];
+  HostArray data{options.data_name, options.flat ? Shape{n, rows * cols} : Shape{n, 1, rows, cols},
+                 DType::kFloat32, std::vector<uint8_t>(pixels.size() * sizeof(float))};
+  float* d = reinterpret_cast<float*>(data.bytes.data());
+  for (size_t i = 0; i < pixels.size(); ++i) d[i] = pixels[i] / 255.0f;
+  HostArray label{options.label_name, Shape{n}, DType::kFloat32,
+                  std::vector<uint8_t>(classes.size() * sizeof(float))};
+  float* l = reinterpret_cast<float*>(label.bytes.data());
+  for (size_t i = 0; i < classes.size(); ++i) l[i] = static_cast<float>(classes[i]);
+
+  const NDArrayIterOptions inner_options{options.batch_size, options.shuffle, options.seed,
+                                         options.last_batch_handle};
+  std::vector<HostArray> data_arrays, label_arrays;
+  data_arrays.push_back(std::move(data));
+  label_arrays.push_back(std::move(label));
+  std::unique_ptr<MNISTIter> it(new MNISTIter());
+  ASSIGN_OR_RETURN(it->inner_, NDArrayIter::FromHost(rt, std::move(data_arrays),
+                                                     std::move(label_arrays), inner_options));
+  it->first_ = begin;
+  if (!options.silent) {
+    spdlog::info("MNISTIter: loaded {} images ({} of part {}/{}) from {}, shuffle={}, shape={}", n,
+                 count, options.part_index, options.num_parts, options.image, options.shuffle,
+                 it->provide_data()[0].shape.ToString());
+  }
+  return it;
+}
+
+absl::StatusOr<bool> MNISTIter::Next() {
+  ASSIGN_OR_RETURN(const bool more, inner_->Next());
+  if (!more) return false;
+  batch_ = inner_->Value();
+  for (int64_t& i : batch_.index) i += first_;  // part-local row -> sample number in the file
+  return true;
+}
+
+}  // namespace tessera::io
