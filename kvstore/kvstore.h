@@ -1,0 +1,110 @@
+// KVStore: MXNet's key-value store for parameter synchronization, the interface the local
+// stores implement now and the distributed store (dist_sync, dist_async) will share.
+//
+// A key (an int) holds one array. Push(key, one array per device) sums the arrays (the
+// gradients of the devices), then applies the updater to the stored weight with that sum,
+// or, with no updater, stores the sum. Pull(key, one array per device) copies the stored
+// value into each. Every step is an engine push (Push and Pull return at once) at the
+// caller's priority, so a trainer pushing the last layer's gradients at a higher priority
+// gets them reduced and updated first.
+//
+// Local types (seeds: "Multiple devices on a single machine"):
+//   "local_update_cpu"       sum on the CPU, update the CPU copy once, Pull copies it out
+//   "local_allreduce_cpu"    sum on the CPU, copy the sum to every device and update each
+//                            device's own copy of the weight (optimizer state per device)
+//   "local_allreduce_device" as allreduce_cpu, but the sum is made on the device of the
+//                            push's first array
+//   "local"                  local_update_cpu, as MXNet's "local" (its host buffers are in
+//                            pinned memory when the arrays live on GPUs)
+// "dist_sync" and "dist_async" are UNIMPLEMENTED until the parameter servers exist.
+//
+// Devices. Any host contexts work as devices (cpu(0), cpu(1), ... are distinct devices with
+// host memory), so every type runs without a GPU. GPU arrays: local_update_cpu copies them
+// to pinned host memory, sums and updates there, and copies back - complete. The allreduce
+// types run their update on each device's copy, so on GPUs they need a GPU updater (the
+// Optimizer has no GPU kernels yet: UNIMPLEMENTED); local_allreduce_device with a GPU first
+// array needs a device reduction (NCCL; not built yet: UNIMPLEMENTED naming the device).
+// Without a GPU, allreduce_device reduces on whichever host context the first array is on.
+//
+// Allreduce copies: a key's device copies are made on its first Push, one per distinct
+// device of that push, from the value given to Init; later pushes may come from any of
+// those devices, but not from others (INVALID_ARGUMENT). A Pull reads the copy on the
+// output's device, or the first copy for another device (before the first Push: the
+// initial value).
+//
+// Errors: an unknown key, a key initialized twice, a none array, an array whose shape or
+// dtype differs from the key's (the message names the key and both), mismatched list
+// lengths, or an updater that cannot take the key's arrays are INVALID_ARGUMENT (or the
+// optimizer's UNIMPLEMENTED for a GPU weight), returned before anything is pushed: a failed
+// call leaves the store unchanged. An updater that itself fails mid-call is the exception:
+// keys (and device copies) updated before it keep their update. Keys repeated in one call
+// are grouped, as MXNet does: their arrays are summed together (Push) or all filled (Pull).
+//
+// Thread safety: every method may be called from any thread. Calls are serialized by one
+// lock, held while the updater runs (on the calling thread): an updater must not call the
+// store. The engine orders the pushed work of concurrent calls per array.
+#ifndef TESSERA_KVSTORE_KVSTORE_H_
+#define TESSERA_KVSTORE_KVSTORE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/optimizer.h"
+#include "ndarray/ndarray.h"
+
+namespace tessera::kvstore {
+
+class KVStore {
+ public:
+  // Applies `merged_grad` (the sum of the pushed arrays) to `stored_weight` in place, by
+  // engine pushes (NDArray operations). Called synchronously inside Push. Its pushes carry
+  // whatever priority its operations use (NDArray's: 0); an Optimizer's carry Push's.
+  using Updater = std::function<absl::Status(int key, const NDArray& merged_grad,
+                                             const NDArray& stored_weight)>;
+
+  // A store of `type` (see above); INVALID_ARGUMENT for an unknown type.
+  static absl::StatusOr<std::unique_ptr<KVStore>> Create(const std::string& type);
+  virtual ~KVStore() = default;
+
+  // Stores a copy of values[i] under keys[i] (the array may be reused at once).
+  virtual absl::Status Init(const std::vector<int>& keys, const std::vector<NDArray>& values) = 0;
+  // values[i]: one array per device for keys[i]; summed, then updated into the stored value.
+  virtual absl::Status Push(const std::vector<int>& keys,
+                            const std::vector<std::vector<NDArray>>& values, int priority = 0) = 0;
+  // Copies keys[i]'s value into every array of outs[i].
+  virtual absl::Status Pull(const std::vector<int>& keys,
+                            const std::vector<std::vector<NDArray>>& outs, int priority = 0) = 0;
+  // Push then Pull, both checked before either is pushed.
+  virtual absl::Status PushPull(const std::vector<int>& keys,
+                                const std::vector<std::vector<NDArray>>& values,
+                                const std::vector<std::vector<NDArray>>& outs,
+                                int priority = 0) = 0;
+
+  // Replaces the updater (and any optimizer); an empty function means "store the sum".
+  virtual void SetUpdater(Updater updater) = 0;
+  // The updater becomes optimizer->Update(key, weight, merged_grad, priority). Null is
+  // INVALID_ARGUMENT.
+  virtual absl::Status SetOptimizer(std::unique_ptr<Optimizer> optimizer) = 0;
+  // The optimizer set by SetOptimizer (owned by the store), or null.
+  virtual Optimizer* optimizer() = 0;
+
+  // Waits until every worker reaches the barrier; one worker locally, so it returns at once.
+  virtual absl::Status Barrier() { return absl::OkStatus(); }
+  virtual int rank() const { return 0; }
+  virtual int num_workers() const { return 1; }
+  const std::string& type() const { return type_; }
+
+ protected:
+  explicit KVStore(std::string type) : type_(std::move(type)) {}
+
+ private:
+  const std::string type_;
+};
+
+}  // namespace tessera::kvstore
+
+#endif  // TESSERA_KVSTORE_KVSTORE_H_

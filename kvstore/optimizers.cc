@@ -1,0 +1,287 @@
+// The concrete optimizers (SGD, Adam, RMSProp, AdaGrad) and Optimizer::Create, the one
+// place they are chosen by name. Parameters and defaults are MXNet 1.x's Python optimizers'.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "engine/engine.h"
+#include "kvstore/internal/update_kernels.h"
+#include "kvstore/optimizer.h"
+
+namespace tessera::kvstore {
+namespace {
+
+using ops::KwArgs;
+using ops::ParamSchema;
+
+// One engine push running `fn(n, grad, weight, states)` on the weight's device: weight and
+// states mutated, grad read.
+template <typename Fn>
+absl::Status PushKernel(const char* name, const NDArray& weight, const NDArray& grad,
+                        const std::vector<NDArray>& states, int priority, Fn fn) {
+  std::vector<engine::VarHandle> mutate{weight.var()};
+  std::vector<float*> s;
+  for (const NDArray& state : states) {
+    mutate.push_back(state.var());
+    s.push_back(state.data().data<float>());
+  }
+  float* w = weight.data().data<float>();
+  const float* g = grad.data().data<float>();
+  const int64_t n = weight.Size();
+  return weight.runtime().engine->PushSync(
+      [fn, n, g, w, s](engine::RunContext) {
+        fn(n, g, w, s.data());
+        return absl::OkStatus();
+      },
+      weight.ctx(), {grad.var()}, mutate, engine::FnProperty::kNormal, priority, name);
+}
+
+bool Given(const KwArgs& params, const char* key) {
+  for (const auto& [k, v] : params) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+absl::Status Invalid(const char* optimizer, const char* param, double value, const char* rule) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(optimizer, ": invalid value '", value, "' for parameter '", param, "': ", rule));
+}
+
+// The fields every optimizer has, in one place.
+template <typename P>
+void CommonFields(ParamSchema<P>* s) {
+  s->Field("learning_rate", &P::learning_rate).Lower(0).Describe("the step size");
+  s->Field("wd", &P::wd).Lower(0).Describe("weight decay (L2 penalty)");
+  s->Field("rescale_grad", &P::rescale_grad).Lower(0).Describe("gradient scale, e.g. 1/batch");
+  s->Field("clip_gradient", &P::clip_gradient).Describe("clip to [-c, c]; < 0 turns it off");
+}
+
+// ---- SGD ----
+
+struct SgdParam {
+  double learning_rate = 0.01, wd = 0, rescale_grad = 1, clip_gradient = -1, momentum = 0;
+  static const ParamSchema<SgdParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<SgdParam>("sgd");
+      CommonFields(s);
+      s->Field("momentum", &SgdParam::momentum).Range(0, 1).Describe("momentum; 0 keeps no state");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(const SgdParam& p, bool lr_given)
+      : Optimizer("sgd", p.learning_rate, lr_given, p.wd), p_(p) {}
+
+ protected:
+  // MXNet creates no momentum state for momentum 0 and runs sgd_update then.
+  int NumStates() const override { return p_.momentum > 0 ? 1 : 0; }
+  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
+                          const std::vector<NDArray>& states, int priority) override {
+    internal::SgdHyper h;
+    h.lr = static_cast<float>(step.lr);
+    h.wd = static_cast<float>(step.wd);
+    h.rescale_grad = static_cast<float>(p_.rescale_grad);
+    h.clip_gradient = static_cast<float>(p_.clip_gradient);
+    h.momentum = static_cast<float>(p_.momentum);
+    if (states.empty()) {
+      return PushKernel("sgd_update", weight, grad, states, priority,
+                        [h](int64_t n, const float* g, float* w, float* const*) {
+                          internal::SgdUpdate(n, h, g, w);
+                        });
+    }
+    return PushKernel("sgd_mom_update", weight, grad, states, priority,
+                      [h](int64_t n, const float* g, float* w, float* const* s) {
+                        internal::SgdMomUpdate(n, h, g, w, s[0]);
+                      });
+  }
+
+ private:
+  SgdParam p_;
+};
+
+// ---- Adam ----
+
+struct AdamParam {
+  double learning_rate = 0.001, wd = 0, rescale_grad = 1, clip_gradient = -1;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  static const ParamSchema<AdamParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<AdamParam>("adam");
+      CommonFields(s);
+      s->Field("beta1", &AdamParam::beta1).Range(0, 1).Describe("first-moment decay, < 1");
+      s->Field("beta2", &AdamParam::beta2).Range(0, 1).Describe("second-moment decay, < 1");
+      s->Field("epsilon", &AdamParam::epsilon).Lower(0).Describe("added to sqrt(var)");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(const AdamParam& p, bool lr_given)
+      : Optimizer("adam", p.learning_rate, lr_given, p.wd), p_(p) {}
+
+ protected:
+  int NumStates() const override { return 2; }  // mean, var
+  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
+                          const std::vector<NDArray>& states, int priority) override {
+    // Bias correction in the rate, in double, as MXNet's Python Adam.update.
+    const double t = static_cast<double>(step.t);
+    const double coef1 = 1.0 - std::pow(p_.beta1, t);
+    const double coef2 = 1.0 - std::pow(p_.beta2, t);
+    internal::AdamHyper h;
+    h.lr = static_cast<float>(step.lr * std::sqrt(coef2) / coef1);
+    h.wd = static_cast<float>(step.wd);
+    h.rescale_grad = static_cast<float>(p_.rescale_grad);
+    h.clip_gradient = static_cast<float>(p_.clip_gradient);
+    h.beta1 = static_cast<float>(p_.beta1);
+    h.beta2 = static_cast<float>(p_.beta2);
+    h.epsilon = static_cast<float>(p_.epsilon);
+    return PushKernel("adam_update", weight, grad, states, priority,
+                      [h](int64_t n, const float* g, float* w, float* const* s) {
+                        internal::AdamUpdate(n, h, g, w, s[0], s[1]);
+                      });
+  }
+
+ private:
+  AdamParam p_;
+};
+
+// ---- RMSProp ----
+
+struct RmsPropParam {
+  double learning_rate = 0.001, wd = 0, rescale_grad = 1, clip_gradient = -1;
+  double gamma1 = 0.9, gamma2 = 0.9, epsilon = 1e-8, clip_weights = -1;
+  bool centered = false;
+  static const ParamSchema<RmsPropParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<RmsPropParam>("rmsprop");
+      CommonFields(s);
+      s->Field("gamma1", &RmsPropParam::gamma1).Range(0, 1).Describe("decay of the mean square");
+      s->Field("gamma2", &RmsPropParam::gamma2).Range(0, 1).Describe("momentum (centered only)");
+      s->Field("epsilon", &RmsPropParam::epsilon).Lower(0).Describe("added under the sqrt");
+      s->Field("centered", &RmsPropParam::centered).Describe("Graves 2013 instead of Hinton's");
+      s->Field("clip_weights", &RmsPropParam::clip_weights)
+          .Describe("clip weights to [-c, c]; < 0 turns it off");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+class RmsProp : public Optimizer {
+ public:
+  RmsProp(const RmsPropParam& p, bool lr_given)
+      : Optimizer("rmsprop", p.learning_rate, lr_given, p.wd), p_(p) {}
+
+ protected:
+  int NumStates() const override { return p_.centered ? 3 : 1; }  // n [, g, delta]
+  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
+                          const std::vector<NDArray>& states, int priority) override {
+    internal::RmsPropHyper h;
+    h.lr = static_cast<float>(step.lr);
+    h.wd = static_cast<float>(step.wd);
+    h.rescale_grad = static_cast<float>(p_.rescale_grad);
+    h.clip_gradient = static_cast<float>(p_.clip_gradient);
+    h.gamma1 = static_cast<float>(p_.gamma1);
+    h.gamma2 = static_cast<float>(p_.gamma2);
+    h.epsilon = static_cast<float>(p_.epsilon);
+    h.clip_weights = static_cast<float>(p_.clip_weights);
+    if (!p_.centered) {
+      return PushKernel("rmsprop_update", weight, grad, states, priority,
+                        [h](int64_t n, const float* g, float* w, float* const* s) {
+                          internal::RmsPropUpdate(n, h, g, w, s[0]);
+                        });
+    }
+    return PushKernel("rmspropalex_update", weight, grad, states, priority,
+                      [h](int64_t n, const float* g, float* w, float* const* s) {
+                        internal::RmsPropCenteredUpdate(n, h, g, w, s[0], s[1], s[2]);
+                      });
+  }
+
+ private:
+  RmsPropParam p_;
+};
+
+// ---- AdaGrad ----
+
+struct AdaGradParam {
+  double learning_rate = 0.01, wd = 0, rescale_grad = 1, clip_gradient = -1, eps = 1e-7;
+  static const ParamSchema<AdaGradParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<AdaGradParam>("adagrad");
+      CommonFields(s);
+      s->Field("eps", &AdaGradParam::eps).Lower(0).Describe("added to the history under the sqrt");
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+class AdaGrad : public Optimizer {
+ public:
+  AdaGrad(const AdaGradParam& p, bool lr_given)
+      : Optimizer("adagrad", p.learning_rate, lr_given, p.wd), p_(p) {}
+
+ protected:
+  int NumStates() const override { return 1; }  // history
+  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
+                          const std::vector<NDArray>& states, int priority) override {
+    internal::AdaGradHyper h;
+    h.lr = static_cast<float>(step.lr);
+    h.wd = static_cast<float>(step.wd);
+    h.rescale_grad = static_cast<float>(p_.rescale_grad);
+    h.clip_gradient = static_cast<float>(p_.clip_gradient);
+    h.eps = static_cast<float>(p_.eps);
+    return PushKernel("adagrad_update", weight, grad, states, priority,
+                      [h](int64_t n, const float* g, float* w, float* const* s) {
+                        internal::AdaGradUpdate(n, h, g, w, s[0]);
+                      });
+  }
+
+ private:
+  AdaGradParam p_;
+};
+
+template <typename Opt, typename P>
+absl::StatusOr<std::unique_ptr<Optimizer>> Make(const KwArgs& params,
+                                                absl::Status (*check)(const P&) = nullptr) {
+  P p;
+  RETURN_IF_ERROR(P::Schema().Init(&p, params));
+  if (check != nullptr) RETURN_IF_ERROR(check(p));
+  return std::unique_ptr<Optimizer>(new Opt(p, Given(params, "learning_rate")));
+}
+
+absl::Status CheckAdam(const AdamParam& p) {
+  // beta = 1 would divide the bias correction by zero.
+  if (p.beta1 >= 1) return Invalid("adam", "beta1", p.beta1, "must be < 1");
+  if (p.beta2 >= 1) return Invalid("adam", "beta2", p.beta2, "must be < 1");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::string& name,
+                                                             const ops::KwArgs& params) {
+  // Case-insensitive, as MXNet's registry.
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "sgd") return Make<Sgd, SgdParam>(params);
+  if (lower == "adam") return Make<Adam, AdamParam>(params, &CheckAdam);
+  if (lower == "rmsprop") return Make<RmsProp, RmsPropParam>(params);
+  if (lower == "adagrad") return Make<AdaGrad, AdaGradParam>(params);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer \"", name, "\" (known: sgd, adam, rmsprop, adagrad)"));
+}
+
+}  // namespace tessera::kvstore
