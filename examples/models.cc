@@ -10,10 +10,15 @@ namespace tessera::examples {
 using graph::Symbol;
 
 absl::StatusOr<Symbol> Mlp(int num_hidden_layers, int hidden, int num_classes, const char* act) {
+  return MlpWithWidths(std::vector<int>(num_hidden_layers, hidden), num_classes, act);
+}
+
+absl::StatusOr<Symbol> MlpWithWidths(const std::vector<int>& hidden, int num_classes, const char* act) {
   Symbol x = Symbol::Variable("data");
   const std::string act_prefix = std::string(act) == "relu" ? "relu" : "act";
+  const int num_hidden_layers = static_cast<int>(hidden.size());
   for (int i = 1; i <= num_hidden_layers; ++i) {
-    ASSIGN_OR_RETURN(x, Symbol::Create("FullyConnected", {{"num_hidden", absl::StrCat(hidden)}}, {x},
+    ASSIGN_OR_RETURN(x, Symbol::Create("FullyConnected", {{"num_hidden", absl::StrCat(hidden[i - 1])}}, {x},
                                        absl::StrCat("fc", i)));
     ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", act}}, {x},
                                        absl::StrCat(act_prefix, i)));

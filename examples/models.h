@@ -3,6 +3,8 @@
 #ifndef TESSERA_EXAMPLES_MODELS_H_
 #define TESSERA_EXAMPLES_MODELS_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "graph/symbol.h"
 
@@ -13,6 +15,9 @@ namespace tessera::examples {
 // fc1, relu1 (act1 for other activations), ..., and the head "softmax".
 absl::StatusOr<graph::Symbol> Mlp(int num_hidden_layers, int hidden, int num_classes = 10,
                                   const char* act = "relu");
+// The same with one width per hidden layer, e.g. {128, 64} for MNIST's 784-128-64-10.
+absl::StatusOr<graph::Symbol> MlpWithWidths(const std::vector<int>& hidden, int num_classes = 10,
+                                            const char* act = "relu");
 
 // LeNet for 1x28x28 inputs: conv(5x5, 20) tanh maxpool(2) conv(5x5, 50) tanh maxpool(2)
 // flatten fc(500) tanh fc(num_classes) SoftmaxOutput.

@@ -1,0 +1,405 @@
+#include "train/module.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
+#include "core/status_macros.h"
+#include "graph/symbol_json.h"
+#include "ndarray/arithmetic.h"
+#include "ndarray/serialization.h"
+
+namespace tessera::train {
+namespace {
+
+bool Contains(const std::vector<std::string>& list, const std::string& name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+// One seed per (run seed, epoch), far apart for neighbouring epochs.
+uint64_t EpochSeed(uint64_t seed, int epoch) {
+  return seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch + 1) * 0xBF58476D1CE4E5B9ull;
+}
+
+std::string ParamsPath(const std::string& prefix, int epoch) { return absl::StrFormat("%s-%04d.params", prefix, epoch); }
+std::string StatesPath(const std::string& prefix, int epoch) { return absl::StrFormat("%s-%04d.states", prefix, epoch); }
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Module::Module(const Runtime& rt, graph::Symbol symbol, ModuleOptions options)
+    : rt_(rt), symbol_(std::move(symbol)), options_(std::move(options)) {
+  for (const std::string& name : symbol_.ListArguments()) {
+    if (!Contains(options_.data_names, name) && !Contains(options_.label_names, name)) param_names_.push_back(name);
+  }
+  aux_names_ = symbol_.ListAuxiliaryStates();
+}
+
+std::pair<int64_t, int64_t> Module::Slice(size_t d) const {
+  const int64_t n = static_cast<int64_t>(options_.contexts.size());
+  const int64_t base = batch_size_ / n, extra = batch_size_ % n;
+  const int64_t begin = static_cast<int64_t>(d) * base + std::min<int64_t>(d, extra);
+  return {begin, begin + base + (static_cast<int64_t>(d) < extra ? 1 : 0)};
+}
+
+absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vector<io::DataDesc>& label,
+                          bool for_training) {
+  if (options_.contexts.empty()) return absl::InvalidArgumentError("Module: no contexts");
+  if (data.empty()) return absl::InvalidArgumentError("Module::Bind: no data description");
+  const std::vector<std::string> args = symbol_.ListArguments();
+  std::vector<io::DataDesc> inputs = data;
+  for (const io::DataDesc& d : label) {
+    if (Contains(args, d.name)) inputs.push_back(d);  // a label the network does not read is fine
+  }
+  for (const io::DataDesc& d : data) {
+    if (!Contains(args, d.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("Module::Bind: the symbol has no argument '", d.name,
+                                                     "' (arguments: ", absl::StrJoin(args, ", "), ")"));
+    }
+  }
+  batch_size_ = data[0].shape[0];
+  if (batch_size_ < static_cast<int64_t>(options_.contexts.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("Module::Bind: batch size ", batch_size_, " is smaller than the ",
+                                                   options_.contexts.size(), " contexts"));
+  }
+  for_training_ = for_training;
+  execs_.clear();
+  for (size_t d = 0; d < options_.contexts.size(); ++d) {
+    const auto [begin, end] = Slice(d);
+    graph::SimpleBindOptions bind;
+    bind.grad_req = for_training ? OpReqType::kWriteTo : OpReqType::kNullOp;
+    for (const io::DataDesc& in : inputs) {
+      Shape s = in.shape;
+      s[0] = end - begin;
+      bind.shapes[in.name] = s;
+      bind.dtypes[in.name] = in.dtype;
+      bind.grad_req_by_name[in.name] = OpReqType::kNullOp;
+    }
+    for (const std::string& fixed : options_.fixed_param_names) bind.grad_req_by_name[fixed] = OpReqType::kNullOp;
+    ASSIGN_OR_RETURN(std::unique_ptr<graph::Executor> exec,
+                     graph::Executor::SimpleBind(rt_, symbol_, options_.contexts[d], bind));
+    execs_.push_back(std::move(exec));
+  }
+  trained_.clear();
+  for (size_t i = 0; i < param_names_.size(); ++i) {
+    if (for_training && !Contains(options_.fixed_param_names, param_names_[i])) trained_.push_back(static_cast<int>(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Module::InitParams(const Initializer& init, const std::map<std::string, NDArray>& arg_params,
+                                const std::map<std::string, NDArray>& aux_params, uint64_t seed) {
+  if (!binded()) return absl::FailedPreconditionError("Module::InitParams: call Bind first");
+  RETURN_IF_ERROR(rt_.resources->SeedRandom(seed));
+  const auto fill = [&](const std::string& name, const std::map<std::string, NDArray>& given,
+                        const std::map<std::string, NDArray>& first) -> absl::Status {
+    const NDArray& target = first.at(name);
+    if (auto it = given.find(name); it != given.end()) {
+      if (it->second.shape() != target.shape()) {
+        return absl::InvalidArgumentError(absl::StrCat("Module::InitParams: '", name, "' is ",
+                                                       it->second.shape().ToString(), ", the network needs ",
+                                                       target.shape().ToString()));
+      }
+      return CopyFromTo(it->second, target);
+    }
+    return init(name, target);
+  };
+  const std::map<std::string, NDArray> args0 = execs_[0]->arg_dict(), aux0 = execs_[0]->aux_dict();
+  for (const std::string& name : param_names_) RETURN_IF_ERROR(fill(name, arg_params, args0));
+  for (const std::string& name : aux_names_) RETURN_IF_ERROR(fill(name, aux_params, aux0));
+  for (size_t d = 1; d < execs_.size(); ++d) {
+    const std::map<std::string, NDArray> args = execs_[d]->arg_dict(), aux = execs_[d]->aux_dict();
+    for (const std::string& name : param_names_) RETURN_IF_ERROR(CopyFromTo(args0.at(name), args.at(name)));
+    for (const std::string& name : aux_names_) RETURN_IF_ERROR(CopyFromTo(aux0.at(name), aux.at(name)));
+  }
+  params_initialized_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string& optimizer,
+                                   const ops::KwArgs& optimizer_params) {
+  if (!binded() || !for_training_) return absl::FailedPreconditionError("Module::InitOptimizer: bind for training first");
+  ops::KwArgs params = optimizer_params;
+  // As MXNet's Module: gradients are summed over the batch, so scale them by 1/batch.
+  if (std::none_of(params.begin(), params.end(), [](const auto& kv) { return kv.first == "rescale_grad"; })) {
+    params.emplace_back("rescale_grad", absl::StrCat(1.0 / static_cast<double>(batch_size_)));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<kvstore::Optimizer> opt, kvstore::Optimizer::Create(optimizer, params));
+  std::map<int, double> lr_mult, wd_mult;
+  const std::map<std::string, graph::Attrs> attrs = symbol_.ListAttrs();
+  for (size_t i = 0; i < param_names_.size(); ++i) {
+    auto it = attrs.find(param_names_[i]);
+    if (it == attrs.end()) continue;
+    for (auto [key, target] : {std::pair{"__lr_mult__", &lr_mult}, std::pair{"__wd_mult__", &wd_mult}}) {
+      auto a = it->second.find(key);
+      double v = 0;
+      if (a == it->second.end()) continue;
+      if (!absl::SimpleAtod(a->second, &v)) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter '", param_names_[i], "': ", key, "='", a->second,
+                                                       "' is not a number"));
+      }
+      (*target)[static_cast<int>(i)] = v;
+    }
+  }
+  opt->SetLrMult(lr_mult);
+  opt->SetWdMult(wd_mult);
+  kvstore_.reset();
+  local_optimizer_.reset();
+  // One device and a local store: nothing to reduce, update in place (MXNet does the same).
+  if (execs_.size() == 1 && kvstore.rfind("local", 0) == 0) {
+    local_optimizer_ = std::move(opt);
+    optimizer_ = local_optimizer_.get();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(kvstore_, kvstore::KVStore::Create(kvstore));
+  std::vector<int> keys;
+  std::vector<NDArray> values;
+  for (int i : trained_) {
+    keys.push_back(i);
+    values.push_back(execs_[0]->arg_dict().at(param_names_[i]));
+  }
+  RETURN_IF_ERROR(kvstore_->Init(keys, values));
+  RETURN_IF_ERROR(kvstore_->SetOptimizer(std::move(opt)));
+  optimizer_ = kvstore_->optimizer();
+  return absl::OkStatus();
+}
+
+absl::Status Module::Forward(const io::DataBatch& batch, bool is_train) {
+  if (!binded()) return absl::FailedPreconditionError("Module::Forward: call Bind first");
+  const auto load = [&](const std::vector<std::string>& names, const std::vector<NDArray>& arrays) -> absl::Status {
+    for (size_t i = 0; i < names.size() && i < arrays.size(); ++i) {
+      if (arrays[i].shape()[0] != batch_size_) {
+        return absl::InvalidArgumentError(absl::StrCat("Module::Forward: '", names[i], "' has ", arrays[i].shape()[0],
+                                                       " rows, the module is bound for batches of ", batch_size_));
+      }
+      for (size_t d = 0; d < execs_.size(); ++d) {
+        const std::map<std::string, NDArray> args = execs_[d]->arg_dict();
+        auto it = args.find(names[i]);
+        if (it == args.end()) continue;  // a label the network does not read
+        const auto [begin, end] = Slice(d);
+        ASSIGN_OR_RETURN(NDArray rows, arrays[i].Slice(begin, end));
+        RETURN_IF_ERROR(CopyFromTo(rows, it->second));
+      }
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(load(options_.data_names, batch.data));
+  RETURN_IF_ERROR(load(options_.label_names, batch.label));
+  for (auto& exec : execs_) RETURN_IF_ERROR(exec->Forward(is_train));
+  return absl::OkStatus();
+}
+
+absl::Status Module::Backward() {
+  for (auto& exec : execs_) RETURN_IF_ERROR(exec->Backward());
+  return absl::OkStatus();
+}
+
+absl::Status Module::Update() {
+  if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::Update: call InitOptimizer first");
+  // Later parameters first and with higher priority: Backward produces their gradients first.
+  for (auto it = trained_.rbegin(); it != trained_.rend(); ++it) {
+    const int i = *it;
+    const std::string& name = param_names_[i];
+    if (kvstore_ == nullptr) {
+      RETURN_IF_ERROR(optimizer_->Update(i, execs_[0]->arg_dict().at(name), execs_[0]->grad_dict().at(name), i));
+      continue;
+    }
+    std::vector<NDArray> grads, weights;
+    for (auto& exec : execs_) {
+      grads.push_back(exec->grad_dict().at(name));
+      weights.push_back(exec->arg_dict().at(name));
+    }
+    RETURN_IF_ERROR(kvstore_->Push({i}, {grads}, i));
+    RETURN_IF_ERROR(kvstore_->Pull({i}, {weights}, i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Module::UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad) {
+  for (size_t d = 0; d < execs_.size(); ++d) {
+    const auto [begin, end] = Slice(d);
+    const int64_t valid = std::clamp<int64_t>(batch_size_ - pad - begin, 0, end - begin);
+    if (valid == 0) continue;
+    std::vector<NDArray> label_rows, outputs;
+    for (size_t i = 0; i < labels.size() && i < execs_[d]->outputs().size(); ++i) {
+      ASSIGN_OR_RETURN(NDArray rows, labels[i].Slice(begin, end));
+      label_rows.push_back(rows);
+      outputs.push_back(execs_[d]->outputs()[i]);
+    }
+    RETURN_IF_ERROR(metric->Update(label_rows, outputs, static_cast<int>(valid)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptions& options) {
+  if (!binded()) RETURN_IF_ERROR(Bind(train->provide_data(), train->provide_label(), true));
+  if (!params_initialized_) {
+    const Xavier xavier;
+    RETURN_IF_ERROR(InitParams(options.initializer ? *options.initializer : xavier, {}, {}, options.seed));
+  }
+  if (optimizer_ == nullptr) RETURN_IF_ERROR(InitOptimizer(options.kvstore, options.optimizer, options.optimizer_params));
+  ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> metric, CreateMetric(options.eval_metric));
+  ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> eval_metric, CreateMetric(options.eval_metric));
+  if (!options.checkpoint_prefix.empty()) {
+    RETURN_IF_ERROR(graph::SaveSymbolFile(symbol_, options.checkpoint_prefix + "-symbol.json"));
+  }
+  // The iterator starts at epoch 0; a resumed run moves it to the epoch it resumes at, so
+  // its shuffles match the uninterrupted run's.
+  for (int e = 0; e < options.begin_epoch; ++e) RETURN_IF_ERROR(train->Reset());
+  for (int epoch = options.begin_epoch; epoch < options.num_epoch; ++epoch) {
+    if (epoch > options.begin_epoch) RETURN_IF_ERROR(train->Reset());
+    RETURN_IF_ERROR(rt_.resources->SeedRandom(EpochSeed(options.seed, epoch)));
+    metric->Reset();
+    int nbatch = 0;
+    while (true) {
+      ASSIGN_OR_RETURN(bool more, train->Next());
+      if (!more) break;
+      const io::DataBatch& batch = train->Value();
+      RETURN_IF_ERROR(Forward(batch, /*is_train=*/true));
+      RETURN_IF_ERROR(Backward());
+      RETURN_IF_ERROR(Update());
+      RETURN_IF_ERROR(UpdateMetric(metric.get(), batch.label, batch.pad));
+      ++nbatch;
+      if (options.batch_end_callback) options.batch_end_callback({epoch, nbatch, metric.get()});
+    }
+    std::vector<std::pair<std::string, double>> eval_values;
+    if (eval != nullptr) {
+      ASSIGN_OR_RETURN(eval_values, Score(eval, eval_metric.get()));
+    }
+    if (!options.checkpoint_prefix.empty()) RETURN_IF_ERROR(SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true));
+    if (options.epoch_end_callback) RETURN_IF_ERROR(options.epoch_end_callback(epoch, metric->Get(), eval_values));
+  }
+  for (auto& exec : execs_) {
+    for (const NDArray& a : exec->arg_arrays()) RETURN_IF_ERROR(a.WaitToRead());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, double>>> Module::Score(io::DataIter* iter, EvalMetric* metric) {
+  RETURN_IF_ERROR(iter->Reset());
+  metric->Reset();
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, iter->Next());
+    if (!more) break;
+    const io::DataBatch& batch = iter->Value();
+    RETURN_IF_ERROR(Forward(batch, /*is_train=*/false));
+    RETURN_IF_ERROR(UpdateMetric(metric, batch.label, batch.pad));
+  }
+  return metric->Get();
+}
+
+absl::StatusOr<std::vector<NDArray>> Module::Predict(io::DataIter* iter) {
+  RETURN_IF_ERROR(iter->Reset());
+  std::vector<std::vector<float>> rows;
+  std::vector<Shape> shapes;
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, iter->Next());
+    if (!more) break;
+    const io::DataBatch& batch = iter->Value();
+    RETURN_IF_ERROR(Forward(batch, /*is_train=*/false));
+    for (size_t d = 0; d < execs_.size(); ++d) {
+      const auto [begin, end] = Slice(d);
+      const int64_t valid = std::clamp<int64_t>(batch_size_ - batch.pad - begin, 0, end - begin);
+      const std::vector<NDArray>& outs = execs_[d]->outputs();
+      rows.resize(outs.size());
+      shapes.resize(outs.size());
+      for (size_t k = 0; k < outs.size(); ++k) {
+        using Floats = std::vector<float>;
+        ASSIGN_OR_RETURN(Floats v, outs[k].AsVector<float>());
+        const int64_t per_row = outs[k].Size() / outs[k].shape()[0];
+        rows[k].insert(rows[k].end(), v.begin(), v.begin() + valid * per_row);
+        shapes[k] = outs[k].shape();
+      }
+    }
+  }
+  std::vector<NDArray> result;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Shape s = shapes[k];
+    s[0] = static_cast<int64_t>(rows[k].size()) / std::max<int64_t>(1, s.ProdRange(1, s.ndim()));
+    ASSIGN_OR_RETURN(NDArray out, FromVector<float>(rt_, s, rows[k]));
+    result.push_back(std::move(out));
+  }
+  return result;
+}
+
+absl::StatusOr<std::map<std::string, NDArray>> Module::GetArgParams() const {
+  if (!binded()) return absl::FailedPreconditionError("Module: not bound");
+  std::map<std::string, NDArray> out;
+  const std::map<std::string, NDArray> args = execs_[0]->arg_dict();
+  for (const std::string& name : param_names_) {
+    ASSIGN_OR_RETURN(out[name], CopyTo(args.at(name), Context::CPU()));
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, NDArray>> Module::GetAuxParams() const {
+  if (!binded()) return absl::FailedPreconditionError("Module: not bound");
+  std::map<std::string, NDArray> out;
+  const std::map<std::string, NDArray> aux = execs_[0]->aux_dict();
+  for (const std::string& name : aux_names_) {
+    ASSIGN_OR_RETURN(out[name], CopyTo(aux.at(name), Context::CPU()));
+  }
+  return out;
+}
+
+absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch, bool save_optimizer_states) const {
+  RETURN_IF_ERROR(graph::SaveSymbolFile(symbol_, prefix + "-symbol.json"));
+  using ArrayMap = std::map<std::string, NDArray>;
+  ASSIGN_OR_RETURN(ArrayMap args, GetArgParams());
+  ASSIGN_OR_RETURN(ArrayMap aux, GetAuxParams());
+  ArrayMap all;
+  for (auto& [name, a] : args) all["arg:" + name] = a;
+  for (auto& [name, a] : aux) all["aux:" + name] = a;
+  RETURN_IF_ERROR(SaveArrays(ParamsPath(prefix, epoch), all));
+  if (save_optimizer_states) {
+    if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::SaveCheckpoint: no optimizer yet");
+    ASSIGN_OR_RETURN(std::string state, optimizer_->SaveState());
+    RETURN_IF_ERROR(WriteFile(StatesPath(prefix, epoch), state));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Checkpoint> Module::LoadCheckpoint(const Runtime& rt, const std::string& prefix, int epoch) {
+  Checkpoint ckpt;
+  ASSIGN_OR_RETURN(ckpt.symbol, graph::LoadSymbolFile(prefix + "-symbol.json"));
+  using ArrayMap = std::map<std::string, NDArray>;
+  ASSIGN_OR_RETURN(ArrayMap all, LoadArrayMap(rt, ParamsPath(prefix, epoch)));
+  for (auto& [key, array] : all) {
+    if (key.rfind("arg:", 0) == 0) {
+      ckpt.arg_params[key.substr(4)] = array;
+    } else if (key.rfind("aux:", 0) == 0) {
+      ckpt.aux_params[key.substr(4)] = array;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(ParamsPath(prefix, epoch), ": key '", key,
+                                                     "' is neither arg:NAME nor aux:NAME"));
+    }
+  }
+  return ckpt;
+}
+
+absl::Status Module::LoadOptimizerStates(const std::string& path) {
+  if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::LoadOptimizerStates: call InitOptimizer first");
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return optimizer_->LoadState(rt_, bytes);
+}
+
+}  // namespace tessera::train

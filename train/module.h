@@ -1,0 +1,154 @@
+// Module: MXNet's Module API - a symbol bound for training on a list of devices, with
+// parameters, an optimizer and a KVStore - and `Fit`, the training loop.
+//
+//   Module mod(rt, net, {.contexts = {Context::CPU()}});
+//   RETURN_IF_ERROR(mod.Fit(train_iter.get(), test_iter.get(), {
+//       .num_epoch = 10, .optimizer = "sgd",
+//       .optimizer_params = {{"learning_rate", "0.1"}, {"momentum", "0.9"}}}));
+//
+// Data parallelism: each batch is split along its first dimension across the contexts
+// (as MXNet's _split_input_slice), one executor per context; gradients are reduced and
+// weights updated through the KVStore (local types; with one device and a local store the
+// optimizer updates the executor's weights in place, as MXNet does). Gradient pushes of
+// later parameters get higher priority, so the last layers' gradients, which Backward
+// produces first, are reduced while Backward still runs.
+//
+// Reproducibility: parameters are initialized from, and every epoch reseeds the random
+// generators with, (seed, epoch); iterators shuffle from (seed, epoch). A run resumed from
+// a checkpoint (parameters + optimizer state) at epoch k therefore reproduces the
+// uninterrupted run bit for bit.
+//
+// Thread safety: one thread drives a Module.
+#ifndef TESSERA_TRAIN_MODULE_H_
+#define TESSERA_TRAIN_MODULE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/executor.h"
+#include "graph/symbol.h"
+#include "io/data_iter.h"
+#include "kvstore/kvstore.h"
+#include "kvstore/optimizer.h"
+#include "ndarray/ndarray.h"
+#include "ops/param.h"
+#include "train/initializer.h"
+#include "train/metric.h"
+
+namespace tessera::train {
+
+struct ModuleOptions {
+  std::vector<std::string> data_names = {"data"};
+  std::vector<std::string> label_names = {"softmax_label"};
+  std::vector<Context> contexts = {Context::CPU()};
+  // Parameters that are not trained (no gradient, never updated).
+  std::vector<std::string> fixed_param_names;
+};
+
+// What a batch callback sees.
+struct BatchEndParam {
+  int epoch = 0;
+  int nbatch = 0;  // batches done in this epoch
+  const EvalMetric* metric = nullptr;
+};
+
+struct FitOptions {
+  int begin_epoch = 0;
+  int num_epoch = 1;
+  std::string eval_metric = "acc";
+  std::string kvstore = "local";
+  std::string optimizer = "sgd";
+  ops::KwArgs optimizer_params = {{"learning_rate", "0.01"}};
+  // Default: Xavier (uniform, avg, magnitude 3) with MXNet's naming conventions.
+  std::shared_ptr<const Initializer> initializer;
+  uint64_t seed = 0;
+  // Called after every batch / epoch; an error from an epoch callback stops training.
+  std::function<void(const BatchEndParam&)> batch_end_callback;
+  std::function<absl::Status(int epoch, const std::vector<std::pair<std::string, double>>& train,
+                             const std::vector<std::pair<std::string, double>>& eval)>
+      epoch_end_callback;
+  // When set, PREFIX-symbol.json once and PREFIX-NNNN.params/.states after every epoch.
+  std::string checkpoint_prefix;
+};
+
+// The parameters of a checkpoint.
+struct Checkpoint {
+  graph::Symbol symbol;
+  std::map<std::string, NDArray> arg_params, aux_params;
+};
+
+class Module {
+ public:
+  Module(const Runtime& rt, graph::Symbol symbol, ModuleOptions options = {});
+
+  // Binds one executor per context for batches of `data`/`label` descriptions (batch size
+  // first). INVALID_ARGUMENT naming a data or label name the symbol lacks, or a batch
+  // smaller than the number of contexts.
+  absl::Status Bind(const std::vector<io::DataDesc>& data, const std::vector<io::DataDesc>& label,
+                    bool for_training = true);
+  bool binded() const { return !execs_.empty(); }
+
+  // Initializes every parameter and auxiliary state not in `arg_params`/`aux_params` with
+  // `init`, from the runtime's generator reseeded with `seed`; a given array of the wrong
+  // shape is INVALID_ARGUMENT naming it. Fit initializes only when this was not called.
+  absl::Status InitParams(const Initializer& init, const std::map<std::string, NDArray>& arg_params = {},
+                          const std::map<std::string, NDArray>& aux_params = {}, uint64_t seed = 0);
+  absl::Status InitOptimizer(const std::string& kvstore, const std::string& optimizer,
+                             const ops::KwArgs& optimizer_params);
+  kvstore::Optimizer* optimizer() { return optimizer_; }
+
+  absl::Status Forward(const io::DataBatch& batch, bool is_train);
+  absl::Status Backward();
+  absl::Status Update();
+  // Updates `metric` with this batch's labels and the outputs of the last Forward,
+  // ignoring `pad` padding rows at the end.
+  absl::Status UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad);
+
+  absl::Status Fit(io::DataIter* train, io::DataIter* eval, const FitOptions& options);
+  // The metric over one pass of `iter` (reset first).
+  absl::StatusOr<std::vector<std::pair<std::string, double>>> Score(io::DataIter* iter, EvalMetric* metric);
+  // The outputs over one pass of `iter` (padding dropped), concatenated per output.
+  absl::StatusOr<std::vector<NDArray>> Predict(io::DataIter* iter);
+
+  // Copies of the current parameters and auxiliary states (from the first device).
+  absl::StatusOr<std::map<std::string, NDArray>> GetArgParams() const;
+  absl::StatusOr<std::map<std::string, NDArray>> GetAuxParams() const;
+
+  // PREFIX-symbol.json, PREFIX-NNNN.params (keys "arg:NAME"/"aux:NAME" as MXNet) and, with
+  // `save_optimizer_states`, PREFIX-NNNN.states.
+  absl::Status SaveCheckpoint(const std::string& prefix, int epoch, bool save_optimizer_states) const;
+  static absl::StatusOr<Checkpoint> LoadCheckpoint(const Runtime& rt, const std::string& prefix, int epoch);
+  // Loads PREFIX-NNNN.states into the optimizer (after InitOptimizer).
+  absl::Status LoadOptimizerStates(const std::string& path);
+
+  const std::vector<std::string>& param_names() const { return param_names_; }
+  const std::vector<std::unique_ptr<graph::Executor>>& executors() const { return execs_; }
+
+ private:
+  // [begin, end) rows of the batch for device `d`.
+  std::pair<int64_t, int64_t> Slice(size_t d) const;
+
+  Runtime rt_;
+  graph::Symbol symbol_;
+  ModuleOptions options_;
+  std::vector<std::string> param_names_, aux_names_;
+  std::vector<std::unique_ptr<graph::Executor>> execs_;
+  int64_t batch_size_ = 0;
+  bool for_training_ = false;
+  bool params_initialized_ = false;
+  std::unique_ptr<kvstore::KVStore> kvstore_;
+  std::unique_ptr<kvstore::Optimizer> local_optimizer_;  // when no KVStore is used
+  kvstore::Optimizer* optimizer_ = nullptr;
+  std::vector<int> trained_;  // indices into param_names_ of parameters with gradients
+};
+
+}  // namespace tessera::train
+
+#endif  // TESSERA_TRAIN_MODULE_H_
