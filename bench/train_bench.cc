@@ -1,0 +1,195 @@
+// train_bench: training throughput (samples/s) of the MNIST MLP (784-128-64-10, ReLU) and
+// LeNet at batch 64 on the CPU - SGD with momentum, forward + backward + update per batch,
+// through Module - and in the same run the same models, data, batch size and thread count
+// in PyTorch (bench/train_bench_pytorch.py; Debian's python3-torch, which
+// bench/train_bench.setup installs). PyTorch runs twice: with OPENBLAS_NUM_THREADS=1 and
+// torch.set_num_threads(ours), its fastest setting here, and with its defaults.
+//
+// Data: the first --batches * 64 digits of the MNIST training split in --mnist_dir (as
+// `./tessera data mnist` writes), else seeded random data of the same shape (the speed does
+// not depend on the values). Each side runs one warm-up pass and keeps the best of three.
+// Last line: one JSON object with both figures, <model>_ratio_vs_pytorch (ours over PyTorch's
+// samples/s with OPENBLAS_NUM_THREADS=1 and our thread count; > 1 means Tessera is faster)
+// and <model>_ratio_vs_pytorch_best (over the faster of PyTorch's two runs).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "engine/create_engine.h"
+#include "examples/models.h"
+#include "io/mnist_iter.h"
+#include "ndarray/runtime.h"
+#include "train/module.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kBatch = 64;
+
+struct Flags {
+  std::string mnist_dir = ".cache/mnist";
+  int batches = 100;
+  std::string python = "/usr/bin/python3";
+  std::string script = "bench/train_bench_pytorch.py";
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](const std::string& name) -> const char* {
+      return arg.rfind(name + "=", 0) == 0 ? argv[i] + name.size() + 1 : nullptr;
+    };
+    if (const char* v = value("--mnist_dir")) {
+      f.mnist_dir = v;
+    } else if (const char* v = value("--batches")) {
+      TESSERA_CHECK(absl::SimpleAtoi(v, &f.batches) && f.batches > 0);
+    } else if (const char* v = value("--python")) {
+      f.python = v;
+    } else if (const char* v = value("--script")) {
+      f.script = v;
+    } else {
+      std::fprintf(stderr, "usage: train_bench [--mnist_dir=DIR] [--batches=N] [--python=PATH] [--script=PATH]\n");
+      std::exit(2);
+    }
+  }
+  return f;
+}
+
+bool HaveMnist(const Flags& f) {
+  return std::filesystem::exists(f.mnist_dir + "/train-images-idx3-ubyte") &&
+         std::filesystem::exists(f.mnist_dir + "/train-labels-idx1-ubyte");
+}
+
+// The batches both sides train on.
+std::vector<io::DataBatch> Batches(const Runtime& rt, const Flags& f, bool flat) {
+  std::vector<io::DataBatch> batches;
+  if (HaveMnist(f)) {
+    io::MNISTIterOptions o;
+    o.image = f.mnist_dir + "/train-images-idx3-ubyte";
+    o.label = f.mnist_dir + "/train-labels-idx1-ubyte";
+    o.batch_size = kBatch;
+    o.shuffle = false;
+    o.flat = flat;
+    o.silent = true;
+    auto iter = io::MNISTIter::Create(rt, o);
+    TESSERA_CHECK(iter.ok());
+    while (static_cast<int>(batches.size()) < f.batches) {
+      auto more = (*iter)->Next();
+      TESSERA_CHECK(more.ok() && *more);
+      batches.push_back((*iter)->Value());
+    }
+    return batches;
+  }
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> pixel(0, 1);
+  for (int b = 0; b < f.batches; ++b) {
+    std::vector<float> x(kBatch * 784), y(kBatch);
+    for (float& v : x) v = pixel(rng);
+    for (float& v : y) v = static_cast<float>(rng() % 10);
+    auto data = FromVector<float>(rt, flat ? Shape{kBatch, 784} : Shape{kBatch, 1, 28, 28}, x);
+    auto label = FromVector<float>(rt, Shape{kBatch}, y);
+    TESSERA_CHECK(data.ok() && label.ok());
+    batches.push_back({{*data}, {*label}});
+  }
+  return batches;
+}
+
+double TesseraSamplesPerSecond(const Runtime& rt, const graph::Symbol& net, const std::vector<io::DataBatch>& batches) {
+  train::Module mod(rt, net);
+  const io::DataBatch& first = batches[0];
+  TESSERA_CHECK(mod.Bind({{"data", first.data[0].shape()}}, {{"softmax_label", first.label[0].shape()}}).ok());
+  TESSERA_CHECK(mod.InitParams(train::Xavier()).ok());
+  TESSERA_CHECK(mod.InitOptimizer("local", "sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}).ok());
+  const auto pass = [&] {
+    for (const io::DataBatch& batch : batches) {
+      TESSERA_CHECK(mod.Forward(batch, true).ok());
+      TESSERA_CHECK(mod.Backward().ok());
+      TESSERA_CHECK(mod.Update().ok());
+    }
+    TESSERA_CHECK(rt.engine->WaitForAll().ok());
+  };
+  pass();  // warm-up
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    pass();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return static_cast<double>(batches.size()) * kBatch / best;
+}
+
+// Runs the PyTorch peer; returns its samples/s (0 when it could not run).
+double PyTorchSamplesPerSecond(const Flags& f, const std::string& model, int threads) {
+  std::string command = absl::StrFormat("%s%s %s --model %s --batch %d --batches %d", threads > 0 ? "OPENBLAS_NUM_THREADS=1 " : "",
+                                        f.python, f.script, model, kBatch, f.batches);
+  if (threads > 0) absl::StrAppend(&command, " --threads ", threads);
+  if (HaveMnist(f)) {
+    absl::StrAppend(&command, " --images ", f.mnist_dir, "/train-images-idx3-ubyte --labels ", f.mnist_dir,
+                    "/train-labels-idx1-ubyte");
+  }
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return 0;
+  std::string out;
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  if (pclose(pipe) != 0) {
+    std::fprintf(stderr, "train_bench: the PyTorch peer failed (%s): %s\n", command.c_str(), out.c_str());
+    return 0;
+  }
+  const std::string key = "\"samples_per_s\": ";
+  const size_t at = out.rfind(key);
+  double value = 0;
+  if (at == std::string::npos) return 0;
+  const size_t end = out.find_first_of(",}", at);
+  TESSERA_CHECK(absl::SimpleAtod(out.substr(at + key.size(), end - at - key.size()), &value));
+  return value;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  using namespace tessera;  // NOLINT(build/namespaces)
+  const Flags flags = ParseFlags(argc, argv);
+  auto rt = OwnedRuntime::Create(engine::EngineOptions{}, engine::StorageOptions{}, 0);
+  TESSERA_CHECK(rt.ok());
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto mlp = examples::MlpWithWidths({128, 64});
+  auto lenet = examples::LeNet();
+  TESSERA_CHECK(mlp.ok() && lenet.ok());
+  std::printf("data: %s, %d batches of %d, %d threads\n", HaveMnist(flags) ? flags.mnist_dir.c_str() : "random",
+              flags.batches, kBatch, threads);
+  std::printf("%-6s %16s %18s %20s %8s %10s\n", "model", "tessera samp/s", "pytorch samp/s", "pytorch default",
+              "ratio", "vs best");
+  std::string json = "{";
+  for (const auto& [name, net, flat] : {std::tuple{"mlp", *mlp, true}, std::tuple{"lenet", *lenet, false}}) {
+    const std::vector<io::DataBatch> batches = Batches((*rt)->get(), flags, flat);
+    const double ours = TesseraSamplesPerSecond((*rt)->get(), net, batches);
+    const double torch = PyTorchSamplesPerSecond(flags, name, threads);
+    const double torch_default = PyTorchSamplesPerSecond(flags, name, 0);
+    const double ratio = torch > 0 ? ours / torch : 0;
+    // On some machines PyTorch's defaults beat the setting the issue names; report both.
+    const double best = std::max(torch, torch_default);
+    const double ratio_best = best > 0 ? ours / best : 0;
+    std::printf("%-6s %16.0f %18.0f %20.0f %8.2f %10.2f\n", name, ours, torch, torch_default, ratio, ratio_best);
+    absl::StrAppendFormat(&json,
+                          "%s\"%s_samples_per_s\": %.1f, \"%s_pytorch_samples_per_s\": %.1f, "
+                          "\"%s_pytorch_default_samples_per_s\": %.1f, \"%s_ratio_vs_pytorch\": %.3f, "
+                          "\"%s_ratio_vs_pytorch_best\": %.3f",
+                          json.size() > 1 ? ", " : "", name, ours, name, torch, name, torch_default, name, ratio,
+                          name, ratio_best);
+  }
+  std::printf("%s, \"threads\": %d}\n", json.c_str(), threads);
+  return 0;
+}

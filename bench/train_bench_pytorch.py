@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""PyTorch peer of bench/train_bench: trains the same MLP (784-128-64-10) or LeNet with SGD
+(lr 0.1, momentum 0.9) and cross-entropy at the given batch size on the given data, and
+prints one JSON line {"model", "samples_per_s", "threads", "torch"}.
+
+Data: --images is an IDX file of 28x28 uint8 images (as ./tessera data mnist writes) and
+--labels its labels; without them, seeded random data of the same shape.
+"""
+import argparse
+import json
+import struct
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        magic = struct.unpack(">I", f.read(4))[0]
+        dims = struct.unpack(">" + "I" * (magic & 0xFF), f.read(4 * (magic & 0xFF)))
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(dims)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(784, 128), nn.Linear(128, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 20, 5), nn.Conv2d(20, 50, 5)
+        self.fc1, self.fc2 = nn.Linear(800, 500), nn.Linear(500, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.tanh(self.conv1(x)), 2, 2)
+        x = F.max_pool2d(torch.tanh(self.conv2(x)), 2, 2)
+        return self.fc2(torch.tanh(self.fc1(x.flatten(1))))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["mlp", "lenet"], required=True)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 keeps the default")
+    p.add_argument("--images")
+    p.add_argument("--labels")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    n = a.batch * a.batches
+    if a.images:
+        x = read_idx(a.images)[:n].float().div_(255).reshape(-1, 1, 28, 28)
+        y = read_idx(a.labels)[:n].long()
+    else:
+        x, y = torch.rand(n, 1, 28, 28), torch.randint(0, 10, (n,))
+    model = Mlp() if a.model == "mlp" else LeNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batches = [(x[i:i + a.batch], y[i:i + a.batch]) for i in range(0, x.shape[0] - a.batch + 1, a.batch)]
+
+    def epoch():
+        for xb, yb in batches:
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+
+    epoch()  # warm-up
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        epoch()
+        best = min(best, time.perf_counter() - start)
+    print(json.dumps({"model": a.model, "samples_per_s": len(batches) * a.batch / best,
+                      "threads": torch.get_num_threads(), "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
