@@ -319,7 +319,7 @@ absl::StatusOr<NDArray> CopyTo(const NDArray& in, Context ctx) {
   return out;
 }
 
-absl::Status CopyFromTo(const NDArray& from, const NDArray& to) {
+absl::Status CopyFromTo(const NDArray& from, const NDArray& to, int priority) {
   RETURN_IF_ERROR(CheckNotNone("CopyFromTo", from));
   RETURN_IF_ERROR(CheckNotNone("CopyFromTo", to));
   if (from.shape() != to.shape() || from.dtype() != to.dtype()) {
@@ -337,7 +337,7 @@ absl::Status CopyFromTo(const NDArray& from, const NDArray& to) {
           if (src.dptr != dst.dptr) std::memmove(dst.dptr, src.dptr, bytes);
           return absl::OkStatus();
         },
-        to.ctx(), {from.var()}, {to.var()}, FnProperty::kNormal, 0, "CopyFromTo");
+        to.ctx(), {from.var()}, {to.var()}, FnProperty::kNormal, priority, "CopyFromTo");
   }
 #if TESSERA_USE_CUDA
   FnProperty prop = FnProperty::kNormal;
@@ -362,7 +362,7 @@ absl::Status CopyFromTo(const NDArray& from, const NDArray& to) {
             cudaMemcpyAsync(dst.dptr, src.dptr, bytes, kind, rctx.get_stream<cudaStream_t>()));
         return absl::OkStatus();
       },
-      run_ctx, {from.var()}, {to.var()}, prop, 0, "CopyFromTo");
+      run_ctx, {from.var()}, {to.var()}, prop, priority, "CopyFromTo");
 #else
   return absl::FailedPreconditionError(absl::StrCat("CopyFromTo: ", src.ctx.ToString(), " -> ",
                                                     dst.ctx.ToString(),

@@ -104,7 +104,7 @@ inline absl::StatusOr<NDArray> AsType(const NDArray& in, DType dtype) { return C
 absl::StatusOr<NDArray> CopyTo(const NDArray& in, Context ctx);
 // Copies `from` into `to` (same shape and dtype, any contexts). Host<->GPU copies run on
 // the GPU's copy stream (FnProperty::kCopyToGPU / kCopyFromGPU).
-absl::Status CopyFromTo(const NDArray& from, const NDArray& to);
+absl::Status CopyFromTo(const NDArray& from, const NDArray& to, int priority = 0);
 
 }  // namespace tessera
 

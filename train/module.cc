@@ -256,7 +256,14 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     const Xavier xavier;
     RETURN_IF_ERROR(InitParams(options.initializer ? *options.initializer : xavier, {}, {}, options.seed));
   }
-  if (optimizer_ == nullptr) RETURN_IF_ERROR(InitOptimizer(options.kvstore, options.optimizer, options.optimizer_params));
+  if (optimizer_ == nullptr) {
+    RETURN_IF_ERROR(InitOptimizer(options.kvstore, options.optimizer, options.optimizer_params));
+    if (options.lr_scheduler) {
+      using Scheduler = std::unique_ptr<kvstore::LRScheduler>;
+      ASSIGN_OR_RETURN(Scheduler scheduler, options.lr_scheduler());
+      optimizer_->SetLrScheduler(std::move(scheduler));
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> metric, CreateMetric(options.eval_metric));
   ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> eval_metric, CreateMetric(options.eval_metric));
   if (!options.checkpoint_prefix.empty()) {

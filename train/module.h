@@ -36,6 +36,7 @@
 #include "graph/symbol.h"
 #include "io/data_iter.h"
 #include "kvstore/kvstore.h"
+#include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
 #include "ops/param.h"
@@ -66,6 +67,9 @@ struct FitOptions {
   std::string kvstore = "local";
   std::string optimizer = "sgd";
   ops::KwArgs optimizer_params = {{"learning_rate", "0.01"}};
+  // Makes the learning-rate schedule (kvstore/lr_scheduler.h), e.g.
+  // [] { return kvstore::FactorScheduler::Create(100, 0.5); }; none: a fixed rate.
+  std::function<absl::StatusOr<std::unique_ptr<kvstore::LRScheduler>>()> lr_scheduler;
   // Default: Xavier (uniform, avg, magnitude 3) with MXNet's naming conventions.
   std::shared_ptr<const Initializer> initializer;
   uint64_t seed = 0;

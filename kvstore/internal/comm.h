@@ -1,7 +1,7 @@
 // The data movement of the local KVStores, as MXNet's src/kvstore/comm.h: copies between
 // devices and the sum of several arrays, each one engine push carrying the caller's
-// priority (NDArray's CopyFromTo and += always push at priority 0, and the trainer needs
-// last-layer gradients to overtake the rest).
+// priority (NDArray's += always pushes at priority 0, and the trainer needs last-layer
+// gradients to overtake the rest).
 //
 // Checks are the caller's (the store validates before it pushes anything); these functions
 // only report what the engine refuses. Thread-safe as the engine.
@@ -17,8 +17,7 @@ namespace tessera::kvstore::internal {
 // Whether host code can read the array's memory (CPU and pinned CPU memory).
 inline bool OnHost(const NDArray& a) { return !a.ctx().is_gpu(); }
 
-// Copies `from` into `to`: same shape and dtype, any devices (GPU ones need CUDA). Host to
-// host is a memcpy on `to`'s device; copies to or from a GPU run on its copy stream.
+// CopyFromTo (ndarray/arithmetic.h) at `priority`.
 absl::Status Copy(const NDArray& from, const NDArray& to, int priority);
 
 // out = in[0] + in[1] + ... in that order (so every store sums alike), on out's device.

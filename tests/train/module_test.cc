@@ -102,6 +102,20 @@ TEST_F(ModuleTest, FitLearnsAndScores) {
   EXPECT_EQ((*predicted)[0].shape(), (Shape{200, 3}));
 }
 
+TEST_F(ModuleTest, LearningRateScheduleIsApplied) {
+  auto train = Data(false);
+  Module mod(rt(), Net());
+  FitOptions options = Options(2);
+  // 10 batches per epoch, 20 updates. MXNet's FactorScheduler halves once num_update
+  // exceeds the last boundary + step: after updates 6, 11 and 16.
+  options.lr_scheduler = []() -> absl::StatusOr<std::unique_ptr<kvstore::LRScheduler>> {
+    return kvstore::FactorScheduler::Create(5, 0.5);
+  };
+  ASSERT_THAT(mod.Fit(train.get(), nullptr, options), IsOk());
+  ASSERT_NE(mod.optimizer(), nullptr);
+  EXPECT_DOUBLE_EQ(mod.optimizer()->learning_rate(), 0.1 / 8);
+}
+
 TEST_F(ModuleTest, CheckpointResumeReproducesTheUninterruptedRun) {
   const std::string prefix = TempPrefix("resume");
   auto train = Data(true);
