@@ -1,6 +1,5 @@
 #include "client/graph_commands.h"
 
-#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -11,8 +10,8 @@
 #include "core/status_macros.h"
 #include "graph/executor.h"
 #include "ndarray/arithmetic.h"
-#include "ndarray/random.h"
 #include "ndarray/serialization.h"
+#include "train/initializer.h"
 
 namespace tessera::client {
 namespace {
@@ -20,21 +19,6 @@ namespace {
 bool IsLabel(const std::string& name) { return absl::EndsWith(name, "label"); }
 
 std::string ShapeText(const Shape& s) { return s.ndim() == 0 ? "?" : s.ToString(); }
-
-// MXNet's default initialization by parameter role (its Initializer's name patterns).
-absl::Status Initialize(const std::string& name, const NDArray& array) {
-  if (absl::EndsWith(name, "gamma") || absl::EndsWith(name, "moving_var")) return Fill(array, 1.0);
-  if (absl::EndsWith(name, "bias") || absl::EndsWith(name, "beta") || absl::EndsWith(name, "moving_mean") ||
-      array.shape().ndim() < 2) {
-    return Fill(array, 0.0);
-  }
-  // Xavier, uniform, averaging fan-in and fan-out, magnitude 3.
-  const Shape& s = array.shape();
-  const double receptive = static_cast<double>(s.ProdRange(2, s.ndim()));
-  const double fan_in = s[1] * receptive, fan_out = s[0] * receptive;
-  const double scale = std::sqrt(3.0 / ((fan_in + fan_out) / 2));
-  return SampleUniform(-scale, scale, array);
-}
 
 }  // namespace
 
@@ -156,7 +140,7 @@ absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph
       } else if (!options.params_path.empty()) {
         return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is not in ", options.params_path));
       } else {
-        RETURN_IF_ERROR(Initialize(name, array));
+        RETURN_IF_ERROR(train::Xavier()(name, array));
       }
     }
     return absl::OkStatus();
