@@ -23,8 +23,35 @@
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "ops/nn/dnnl_util.h"
+#include "ops/param.h"
 
 namespace tessera::ops::nn {
+
+// The parameter fields Convolution and Deconvolution share, in MXNet's order, for a
+// parameter struct P with members of these names. The window: kernel, stride, dilate, pad.
+template <typename P>
+void AddConvWindowFields(ParamSchema<P>* s, const char* pad_doc) {
+  s->Field("kernel", &P::kernel).Required().Lower(1).Describe("window (h, w)");
+  s->Field("stride", &P::stride).Lower(1).Describe("stride (h, w); default (1, 1)");
+  s->Field("dilate", &P::dilate).Lower(1).Describe("dilation (h, w); default (1, 1)");
+  s->Field("pad", &P::pad).Lower(0).Describe(pad_doc);
+}
+
+// The channels and what MXNet writes for backend selection (accepted, ignored): num_filter,
+// num_group, no_bias, workspace, cudnn_tune, cudnn_off.
+template <typename P>
+void AddConvChannelFields(ParamSchema<P>* s) {
+  s->Field("num_filter", &P::num_filter).Required().Lower(1).Describe("output channels");
+  s->Field("num_group", &P::num_group).Lower(1).Describe("groups of channels");
+  s->Field("no_bias", &P::no_bias).Describe("whether to omit the bias");
+  s->Field("workspace", &P::workspace)
+      .Lower(0)
+      .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
+  s->Field("cudnn_tune", &P::cudnn_tune)
+      .Enum({{"None", "None"}, {"off", "off"}, {"limited_workspace", "limited_workspace"}, {"fastest", "fastest"}})
+      .Describe("cuDNN algorithm search (accepted for MXNet compatibility; ignored)");
+  s->Field("cudnn_off", &P::cudnn_off).Describe("accepted for MXNet compatibility; ignored");
+}
 
 // A (h, w) tuple parameter: empty means `fallback` for both; anything but 2 values is an
 // error naming the operator and parameter.

@@ -29,33 +29,8 @@ struct ConvolutionParam {
   static const ParamSchema<ConvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<ConvolutionParam>("Convolution");
-      s->Field("kernel", &ConvolutionParam::kernel).Required().Lower(1).Describe("window (h, w)");
-      s->Field("stride", &ConvolutionParam::stride)
-          .Lower(1)
-          .Describe("stride (h, w); default (1, 1)");
-      s->Field("dilate", &ConvolutionParam::dilate)
-          .Lower(1)
-          .Describe("dilation (h, w); default (1, 1)");
-      s->Field("pad", &ConvolutionParam::pad)
-          .Lower(0)
-          .Describe("zero padding (h, w); default (0, 0)");
-      s->Field("num_filter", &ConvolutionParam::num_filter)
-          .Required()
-          .Lower(1)
-          .Describe("output channels");
-      s->Field("num_group", &ConvolutionParam::num_group).Lower(1).Describe("groups of channels");
-      s->Field("no_bias", &ConvolutionParam::no_bias).Describe("whether to omit the bias");
-      s->Field("workspace", &ConvolutionParam::workspace)
-          .Lower(0)
-          .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
-      s->Field("cudnn_tune", &ConvolutionParam::cudnn_tune)
-          .Enum({{"None", "None"},
-                 {"off", "off"},
-                 {"limited_workspace", "limited_workspace"},
-                 {"fastest", "fastest"}})
-          .Describe("cuDNN algorithm search (accepted for MXNet compatibility; ignored)");
-      s->Field("cudnn_off", &ConvolutionParam::cudnn_off)
-          .Describe("accepted for MXNet compatibility; ignored");
+      AddConvWindowFields(s, "zero padding (h, w); default (0, 0)");
+      AddConvChannelFields(s);
       return s;
     }();
     return *schema;

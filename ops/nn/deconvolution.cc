@@ -31,36 +31,11 @@ struct DeconvolutionParam {
   static const ParamSchema<DeconvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<DeconvolutionParam>("Deconvolution");
-      s->Field("kernel", &DeconvolutionParam::kernel).Required().Lower(1).Describe("window (h, w)");
-      s->Field("stride", &DeconvolutionParam::stride)
-          .Lower(1)
-          .Describe("stride (h, w); default (1, 1)");
-      s->Field("dilate", &DeconvolutionParam::dilate)
-          .Lower(1)
-          .Describe("dilation (h, w); default (1, 1)");
-      s->Field("pad", &DeconvolutionParam::pad)
-          .Lower(0)
-          .Describe("padding (h, w) removed from the output");
+      AddConvWindowFields(s, "padding (h, w) removed from the output");
       s->Field("adj", &DeconvolutionParam::adj)
           .Lower(0)
           .Describe("extra rows/columns at the end of the output (h, w), each < stride");
-      s->Field("num_filter", &DeconvolutionParam::num_filter)
-          .Required()
-          .Lower(1)
-          .Describe("output channels");
-      s->Field("num_group", &DeconvolutionParam::num_group).Lower(1).Describe("groups of channels");
-      s->Field("no_bias", &DeconvolutionParam::no_bias).Describe("whether to omit the bias");
-      s->Field("workspace", &DeconvolutionParam::workspace)
-          .Lower(0)
-          .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
-      s->Field("cudnn_tune", &DeconvolutionParam::cudnn_tune)
-          .Enum({{"None", "None"},
-                 {"off", "off"},
-                 {"limited_workspace", "limited_workspace"},
-                 {"fastest", "fastest"}})
-          .Describe("cuDNN algorithm search (accepted for MXNet compatibility; ignored)");
-      s->Field("cudnn_off", &DeconvolutionParam::cudnn_off)
-          .Describe("accepted for MXNet compatibility; ignored");
+      AddConvChannelFields(s);
       return s;
     }();
     return *schema;
