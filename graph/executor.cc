@@ -78,8 +78,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Bind(
 absl::Status Executor::Init(std::vector<NDArray> args, std::vector<NDArray> arg_grads,
                             std::vector<OpReqType> grad_reqs, std::vector<NDArray> aux_states) {
   graph_ = std::make_unique<IndexedGraph>(symbol_.outputs());
-  const std::vector<std::string> arg_names = symbol_.ListArguments();
-  const std::vector<std::string> aux_names = symbol_.ListAuxiliaryStates();
+  for (uint32_t id : graph_->argument_nodes()) arg_names_.push_back(graph_->node(id).name);
+  for (uint32_t id : graph_->aux_nodes()) aux_names_.push_back(graph_->node(id).name);
+  const std::vector<std::string>& arg_names = arg_names_;
+  const std::vector<std::string>& aux_names = aux_names_;
   if (args.size() != arg_names.size()) {
     return absl::InvalidArgumentError(absl::StrCat("Bind: expected ", arg_names.size(), " arguments (",
                                                    absl::StrJoin(arg_names, ", "), "), got ", args.size()));
@@ -366,8 +368,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::SimpleBind(const Runtime& rt
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Reshape(const std::map<std::string, Shape>& shapes,
                                                             bool partial_shaping) const {
-  const std::vector<std::string> arg_names = symbol_.ListArguments();
-  const std::vector<std::string> aux_names = symbol_.ListAuxiliaryStates();
+  const std::vector<std::string>& arg_names = arg_names_;
+  const std::vector<std::string>& aux_names = aux_names_;
   ASSIGN_OR_RETURN(InferResult<Shape> first, symbol_.InferShape(shapes));
   // Arguments inference cannot reach keep their shapes (e.g. a label beside new data).
   std::map<std::string, Shape> known = shapes;
@@ -417,8 +419,8 @@ std::map<std::string, NDArray> Dict(const std::vector<std::string>& names, const
 }
 }  // namespace
 
-std::map<std::string, NDArray> Executor::arg_dict() const { return Dict(symbol_.ListArguments(), args_); }
-std::map<std::string, NDArray> Executor::grad_dict() const { return Dict(symbol_.ListArguments(), arg_grads_); }
-std::map<std::string, NDArray> Executor::aux_dict() const { return Dict(symbol_.ListAuxiliaryStates(), aux_); }
+std::map<std::string, NDArray> Executor::arg_dict() const { return Dict(arg_names_, args_); }
+std::map<std::string, NDArray> Executor::grad_dict() const { return Dict(arg_names_, arg_grads_); }
+std::map<std::string, NDArray> Executor::aux_dict() const { return Dict(aux_names_, aux_); }
 
 }  // namespace tessera::graph

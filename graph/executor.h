@@ -117,6 +117,7 @@ class Executor {
   std::unique_ptr<IndexedGraph> graph_;
   ExecGraph exec_;
   MemoryPlan plan_;
+  std::vector<std::string> arg_names_, aux_names_;  // ListArguments / ListAuxiliaryStates
   std::vector<NDArray> args_, arg_grads_, aux_;
   std::vector<OpReqType> grad_reqs_;
   std::vector<NDArray> slots_;    // one byte buffer per plan slot

@@ -48,8 +48,14 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
 
 Module::Module(const Runtime& rt, graph::Symbol symbol, ModuleOptions options)
     : rt_(rt), symbol_(std::move(symbol)), options_(std::move(options)) {
-  for (const std::string& name : symbol_.ListArguments()) {
-    if (!Contains(options_.data_names, name) && !Contains(options_.label_names, name)) param_names_.push_back(name);
+  const std::vector<std::string> args = symbol_.ListArguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (Contains(options_.data_names, args[i]) || Contains(options_.label_names, args[i])) {
+      input_position_[args[i]] = i;
+    } else {
+      param_names_.push_back(args[i]);
+      param_position_.push_back(i);
+    }
   }
   aux_names_ = symbol_.ListAuxiliaryStates();
 }
@@ -175,7 +181,7 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   std::vector<NDArray> values;
   for (int i : trained_) {
     keys.push_back(i);
-    values.push_back(execs_[0]->arg_dict().at(param_names_[i]));
+    values.push_back(execs_[0]->arg_arrays()[param_position_[i]]);
   }
   RETURN_IF_ERROR(kvstore_->Init(keys, values));
   RETURN_IF_ERROR(kvstore_->SetOptimizer(std::move(opt)));
@@ -191,13 +197,12 @@ absl::Status Module::Forward(const io::DataBatch& batch, bool is_train) {
         return absl::InvalidArgumentError(absl::StrCat("Module::Forward: '", names[i], "' has ", arrays[i].shape()[0],
                                                        " rows, the module is bound for batches of ", batch_size_));
       }
+      auto it = input_position_.find(names[i]);
+      if (it == input_position_.end()) continue;  // a label the network does not read
       for (size_t d = 0; d < execs_.size(); ++d) {
-        const std::map<std::string, NDArray> args = execs_[d]->arg_dict();
-        auto it = args.find(names[i]);
-        if (it == args.end()) continue;  // a label the network does not read
         const auto [begin, end] = Slice(d);
         ASSIGN_OR_RETURN(NDArray rows, arrays[i].Slice(begin, end));
-        RETURN_IF_ERROR(CopyFromTo(rows, it->second));
+        RETURN_IF_ERROR(CopyFromTo(rows, execs_[d]->arg_arrays()[it->second]));
       }
     }
     return absl::OkStatus();
@@ -218,15 +223,15 @@ absl::Status Module::Update() {
   // Later parameters first and with higher priority: Backward produces their gradients first.
   for (auto it = trained_.rbegin(); it != trained_.rend(); ++it) {
     const int i = *it;
-    const std::string& name = param_names_[i];
+    const size_t at = param_position_[i];
     if (kvstore_ == nullptr) {
-      RETURN_IF_ERROR(optimizer_->Update(i, execs_[0]->arg_dict().at(name), execs_[0]->grad_dict().at(name), i));
+      RETURN_IF_ERROR(optimizer_->Update(i, execs_[0]->arg_arrays()[at], execs_[0]->grad_arrays()[at], i));
       continue;
     }
     std::vector<NDArray> grads, weights;
     for (auto& exec : execs_) {
-      grads.push_back(exec->grad_dict().at(name));
-      weights.push_back(exec->arg_dict().at(name));
+      grads.push_back(exec->grad_arrays()[at]);
+      weights.push_back(exec->arg_arrays()[at]);
     }
     RETURN_IF_ERROR(kvstore_->Push({i}, {grads}, i));
     RETURN_IF_ERROR(kvstore_->Pull({i}, {weights}, i));

@@ -143,6 +143,10 @@ class Module {
   graph::Symbol symbol_;
   ModuleOptions options_;
   std::vector<std::string> param_names_, aux_names_;
+  // Positions in ListArguments (the executors' argument order): of each parameter, and of
+  // each data or label name the network reads.
+  std::vector<size_t> param_position_;
+  std::map<std::string, size_t> input_position_;
   std::vector<std::unique_ptr<graph::Executor>> execs_;
   int64_t batch_size_ = 0;
   bool for_training_ = false;
