@@ -49,6 +49,7 @@ Context VariableContext(const Node& node, Context ctx, const std::map<std::strin
 struct Executor::NodeState {
   std::shared_ptr<ops::Operator> op;  // kForward/kGradSum; kBackward shares its forward's
   engine::VarHandle op_var;           // orders every use of `op` (it may cache per call)
+  bool owns_op = false;               // kBackward states borrow their forward's op and op_var
   engine::OprHandle train, infer;     // pre-built pushes (infer: kForward only)
 };
 
@@ -61,7 +62,7 @@ Executor::~Executor() {
     for (engine::OprHandle h : {n->train, n->infer}) {
       if (h) (void)rt_.engine->DeleteOperator(h);
     }
-    if (n->op_var) (void)rt_.engine->DeleteVariable(nullptr, ctx_, n->op_var);
+    if (n->owns_op) (void)rt_.engine->DeleteVariable(nullptr, ctx_, n->op_var);
   }
 }
 
@@ -212,6 +213,7 @@ absl::Status Executor::BuildNode(uint32_t id) {
     ASSIGN_OR_RETURN(std::unique_ptr<ops::Operator> op, node.op->CreateOperator(node.ctx));
     state->op = std::move(op);
     state->op_var = rt_.engine->NewVariable();
+    state->owns_op = true;
   }
   mutate_vars.push_back(state->op_var);
 

@@ -21,7 +21,8 @@ inline std::vector<float> RandomValues(int64_t n, std::mt19937* rng, float scale
 
 inline void SetRandom(const NDArray& array, std::mt19937* rng, float scale = 1.0f) {
   std::vector<float> v = RandomValues(array.Size(), rng, scale);
-  TESSERA_CHECK(const_cast<NDArray&>(array).SyncCopyFromCPU(v.data(), array.Size()).ok());
+  NDArray target = array;  // shares the chunk; SyncCopyFromCPU is a non-const member
+  TESSERA_CHECK(target.SyncCopyFromCPU(v.data(), array.Size()).ok());
 }
 
 inline std::vector<float> Values(const NDArray& array) {
