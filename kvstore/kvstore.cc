@@ -2,6 +2,8 @@
 #include "kvstore/kvstore.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kvstore/dist_kvstore.h"
 #include "kvstore/internal/local_kvstore.h"
 
 namespace tessera::kvstore {
@@ -19,13 +21,29 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type
     return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceDevice);
   }
   if (type == "dist_sync" || type == "dist_async") {
-    return absl::UnimplementedError(
-        absl::StrCat("KVStore type \"", type, "\" needs the parameter servers (issue 6)"));
+    ASSIGN_OR_RETURN(DistKVStoreOptions options, DistKVStoreOptionsFromEnvironment());
+    return CreateDistKVStore(type, options);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown KVStore type \"", type,
       "\" (known: local, local_update_cpu, local_allreduce_cpu, local_allreduce_device, "
       "dist_sync, dist_async)"));
+}
+
+absl::StatusOr<std::string> KVStore::SaveOptimizerStates() {
+  Optimizer* opt = optimizer();
+  if (opt == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("KVStore \"", type_, "\": no optimizer set"));
+  }
+  return opt->SaveState();
+}
+
+absl::Status KVStore::LoadOptimizerStates(const Runtime& rt, const std::string& bytes) {
+  Optimizer* opt = optimizer();
+  if (opt == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("KVStore \"", type_, "\": no optimizer set"));
+  }
+  return opt->LoadState(rt, bytes);
 }
 
 }  // namespace tessera::kvstore

@@ -16,7 +16,8 @@
 //                            push's first array
 //   "local"                  local_update_cpu, as MXNet's "local" (its host buffers are in
 //                            pinned memory when the arrays live on GPUs)
-// "dist_sync" and "dist_async" are UNIMPLEMENTED until the parameter servers exist.
+// "dist_sync" and "dist_async" are the parameter servers' stores (dist_kvstore.h); Create
+// connects to the servers named by the environment's cluster spec (cluster_spec.h).
 //
 // Devices. Any host contexts work as devices (cpu(0), cpu(1), ... are distinct devices with
 // host memory), so every type runs without a GPU. GPU arrays: local_update_cpu copies them
@@ -91,6 +92,12 @@ class KVStore {
   virtual absl::Status SetOptimizer(std::unique_ptr<Optimizer> optimizer) = 0;
   // The optimizer set by SetOptimizer (owned by the store), or null.
   virtual Optimizer* optimizer() = 0;
+
+  // The optimizer's state wherever it runs (Optimizer::SaveState format locally; the dist
+  // stores gather every server's), and its restoration (arrays made with `rt`).
+  // FAILED_PRECONDITION without an optimizer.
+  virtual absl::StatusOr<std::string> SaveOptimizerStates();
+  virtual absl::Status LoadOptimizerStates(const Runtime& rt, const std::string& bytes);
 
   // Waits until every worker reaches the barrier; one worker locally, so it returns at once.
   virtual absl::Status Barrier() { return absl::OkStatus(); }

@@ -174,6 +174,21 @@ void Optimizer::SetWdMult(std::map<int, double> wd_mult) {
   wd_mult_ = std::move(wd_mult);
 }
 
+std::map<int, double> Optimizer::lr_mult() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lr_mult_;
+}
+
+std::map<int, double> Optimizer::wd_mult() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wd_mult_;
+}
+
+bool Optimizer::has_lr_scheduler() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_ != nullptr;
+}
+
 void Optimizer::SetLrScheduler(std::unique_ptr<LRScheduler> scheduler) {
   std::lock_guard<std::mutex> lock(mu_);
   scheduler_ = std::move(scheduler);

@@ -59,6 +59,9 @@ class Optimizer {
 
   // "sgd", "adam", "rmsprop", "adagrad".
   const std::string& name() const { return name_; }
+  // The parameters given to Create, so the optimizer can be re-created elsewhere (the
+  // parameter servers run a copy of the trainer's).
+  const ops::KwArgs& params() const { return params_; }
 
   // Pushes one update of `weight` by `grad` for parameter `index`, creating the state on the
   // first update of (index, weight's device). `priority` goes to the engine push. Returns at
@@ -77,9 +80,12 @@ class Optimizer {
   // Per-index multipliers (the lr_mult / wd_mult attributes); indexes not listed get 1.
   void SetLrMult(std::map<int, double> lr_mult);
   void SetWdMult(std::map<int, double> wd_mult);
+  std::map<int, double> lr_mult() const;
+  std::map<int, double> wd_mult() const;
   // Replaces the scheduler (null removes it). When the optimizer was created with an explicit
   // learning_rate, the scheduler restarts from it (SetBaseLr), as MXNet's constructor does.
   void SetLrScheduler(std::unique_ptr<LRScheduler> scheduler);
+  bool has_lr_scheduler() const;
 
   int64_t num_update() const;
   // Updates counted for (index, device); 0 before the first.
@@ -135,6 +141,7 @@ class Optimizer {
   double BaseLrLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
+  ops::KwArgs params_;  // set once by Create
   // std::mutex, not absl::Mutex: Debian's Abseil is not built with ThreadSanitizer, which
   // then cannot see absl::Mutex's synchronization (the KVStore tests run under TSan).
   mutable std::mutex mu_;

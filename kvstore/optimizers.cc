@@ -276,12 +276,21 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::string& 
                                                              const ops::KwArgs& params) {
   // Case-insensitive, as MXNet's registry.
   const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "sgd") return Make<Sgd, SgdParam>(params);
-  if (lower == "adam") return Make<Adam, AdamParam>(params, &CheckAdam);
-  if (lower == "rmsprop") return Make<RmsProp, RmsPropParam>(params);
-  if (lower == "adagrad") return Make<AdaGrad, AdaGradParam>(params);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer \"", name, "\" (known: sgd, adam, rmsprop, adagrad)"));
+  absl::StatusOr<std::unique_ptr<Optimizer>> made;
+  if (lower == "sgd") {
+    made = Make<Sgd, SgdParam>(params);
+  } else if (lower == "adam") {
+    made = Make<Adam, AdamParam>(params, &CheckAdam);
+  } else if (lower == "rmsprop") {
+    made = Make<RmsProp, RmsPropParam>(params);
+  } else if (lower == "adagrad") {
+    made = Make<AdaGrad, AdaGradParam>(params);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer \"", name, "\" (known: sgd, adam, rmsprop, adagrad)"));
+  }
+  if (made.ok()) (*made)->params_ = params;
+  return made;
 }
 
 }  // namespace tessera::kvstore

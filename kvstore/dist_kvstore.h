@@ -1,0 +1,65 @@
+// The distributed KVStores, "dist_sync" and "dist_async": the worker side of the parameter
+// servers (server/ runs the other side; proto/kvstore.proto is the wire contract).
+//
+// Same interface as the local stores (kvstore.h), so a trainer trains distributed without
+// change. A Push first sums the key's arrays of this worker's devices on the host (the
+// two-level reduction of the seeds), then sends the sum to the servers holding the key;
+// a Pull fetches the key's value from them and copies it to every output. Both are engine
+// pushes at the caller's priority that return at once: pushes of later layers overtake
+// earlier ones and overlap with the rest of backward. Key placement: a key of fewer than
+// `bigarray_bound` elements lives on server key % num_servers; a larger one is split into
+// one contiguous part per server.
+//
+// The optimizer set by SetOptimizer runs on the servers (update_on_kvstore): every worker
+// sends its description (name, parameters, lr/wd multipliers); the servers keep the first
+// and ignore identical copies. Learning-rate schedulers cannot travel yet (UNIMPLEMENTED:
+// update on the workers instead). Without an optimizer the servers store the sum of a
+// round's pushes (dist_sync) or the last push (dist_async), and a Pull returns that.
+// Custom updater functions cannot run on a server: Push is UNIMPLEMENTED while one is set.
+//
+// Errors: the local stores' argument checks (INVALID_ARGUMENT naming the key and shapes)
+// before anything is sent. A failure the servers report is stored on the key's arrays (the
+// engine's error path) and returned by the next wait on them; a lost server or a dist_sync
+// round that cannot complete (a worker left) also makes every later call return that
+// UNAVAILABLE error at once. Barrier first waits for this worker's pending pushes and pulls
+// and returns their first error.
+//
+// Thread safety: as kvstore.h: every method may be called from any thread.
+#ifndef TESSERA_KVSTORE_DIST_KVSTORE_H_
+#define TESSERA_KVSTORE_DIST_KVSTORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvstore/cluster_spec.h"
+#include "kvstore/kvstore.h"
+
+namespace tessera::kvstore {
+
+// MXNet's MXNET_KVSTORE_BIGARRAY_BOUND default.
+inline constexpr int64_t kDefaultBigArrayBound = 1000000;
+
+struct DistKVStoreOptions {
+  ClusterSpec cluster;  // this worker's rank and the servers' addresses
+  // Arrays of at least this many elements are split across every server.
+  int64_t bigarray_bound = kDefaultBigArrayBound;
+  // How long to wait for the servers to come up (workers may start first).
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+// Connects to every server of `options.cluster` as worker `cluster.index`; `type` is
+// "dist_sync" or "dist_async" (INVALID_ARGUMENT otherwise).
+absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& type,
+                                                           const DistKVStoreOptions& options);
+
+// Options from the process environment, as KVStore::Create("dist_*") uses them: the cluster
+// spec (cluster_spec.h) and TESSERA_KVSTORE_BIGARRAY_BOUND (or MXNet's
+// MXNET_KVSTORE_BIGARRAY_BOUND). The role must be worker.
+absl::StatusOr<DistKVStoreOptions> DistKVStoreOptionsFromEnvironment();
+
+}  // namespace tessera::kvstore
+
+#endif  // TESSERA_KVSTORE_DIST_KVSTORE_H_

@@ -1,0 +1,522 @@
+// DistKVStore: dist_kvstore.h's contract.
+#include "kvstore/dist_kvstore.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "engine/engine.h"
+#include "kvstore/internal/comm.h"
+#include "kvstore/internal/server_connection.h"
+#include "kvstore/transport.h"
+
+namespace tessera::kvstore {
+namespace internal {
+namespace {
+
+// Counts a request's outstanding parts and reports the first failure once all are in.
+class Completion {
+ public:
+  Completion(int parts, std::function<void(absl::Status)> done)
+      : remaining_(parts), done_(std::move(done)) {}
+  void PartDone(const absl::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status.ok() && status_.ok()) status_ = status;
+      if (--remaining_ > 0) return;
+    }
+    done_(status_);
+  }
+
+ private:
+  std::mutex mu_;
+  int remaining_;
+  absl::Status status_;
+  std::function<void(absl::Status)> done_;
+};
+
+// Blocks until `n` parts are done; the first failure.
+class Waiter {
+ public:
+  explicit Waiter(int n)
+      : completion_(std::make_shared<Completion>(n, [p = promise_](absl::Status s) { p->set_value(s); })) {}
+  std::shared_ptr<Completion> completion() const { return completion_; }
+  absl::Status Wait() { return promise_->get_future().get(); }
+
+ private:
+  std::shared_ptr<std::promise<absl::Status>> promise_ = std::make_shared<std::promise<absl::Status>>();
+  std::shared_ptr<Completion> completion_;
+};
+
+}  // namespace
+
+class DistKVStore : public KVStore {
+ public:
+  DistKVStore(std::string type, DistKVStoreOptions options,
+              std::vector<std::unique_ptr<ServerConnection>> servers)
+      : KVStore(std::move(type)), options_(std::move(options)), servers_(std::move(servers)) {}
+
+  ~DistKVStore() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, key] : keys_) {
+      (void)key.engine->WaitForVar(key.var);
+      (void)key.engine->DeleteVariable(nullptr, Context::CPU(), key.var);
+    }
+    keys_.clear();
+    servers_.clear();  // closes the streams
+  }
+
+  absl::Status Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override;
+  absl::Status Push(const std::vector<int>& keys, const std::vector<std::vector<NDArray>>& values,
+                    int priority) override;
+  absl::Status Pull(const std::vector<int>& keys, const std::vector<std::vector<NDArray>>& outs,
+                    int priority) override;
+  absl::Status PushPull(const std::vector<int>& keys,
+                        const std::vector<std::vector<NDArray>>& values,
+                        const std::vector<std::vector<NDArray>>& outs, int priority) override {
+    RETURN_IF_ERROR(Check("push", keys, values));
+    RETURN_IF_ERROR(Check("pull", keys, outs));
+    RETURN_IF_ERROR(Push(keys, values, priority));
+    return Pull(keys, outs, priority);
+  }
+  void SetUpdater(Updater updater) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    updater_ = std::move(updater);
+    optimizer_.reset();
+  }
+  absl::Status SetOptimizer(std::unique_ptr<Optimizer> optimizer) override;
+  Optimizer* optimizer() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return optimizer_.get();
+  }
+  absl::StatusOr<std::string> SaveOptimizerStates() override;
+  absl::Status LoadOptimizerStates(const Runtime& rt, const std::string& bytes) override;
+  absl::Status Barrier() override;
+  int rank() const override { return options_.cluster.index; }
+  int num_workers() const override { return options_.cluster.num_workers(); }
+
+ private:
+  struct Part {
+    int server = 0;
+    int64_t begin = 0;  // elements
+    int64_t size = 0;
+  };
+  struct Key {
+    Shape shape;
+    std::vector<Part> parts;
+    engine::Engine* engine = nullptr;  // not owned: the runtime of the Init value
+    engine::VarHandle var;             // orders this worker's pushes and pulls of the key
+    NDArray merged;                    // host sum of several devices' pushes
+    NDArray received;                  // host copy of a pull for several or device outputs
+    std::map<int, NDArray> staged;     // host copies of device arrays being pushed
+  };
+
+  absl::Status Check(const char* what, const std::vector<int>& keys,
+                     const std::vector<std::vector<NDArray>>& arrays);
+  std::vector<Part> Place(int key, int64_t size) const;
+  std::vector<WorkerMessage> Chunks(int key, const Shape& shape, const Part& part,
+                                    const char* data, bool init) const;
+  // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
+  void NoteFailure(const absl::Status& status) {
+    if (status.code() != absl::StatusCode::kUnavailable) return;
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (broken_.ok()) broken_ = status;
+  }
+  absl::Status broken() {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    return broken_;
+  }
+  absl::Status CommandAll(const CommandRequest& request, std::vector<CommandReply>* replies);
+
+  const DistKVStoreOptions options_;
+  std::vector<std::unique_ptr<ServerConnection>> servers_;
+  std::mutex mu_;  // guards the fields below (not absl::Mutex, for TSan: optimizer.h)
+  std::map<int, Key> keys_;
+  Updater updater_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::mutex broken_mu_;
+  absl::Status broken_;
+};
+
+std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
+  const int n = static_cast<int>(servers_.size());
+  if (size < options_.bigarray_bound || n == 1) return {Part{key % n, 0, size}};
+  std::vector<Part> parts;
+  for (int s = 0; s < n; ++s) {
+    const int64_t begin = size * s / n, end = size * (s + 1) / n;
+    if (end > begin) parts.push_back(Part{s, begin, end - begin});
+  }
+  return parts;
+}
+
+std::vector<WorkerMessage> DistKVStore::Chunks(int key, const Shape& shape, const Part& part,
+                                               const char* data, bool init) const {
+  const uint64_t total = static_cast<uint64_t>(part.size) * sizeof(float);
+  const uint64_t step = std::min<uint64_t>(kChunkBytes, servers_[part.server]->hello().max_chunk_bytes());
+  std::vector<WorkerMessage> messages;
+  uint64_t offset = 0;
+  do {
+    const uint64_t n = std::min(step, total - offset);
+    WorkerMessage& m = messages.emplace_back();
+    ArrayChunk* chunk = init ? m.mutable_init() : m.mutable_push();
+    chunk->set_key(key);
+    chunk->set_dtype(DT_FLOAT32);
+    if (part.size == shape.Size()) {
+      for (int64_t d : shape.dims()) chunk->add_shape(d);
+    } else {
+      chunk->add_shape(part.size);  // a slice of a big array: 1-D on its server
+    }
+    chunk->set_offset(offset);
+    chunk->set_data(data + part.begin * sizeof(float) + offset, n);
+    offset += n;
+    chunk->set_last(offset == total);
+  } while (offset < total);
+  return messages;
+}
+
+absl::Status DistKVStore::Check(const char* what, const std::vector<int>& keys,
+                                const std::vector<std::vector<NDArray>>& arrays) {
+  if (keys.size() != arrays.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", keys.size(), " keys but ",
+                                                   arrays.size(), " array lists"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = keys_.find(keys[i]);
+    if (it == keys_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " of key ", keys[i], ": the key is not initialized"));
+    }
+    if (arrays[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " of key ", keys[i], ": no arrays"));
+    }
+    for (const NDArray& a : arrays[i]) {
+      if (a.is_none() || a.dtype() != DType::kFloat32 || a.shape() != it->second.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " of key ", keys[i], ": array ",
+            a.is_none() ? "none" : absl::StrCat(DTypeName(a.dtype()), " ", a.shape().ToString()),
+            " does not match the key's float32 ", it->second.shape.ToString()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<NDArray>& values) {
+  RETURN_IF_ERROR(broken());
+  if (keys.size() != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init: ", keys.size(), " keys but ", values.size(), " values"));
+  }
+  std::vector<std::vector<float>> hosts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys_.count(keys[i]) || std::count(keys.begin(), keys.begin() + i, keys[i])) {
+        return absl::InvalidArgumentError(absl::StrCat("Init: key ", keys[i], " initialized twice"));
+      }
+      if (values[i].is_none() || values[i].dtype() != DType::kFloat32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Init of key ", keys[i], ": the parameter servers hold float32 arrays, got ",
+            values[i].is_none() ? "none" : DTypeName(values[i].dtype())));
+      }
+    }
+  }
+  for (const NDArray& v : values) {
+    ASSIGN_OR_RETURN(std::vector<float> host, v.AsVector<float>());
+    hosts.push_back(std::move(host));
+  }
+  std::vector<std::vector<Part>> placed;
+  int requests = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    placed.push_back(Place(keys[i], values[i].Size()));
+    requests += static_cast<int>(placed.back().size());
+  }
+  Waiter waiter(requests);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (const Part& part : placed[i]) {
+      servers_[part.server]->Send(
+          Chunks(keys[i], values[i].shape(), part, reinterpret_cast<const char*>(hosts[i].data()), true),
+          0, [c = waiter.completion()](const ServerMessage& reply, bool) { c->PartDone(ReplyStatus(reply)); });
+    }
+  }
+  absl::Status status = waiter.Wait();
+  NoteFailure(status);
+  RETURN_IF_ERROR(status);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Key key;
+    key.shape = values[i].shape();
+    key.parts = std::move(placed[i]);
+    key.engine = values[i].runtime().engine;
+    key.var = key.engine->NewVariable();
+    const Runtime& rt = values[i].runtime();
+    ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt, key.shape));
+    ASSIGN_OR_RETURN(key.received, NDArray::Empty(rt, key.shape));
+    keys_.emplace(keys[i], std::move(key));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistKVStore::Push(const std::vector<int>& keys,
+                               const std::vector<std::vector<NDArray>>& values, int priority) {
+  RETURN_IF_ERROR(broken());
+  RETURN_IF_ERROR(Check("push", keys, values));
+  // Repeated keys are grouped, as the local stores do: their arrays are summed together.
+  std::map<int, std::vector<NDArray>> grouped;
+  std::vector<int> order;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!grouped.count(keys[i])) order.push_back(keys[i]);
+    auto& list = grouped[keys[i]];
+    list.insert(list.end(), values[i].begin(), values[i].end());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (updater_) {
+    return absl::UnimplementedError(
+        "push: a custom updater cannot run on the parameter servers (use SetOptimizer)");
+  }
+  for (int k : order) {
+    Key& key = keys_.at(k);
+    const std::vector<NDArray>& arrays = grouped[k];
+    // The host arrays to send: the one array as it is, or this worker's devices summed.
+    NDArray source = arrays[0];
+    if (arrays.size() > 1 || !OnHost(arrays[0])) {
+      std::vector<NDArray> host;
+      for (size_t d = 0; d < arrays.size(); ++d) {
+        if (OnHost(arrays[d])) {
+          host.push_back(arrays[d]);
+          continue;
+        }
+        NDArray& stage = key.staged[static_cast<int>(d)];
+        if (stage.is_none()) {
+          ASSIGN_OR_RETURN(stage, NDArray::Empty(arrays[d].runtime(), key.shape));
+        }
+        RETURN_IF_ERROR(Copy(arrays[d], stage, priority));
+        host.push_back(stage);
+      }
+      RETURN_IF_ERROR(SumInto(host, key.merged, priority));
+      source = key.merged;
+    }
+    auto send = [this, k, shape = key.shape, parts = key.parts, source, priority](
+                    engine::RunContext, engine::CallbackOnComplete on_complete) {
+      auto done = std::make_shared<Completion>(
+          static_cast<int>(parts.size()), [this, on_complete](absl::Status status) {
+            NoteFailure(status);
+            on_complete(std::move(status));
+          });
+      const char* data = static_cast<const char*>(source.data().dptr);
+      for (const Part& part : parts) {
+        servers_[part.server]->Send(Chunks(k, shape, part, data, false), priority,
+                                    [done](const ServerMessage& reply, bool) {
+                                      done->PartDone(ReplyStatus(reply));
+                                    });
+      }
+    };
+    RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), {source.var()}, {key.var},
+                                          engine::FnProperty::kNormal, priority, "kvstore_push"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistKVStore::Pull(const std::vector<int>& keys,
+                               const std::vector<std::vector<NDArray>>& outs, int priority) {
+  RETURN_IF_ERROR(broken());
+  RETURN_IF_ERROR(Check("pull", keys, outs));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Key& key = keys_.at(keys[i]);
+    const int k = keys[i];
+    // One host output is filled directly; otherwise through the key's host buffer.
+    const bool direct = outs[i].size() == 1 && OnHost(outs[i][0]);
+    const NDArray target = direct ? outs[i][0] : key.received;
+    auto fetch = [this, k, parts = key.parts, target, priority](
+                     engine::RunContext, engine::CallbackOnComplete on_complete) {
+      auto done = std::make_shared<Completion>(
+          static_cast<int>(parts.size()), [this, on_complete](absl::Status status) {
+            NoteFailure(status);
+            on_complete(std::move(status));
+          });
+      char* data = static_cast<char*>(target.data().dptr);
+      for (const Part& part : parts) {
+        WorkerMessage m;
+        m.mutable_pull()->set_key(k);
+        const uint64_t bytes = static_cast<uint64_t>(part.size) * sizeof(float);
+        char* base = data + part.begin * sizeof(float);
+        servers_[part.server]->Send({std::move(m)}, priority,
+                                    [done, base, bytes, k](const ServerMessage& reply, bool last) {
+          absl::Status status = ReplyStatus(reply);
+          if (status.ok()) {
+            const ArrayChunk& c = reply.pull();
+            if (c.offset() > bytes || c.data().size() > bytes - c.offset() ||
+                (last && c.offset() + c.data().size() != bytes)) {
+              status = absl::DataLossError(absl::StrCat(
+                  "pull of key ", k, ": the server sent bytes [", c.offset(), ", ",
+                  c.offset() + c.data().size(), ") of a ", bytes, "-byte part"));
+            } else {
+              std::memcpy(base + c.offset(), c.data().data(), c.data().size());
+            }
+          }
+          if (last) done->PartDone(status);
+        });
+      }
+    };
+    std::vector<engine::VarHandle> mutated = {key.var, target.var()};
+    RETURN_IF_ERROR(key.engine->PushAsync(fetch, Context::CPU(), {}, mutated,
+                                          engine::FnProperty::kNormal, priority, "kvstore_pull"));
+    if (!direct) {
+      for (const NDArray& out : outs[i]) RETURN_IF_ERROR(Copy(key.received, out, priority));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistKVStore::Barrier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [k, key] : keys_) RETURN_IF_ERROR(key.engine->WaitForVar(key.var));
+  }
+  RETURN_IF_ERROR(broken());
+  Waiter waiter(static_cast<int>(servers_.size()));
+  for (auto& server : servers_) {
+    WorkerMessage m;
+    m.mutable_barrier();
+    server->Send({std::move(m)}, 0, [c = waiter.completion()](const ServerMessage& reply, bool) {
+      c->PartDone(ReplyStatus(reply));
+    });
+  }
+  absl::Status status = waiter.Wait();
+  NoteFailure(status);
+  return status;
+}
+
+absl::Status DistKVStore::CommandAll(const CommandRequest& request,
+                                     std::vector<CommandReply>* replies) {
+  for (auto& server : servers_) {
+    ASSIGN_OR_RETURN(CommandReply reply, server->Command(request, absl::Seconds(60)));
+    if (replies != nullptr) replies->push_back(std::move(reply));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistKVStore::SetOptimizer(std::unique_ptr<Optimizer> optimizer) {
+  if (optimizer == nullptr) return absl::InvalidArgumentError("SetOptimizer: null optimizer");
+  if (optimizer->has_lr_scheduler()) {
+    return absl::UnimplementedError(
+        "SetOptimizer: a learning-rate scheduler cannot run on the parameter servers yet "
+        "(update on the workers: update_on_kvstore=false)");
+  }
+  CommandRequest request;
+  OptimizerSpec* spec = request.mutable_set_optimizer();
+  spec->set_name(optimizer->name());
+  for (const auto& [name, value] : optimizer->params()) (*spec->mutable_params())[name] = value;
+  for (const auto& [index, mult] : optimizer->lr_mult()) (*spec->mutable_lr_mult())[index] = mult;
+  for (const auto& [index, mult] : optimizer->wd_mult()) (*spec->mutable_wd_mult())[index] = mult;
+  RETURN_IF_ERROR(CommandAll(request, nullptr));
+  std::lock_guard<std::mutex> lock(mu_);
+  updater_ = nullptr;
+  optimizer_ = std::move(optimizer);
+  return absl::OkStatus();
+}
+
+// Every server's state: "TSRPSOPT", uint32 count, then per server uint64 length + bytes.
+absl::StatusOr<std::string> DistKVStore::SaveOptimizerStates() {
+  CommandRequest request;
+  request.set_save_optimizer_state(true);
+  std::vector<CommandReply> replies;
+  RETURN_IF_ERROR(CommandAll(request, &replies));
+  std::string out = "TSRPSOPT";
+  const uint32_t n = static_cast<uint32_t>(replies.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  for (const CommandReply& r : replies) {
+    const uint64_t len = r.state().size();
+    out.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    out.append(r.state());
+  }
+  return out;
+}
+
+absl::Status DistKVStore::LoadOptimizerStates(const Runtime&, const std::string& bytes) {
+  std::vector<std::string> states;
+  size_t at = 8;
+  uint32_t n = 0;
+  if (bytes.size() < 12 || bytes.compare(0, 8, "TSRPSOPT") != 0) {
+    return absl::InvalidArgumentError(
+        "LoadOptimizerStates: not a parameter-server optimizer state (no TSRPSOPT header)");
+  }
+  std::memcpy(&n, bytes.data() + at, sizeof(n));
+  at += sizeof(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t len = 0;
+    if (bytes.size() - at < sizeof(len)) return absl::DataLossError("LoadOptimizerStates: truncated");
+    std::memcpy(&len, bytes.data() + at, sizeof(len));
+    at += sizeof(len);
+    if (bytes.size() - at < len) return absl::DataLossError("LoadOptimizerStates: truncated");
+    states.push_back(bytes.substr(at, len));
+    at += len;
+  }
+  if (states.size() != servers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadOptimizerStates: the state holds ",
+                                                   states.size(), " servers' states, the job has ",
+                                                   servers_.size()));
+  }
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    CommandRequest request;
+    request.set_load_optimizer_state(states[s]);
+    RETURN_IF_ERROR(servers_[s]->Command(request, absl::Seconds(60)).status());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& type,
+                                                           const DistKVStoreOptions& options) {
+  if (type != "dist_sync" && type != "dist_async") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateDistKVStore: unknown type \"", type, "\" (dist_sync, dist_async)"));
+  }
+  if (options.cluster.role != Role::kWorker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KVStore \"", type, "\" is for workers; this process is ", options.cluster.DebugString()));
+  }
+  if (options.cluster.servers.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("KVStore \"", type, "\": no parameter servers"));
+  }
+  Hello hello;
+  hello.set_protocol_version(kKVStoreProtocolVersion);
+  hello.set_rank(options.cluster.index);
+  hello.set_num_workers(options.cluster.num_workers());
+  hello.set_mode(type == "dist_sync" ? SYNC_MODE_SYNC : SYNC_MODE_ASYNC);
+  std::vector<std::unique_ptr<internal::ServerConnection>> servers;
+  for (const std::string& address : options.cluster.servers) {
+    ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,
+                     internal::ServerConnection::Connect(address, hello, options.connect_timeout));
+    servers.push_back(std::move(conn));
+  }
+  return std::make_unique<internal::DistKVStore>(type, options, std::move(servers));
+}
+
+absl::StatusOr<DistKVStoreOptions> DistKVStoreOptionsFromEnvironment() {
+  DistKVStoreOptions options;
+  ClusterSpecFlags flags;
+  ASSIGN_OR_RETURN(options.cluster, ResolveClusterSpec(flags));
+  for (const char* name : {"TESSERA_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_BIGARRAY_BOUND"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    if (!absl::SimpleAtoi(value, &options.bigarray_bound) || options.bigarray_bound < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "='", value, "' is not a positive number of elements"));
+    }
+    break;
+  }
+  return options;
+}
+
+}  // namespace tessera::kvstore

@@ -1,0 +1,191 @@
+#include "kvstore/internal/server_connection.h"
+
+#include <chrono>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "kvstore/transport.h"
+
+namespace tessera::kvstore::internal {
+
+class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, ServerMessage> {
+ public:
+  Reactor(KVStoreService::Stub* stub, std::string address) : address_(std::move(address)) {
+    stub->async()->Session(&context_, this);
+    StartRead(&in_);
+    AddHold();  // writes start from outside the reactions; released when writes are done
+    StartCall();
+  }
+
+  void Send(std::vector<WorkerMessage> messages, int priority, OnReply on_reply) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t id = next_id_++;
+    if (!broken_.ok() || closing_) {
+      const absl::Status status =
+          broken_.ok() ? absl::FailedPreconditionError("connection closing") : broken_;
+      lock.unlock();
+      on_reply(ErrorReply(id, status), true);
+      return;
+    }
+    callbacks_.emplace(id, std::move(on_reply));
+    for (WorkerMessage& m : messages) {
+      m.set_id(id);
+      queue_.emplace(std::pair{-priority, next_seq_++}, std::move(m));
+    }
+    StartNextWriteLocked();
+  }
+
+  // Starts closing; OnDone follows once the server has finished the stream.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    MaybeWritesDoneLocked();
+  }
+
+  void WaitDone() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return done_; })) {
+      context_.TryCancel();  // a server that does not finish: cut the stream
+      cv_.wait(lock, [&] { return done_; });
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone reports how
+    OnReply callback;
+    const bool done = in_.code() != 0 || !in_.has_pull() || in_.pull().last();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = callbacks_.find(in_.id());
+      if (it != callbacks_.end()) {
+        callback = done ? std::move(it->second) : it->second;
+        if (done) callbacks_.erase(it);
+      }
+    }
+    if (callback) callback(in_, done);
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      write_failed_ = true;  // the stream is broken: OnDone fails what is pending
+      queue_.clear();
+      return;
+    }
+    StartNextWriteLocked();
+    MaybeWritesDoneLocked();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::map<uint64_t, OnReply> pending;
+    absl::Status broken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      broken_ = absl::UnavailableError(absl::StrCat(
+          "parameter server ", address_, ": stream ended (",
+          status.ok() ? "closed" : status.error_message(), ")"));
+      broken = broken_;
+      pending.swap(callbacks_);
+      queue_.clear();
+    }
+    for (auto& [id, callback] : pending) callback(ErrorReply(id, broken), true);
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void StartNextWriteLocked() {
+    if (writing_ || write_failed_ || queue_.empty()) return;
+    current_ = std::move(queue_.begin()->second);
+    queue_.erase(queue_.begin());
+    writing_ = true;
+    StartWrite(&current_);
+  }
+  void MaybeWritesDoneLocked() {
+    if (closing_ && !writes_done_ && !writing_ && queue_.empty()) {
+      writes_done_ = true;
+      StartWritesDone();
+      RemoveHold();
+    }
+  }
+
+  const std::string address_;
+  grpc::ClientContext context_;
+  ServerMessage in_;  // only touched by the read reactions, which never overlap
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_id_ = 1;
+  uint64_t next_seq_ = 0;
+  std::map<std::pair<int, uint64_t>, WorkerMessage> queue_;  // (-priority, seq)
+  WorkerMessage current_;  // the message being written
+  std::map<uint64_t, OnReply> callbacks_;
+  absl::Status broken_;
+  bool writing_ = false;
+  bool write_failed_ = false;
+  bool closing_ = false;
+  bool writes_done_ = false;
+  bool done_ = false;
+};
+
+ServerConnection::ServerConnection(std::string address, std::shared_ptr<grpc::Channel> channel)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      stub_(KVStoreService::NewStub(channel_)) {}
+
+absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
+    const std::string& address, const Hello& hello, absl::Duration timeout) {
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), KVStoreChannelArguments());
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot reach parameter server ", address,
+                                               " within ", absl::FormatDuration(timeout)));
+  }
+  std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
+  conn->reactor_ = new Reactor(conn->stub_.get(), address);
+  // Shared: if Hello times out, the callback may still run while `conn` is torn down.
+  auto answer = std::make_shared<std::promise<ServerMessage>>();
+  std::future<ServerMessage> future = answer->get_future();
+  WorkerMessage message;
+  *message.mutable_hello() = hello;
+  conn->reactor_->Send({std::move(message)}, 0, [answer](const ServerMessage& reply, bool) {
+    answer->set_value(reply);
+  });
+  if (future.wait_for(absl::ToChronoSeconds(timeout)) != std::future_status::ready) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("parameter server ", address, " did not answer Hello within ",
+                     absl::FormatDuration(timeout)));
+  }
+  const ServerMessage reply = future.get();
+  if (reply.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                        absl::StrCat("parameter server ", address, ": ", reply.message()));
+  }
+  conn->hello_ = reply.hello();
+  return conn;
+}
+
+ServerConnection::~ServerConnection() {
+  if (reactor_ == nullptr) return;
+  reactor_->Close();
+  reactor_->WaitDone();
+  delete reactor_;
+}
+
+void ServerConnection::Send(std::vector<WorkerMessage> messages, int priority, OnReply on_reply) {
+  reactor_->Send(std::move(messages), priority, std::move(on_reply));
+}
+
+absl::StatusOr<CommandReply> ServerConnection::Command(const CommandRequest& request,
+                                                       absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  CommandReply reply;
+  const grpc::Status status = stub_->Command(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status, absl::StrCat("parameter server ", address_));
+  return reply;
+}
+
+}  // namespace tessera::kvstore::internal

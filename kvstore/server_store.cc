@@ -1,0 +1,528 @@
+#include "kvstore/server_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace tessera::kvstore {
+namespace {
+
+std::string ShapeString(DataType dtype, const google::protobuf::RepeatedField<int64_t>& dims) {
+  return absl::StrCat(DTypeName(static_cast<DType>(dtype)), " ",
+                      Shape(dims.begin(), dims.end()).ToString());
+}
+
+const char* ModeName(SyncMode mode) {
+  switch (mode) {
+    case SYNC_MODE_SYNC: return "dist_sync";
+    case SYNC_MODE_ASYNC: return "dist_async";
+    default: return "no mode";
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Session
+
+ServerStore::Session::~Session() { Close(absl::UnavailableError("stream closed")); }
+
+void ServerStore::Session::Close(const absl::Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  store_->Leave(this, why);
+}
+
+absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session::Stage(
+    uint64_t id, const ArrayChunk& chunk) {
+  using Result = std::optional<Staged>;
+  if (auto f = failed_.find(id); f != failed_.end()) {
+    if (chunk.last()) failed_.erase(f);  // the failed request's remaining chunks are dropped
+    return Result();
+  }
+  auto fail = [&](absl::Status status) {
+    staged_.erase(id);
+    if (!chunk.last()) failed_[id] = true;
+    return status;
+  };
+  auto it = staged_.find(id);
+  if (it == staged_.end()) {
+    if (chunk.offset() != 0) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "key ", chunk.key(), ": the first chunk of request ", id, " starts at byte ",
+          chunk.offset(), ", not 0")));
+    }
+    if (!DataType_IsValid(chunk.dtype())) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("key ", chunk.key(), ": unknown dtype ", chunk.dtype())));
+    }
+    // The part's size, guarding against overflow and absurd shapes.
+    uint64_t bytes = DTypeSize(static_cast<DType>(chunk.dtype()));
+    const uint64_t limit = store_->options_.max_array_bytes;
+    if (chunk.shape().empty()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("key ", chunk.key(), ": no shape")));
+    }
+    for (int64_t d : chunk.shape()) {
+      if (d < 1 || bytes > limit / static_cast<uint64_t>(d)) {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "key ", chunk.key(), ": shape ", ShapeString(chunk.dtype(), chunk.shape()),
+            " has a dimension < 1 or exceeds the server's ", limit, "-byte array bound")));
+      }
+      bytes *= static_cast<uint64_t>(d);
+    }
+    Staged staged;
+    staged.header = chunk;
+    staged.header.clear_data();
+    staged.expected = bytes;
+    staged.bytes.reserve(std::min<uint64_t>(bytes, uint64_t{256} << 20));
+    it = staged_.emplace(id, std::move(staged)).first;
+  } else {
+    const ArrayChunk& h = it->second.header;
+    if (h.key() != chunk.key() || h.dtype() != chunk.dtype() ||
+        !std::equal(h.shape().begin(), h.shape().end(), chunk.shape().begin(),
+                    chunk.shape().end()) ||
+        chunk.offset() != it->second.bytes.size()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "request ", id, ": a chunk for key ", chunk.key(), " ",
+          ShapeString(chunk.dtype(), chunk.shape()), " at byte ", chunk.offset(),
+          " does not continue key ", h.key(), " ", ShapeString(h.dtype(), h.shape()),
+          " received up to byte ", it->second.bytes.size())));
+    }
+  }
+  Staged& staged = it->second;
+  if (chunk.data().size() > staged.expected - staged.bytes.size()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "key ", chunk.key(), ": chunk at byte ", chunk.offset(), " with ", chunk.data().size(),
+        " bytes overruns the array ", ShapeString(chunk.dtype(), chunk.shape()), " of ",
+        staged.expected, " bytes")));
+  }
+  staged.bytes.append(chunk.data());
+  if (!chunk.last()) return Result();
+  if (staged.bytes.size() != staged.expected) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "key ", chunk.key(), ": the last chunk ends at byte ", staged.bytes.size(), " of the ",
+        staged.expected, " that ", ShapeString(chunk.dtype(), chunk.shape()), " needs")));
+  }
+  Staged done = std::move(staged);
+  staged_.erase(it);
+  return Result(std::move(done));
+}
+
+void ServerStore::Session::Handle(const WorkerMessage& message) {
+  if (closed_) return;
+  const uint64_t id = message.id();
+  auto staged = [&](const ArrayChunk& chunk, auto handler) {
+    absl::StatusOr<std::optional<Staged>> done = Stage(id, chunk);
+    if (!done.ok()) {
+      std::lock_guard<std::mutex> lock(store_->mu_);
+      send_({ErrorReply(id, done.status())});
+    } else if (done->has_value()) {
+      (store_->*handler)(this, id, (*done)->header, std::move((*done)->bytes));
+    }
+  };
+  switch (message.body_case()) {
+    case WorkerMessage::kHello: store_->Greet(this, id, message.hello()); break;
+    case WorkerMessage::kInit: staged(message.init(), &ServerStore::Init); break;
+    case WorkerMessage::kPush: staged(message.push(), &ServerStore::Push); break;
+    case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
+    case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
+    default: {
+      std::lock_guard<std::mutex> lock(store_->mu_);
+      send_({ErrorReply(id, absl::InvalidArgumentError(
+                                absl::StrCat("request ", id, " carries no request")))});
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// ServerStore
+
+ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
+    : rt_(rt), options_(options) {
+  sessions_.assign(options_.num_workers, nullptr);
+  departed_.assign(options_.num_workers, absl::OkStatus());
+  barrier_.assign(options_.num_workers, Waiter{});
+}
+
+ServerStore::~ServerStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, key] : keys_) {
+    (void)key.value.WaitToWrite();
+    if (!key.merged.is_none()) (void)key.merged.WaitToWrite();
+  }
+}
+
+std::unique_ptr<ServerStore::Session> ServerStore::Open(Send send) {
+  return std::unique_ptr<Session>(new Session(this, std::move(send)));
+}
+
+absl::Status ServerStore::CheckSession(const Session* s) const {
+  if (s->rank_ < 0) return absl::FailedPreconditionError("send Hello before any request");
+  return absl::OkStatus();
+}
+
+void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
+  if (hello.protocol_version() != kKVStoreProtocolVersion) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("protocol version ", hello.protocol_version(), " is not served (this server "
+                     "speaks ", kKVStoreProtocolVersion, ")")));
+  }
+  if (s->rank_ >= 0) return fail(absl::FailedPreconditionError("Hello sent twice"));
+  if (hello.num_workers() != options_.num_workers) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("worker ", hello.rank(), " counts ", hello.num_workers(),
+                     " workers but server ", options_.server_index, " serves ",
+                     options_.num_workers)));
+  }
+  if (hello.rank() < 0 || hello.rank() >= options_.num_workers) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "worker rank ", hello.rank(), " is outside [0, ", options_.num_workers, ")")));
+  }
+  if (hello.mode() != SYNC_MODE_SYNC && hello.mode() != SYNC_MODE_ASYNC) {
+    return fail(absl::InvalidArgumentError("Hello names no mode (dist_sync or dist_async)"));
+  }
+  if (mode_ != SYNC_MODE_UNSET && hello.mode() != mode_) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("worker ", hello.rank(), " asks for ", ModeName(hello.mode()),
+                     " but this job runs ", ModeName(mode_))));
+  }
+  if (sessions_[hello.rank()] != nullptr) {
+    return fail(absl::AlreadyExistsError(
+        absl::StrCat("worker ", hello.rank(), " is already connected to server ",
+                     options_.server_index)));
+  }
+  mode_ = hello.mode();
+  s->rank_ = hello.rank();
+  sessions_[s->rank_] = s;
+  departed_[s->rank_] = absl::OkStatus();
+  ServerMessage reply = OkReply(id);
+  reply.mutable_hello()->set_server_index(options_.server_index);
+  reply.mutable_hello()->set_num_servers(options_.num_servers);
+  reply.mutable_hello()->set_max_chunk_bytes(options_.max_chunk_bytes);
+  s->send_({std::move(reply)});
+}
+
+absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what,
+                                                       const ArrayChunk& header) {
+  auto it = keys_.find(header.key());
+  if (it == keys_.end()) {
+    return absl::NotFoundError(absl::StrCat(what, " of key ", header.key(),
+                                            ": the key is not initialized (Init it first)"));
+  }
+  const Shape shape(header.shape().begin(), header.shape().end());
+  if (header.dtype() != DT_FLOAT32 || shape != it->second.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of key ", header.key(), ": got ", ShapeString(header.dtype(), header.shape()),
+        " but the key holds float32 ", it->second.shape.ToString()));
+  }
+  return &it->second;
+}
+
+void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header, std::string bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto status = [&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckSession(s));
+    if (keys_.count(header.key())) return FindKey("Init", header).status();  // first value wins
+    if (header.dtype() != DT_FLOAT32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Init of key ", header.key(), ": the parameter server holds float32 arrays, got ",
+          ShapeString(header.dtype(), header.shape())));
+    }
+    Key key;
+    key.shape = Shape(header.shape().begin(), header.shape().end());
+    ASSIGN_OR_RETURN(key.value, NDArray::Empty(rt_, key.shape));
+    ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt_, key.shape));
+    RETURN_IF_ERROR(key.value.SyncCopyFromCPU(bytes.data(), key.shape.Size()));
+    key.pushed.assign(options_.num_workers, 0);
+    key.pushes.assign(options_.num_workers, 0);
+    keys_.emplace(header.key(), std::move(key));
+    return absl::OkStatus();
+  }();
+  s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
+}
+
+absl::Status ServerStore::Apply(int key_id, Key& key, const NDArray& grad) {
+  if (optimizer_ == nullptr) {
+    // No updater: the (summed) push becomes the value, as MXNet's server without one.
+    std::swap(key.value, key.merged);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(optimizer_->Update(key_id, key.value, grad));
+  return key.value.WaitToRead();
+}
+
+// Whether `key`'s open round waits on a worker that left; that worker's reason if so.
+static absl::Status RoundBlocked(int key_id, int64_t round, const std::vector<char>& pushed,
+                                 const std::vector<absl::Status>& departed) {
+  for (size_t r = 0; r < pushed.size(); ++r) {
+    if (!pushed[r] && !departed[r].ok()) {
+      return absl::UnavailableError(absl::StrCat("dist_sync round ", round, " of key ", key_id,
+                                                 " cannot complete: ", departed[r].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::string bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
+  if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
+  absl::StatusOr<Key*> found = FindKey("push", header);
+  if (!found.ok()) return fail(found.status());
+  Key& key = **found;
+  const int rank = s->rank_;
+  if (!sync()) {
+    std::memcpy(key.merged.data().dptr, bytes.data(), bytes.size());
+    absl::Status st = Apply(header.key(), key, key.merged);
+    return s->send_({st.ok() ? OkReply(id) : ErrorReply(id, st)});
+  }
+  std::vector<char> joined = key.pushed;  // barrier waiters count as pushed
+  for (int r = 0; r < options_.num_workers; ++r) joined[r] |= barrier_[r].session != nullptr;
+  joined[rank] = 1;
+  if (absl::Status st = RoundBlocked(header.key(), key.rounds_done + 1, joined, departed_);
+      !st.ok()) {
+    return fail(st);
+  }
+  if (key.pushed[rank]) {  // already in this round: waits for the next
+    key.parked.push_back({Waiter{s, id}, rank, std::move(bytes)});
+    return;
+  }
+  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, bytes); !st.ok()) return fail(st);
+  s->send_({OkReply(id)});
+  if (absl::Status st = MaybeCompleteRound(header.key(), key); !st.ok()) {
+    // Not this push's fault: the round's pulls get the error (MaybeCompleteRound sent it).
+  }
+}
+
+absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
+                                         const std::string& bytes) {
+  float* merged = static_cast<float*>(key.merged.data().dptr);
+  const float* pushed = reinterpret_cast<const float*>(bytes.data());
+  const int64_t n = key.shape.Size();
+  if (key.pushed_count == 0) {
+    std::memcpy(merged, pushed, bytes.size());
+  } else {
+    for (int64_t i = 0; i < n; ++i) merged[i] += pushed[i];
+  }
+  key.pushed[rank] = 1;
+  ++key.pushed_count;
+  key.pushes[rank] = key.rounds_done + 1;
+  return absl::OkStatus();
+}
+
+absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
+  if (key.pushed_count == 0) return absl::OkStatus();
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (!key.pushed[r] && barrier_[r].session == nullptr) return absl::OkStatus();
+  }
+  absl::Status applied = Apply(key_id, key, key.merged);
+  std::fill(key.pushed.begin(), key.pushed.end(), 0);
+  key.pushed_count = 0;
+  if (!applied.ok()) {
+    // The value is unchanged; the round's pulls learn why.
+    applied = absl::InternalError(absl::StrCat("update of key ", key_id, " on server ",
+                                               options_.server_index, ": ", applied.message()));
+    for (const PendingPull& p : key.pulls) Reply(p.waiter, {ErrorReply(p.waiter.id, applied)});
+    key.pulls.clear();
+    for (int r = 0; r < options_.num_workers; ++r) key.pushes[r] = key.rounds_done;
+    return applied;
+  }
+  ++key.rounds_done;
+  ServePulls(key_id, key);
+  // Pushes parked for this (now finished) round open the next one.
+  std::deque<ParkedPush> parked = std::move(key.parked);
+  key.parked.clear();
+  for (ParkedPush& p : parked) {
+    if (key.pushed[p.rank]) {
+      key.parked.push_back(std::move(p));
+      continue;
+    }
+    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, p.bytes));
+    Reply(p.waiter, {OkReply(p.waiter.id)});
+  }
+  return MaybeCompleteRound(key_id, key);
+}
+
+std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const Key& key) {
+  const char* data = static_cast<const char*>(key.value.data().dptr);
+  const uint64_t total = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
+  std::vector<ServerMessage> replies;
+  uint64_t offset = 0;
+  do {
+    const uint64_t n = std::min(options_.max_chunk_bytes, total - offset);
+    ServerMessage& reply = replies.emplace_back(OkReply(id));
+    ArrayChunk* chunk = reply.mutable_pull();
+    chunk->set_key(key_id);
+    chunk->set_dtype(DT_FLOAT32);
+    for (int64_t d : key.shape.dims()) chunk->add_shape(d);
+    chunk->set_offset(offset);
+    chunk->set_data(data + offset, n);
+    offset += n;
+    chunk->set_last(offset == total);
+  } while (offset < total);
+  return replies;
+}
+
+void ServerStore::ServePulls(int key_id, Key& key) {
+  std::vector<char> joined = key.pushed;
+  for (int r = 0; r < options_.num_workers; ++r) joined[r] |= barrier_[r].session != nullptr;
+  const absl::Status blocked =
+      key.pushed_count > 0 ? RoundBlocked(key_id, key.rounds_done + 1, joined, departed_)
+                           : absl::OkStatus();
+  std::vector<PendingPull> waiting;
+  for (PendingPull& p : key.pulls) {
+    if (key.rounds_done >= p.round) {
+      Reply(p.waiter, PullReply(p.waiter.id, key_id, key));
+    } else if (!blocked.ok()) {
+      Reply(p.waiter, {ErrorReply(p.waiter.id, blocked)});
+    } else {
+      waiting.push_back(p);
+    }
+  }
+  key.pulls = std::move(waiting);
+}
+
+void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
+  if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
+  auto it = keys_.find(pull.key());
+  if (it == keys_.end()) {
+    return fail(absl::NotFoundError(
+        absl::StrCat("pull of key ", pull.key(), ": the key is not initialized (Init it first)")));
+  }
+  Key& key = it->second;
+  const int64_t round = sync() ? key.pushes[s->rank_] : 0;
+  if (key.rounds_done >= round) return s->send_(PullReply(id, pull.key(), key));
+  key.pulls.push_back({Waiter{s, id}, s->rank_, round});
+  ServePulls(pull.key(), key);  // fails it at once if a departed worker blocks its round
+}
+
+void ServerStore::Barrier(Session* s, uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (!departed_[r].ok()) {
+      return s->send_({ErrorReply(id, absl::UnavailableError(absl::StrCat(
+                                          "barrier cannot complete: ", departed_[r].message())))});
+    }
+  }
+  if (barrier_[s->rank_].session != nullptr) {
+    return s->send_({ErrorReply(id, absl::FailedPreconditionError(absl::StrCat(
+                                        "worker ", s->rank_, " is already in the barrier")))});
+  }
+  barrier_[s->rank_] = Waiter{s, id};
+  ++barrier_count_;
+  // Join: rounds the others finish while this worker waits complete without it.
+  if (sync()) {
+    for (auto& [key_id, key] : keys_) (void)MaybeCompleteRound(key_id, key);
+  }
+  if (barrier_count_ < options_.num_workers) return;
+  for (auto& [key_id, key] : keys_) {
+    std::fill(key.pushes.begin(), key.pushes.end(), key.rounds_done);
+  }
+  for (Waiter& w : barrier_) {
+    Reply(w, {OkReply(w.id)});
+    w = Waiter{};
+  }
+  barrier_count_ = 0;
+}
+
+void ServerStore::Leave(Session* s, const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int rank = s->rank_;
+  if (rank < 0 || sessions_[rank] != s) return;
+  sessions_[rank] = nullptr;
+  departed_[rank] = absl::UnavailableError(
+      absl::StrCat("worker ", rank, " left server ", options_.server_index, " (", why.message(), ")"));
+  if (barrier_[rank].session == s) {
+    barrier_[rank] = Waiter{};
+    --barrier_count_;
+  }
+  for (auto& [key_id, key] : keys_) {
+    std::erase_if(key.pulls, [&](const PendingPull& p) { return p.waiter.session == s; });
+    std::erase_if(key.parked, [&](const ParkedPush& p) { return p.waiter.session == s; });
+  }
+  if (sync()) FailBlockedBy(rank, departed_[rank]);
+}
+
+void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
+  for (auto& [key_id, key] : keys_) {
+    if (key.pushed_count > 0 && !key.pushed[rank]) {
+      ServePulls(key_id, key);
+      const absl::Status blocked = absl::UnavailableError(absl::StrCat(
+          "dist_sync round ", key.rounds_done + 1, " of key ", key_id,
+          " cannot complete: ", why.message()));
+      for (ParkedPush& p : key.parked) Reply(p.waiter, {ErrorReply(p.waiter.id, blocked)});
+      key.parked.clear();
+    }
+  }
+  if (barrier_count_ > 0) {
+    const absl::Status blocked =
+        absl::UnavailableError(absl::StrCat("barrier cannot complete: ", why.message()));
+    for (Waiter& w : barrier_) {
+      if (w.session != nullptr) Reply(w, {ErrorReply(w.id, blocked)});
+      w = Waiter{};
+    }
+    barrier_count_ = 0;
+  }
+}
+
+absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request) {
+  CommandReply reply;
+  switch (request.command_case()) {
+    case CommandRequest::kSetOptimizer: {
+      const OptimizerSpec& spec = request.set_optimizer();
+      {
+        // Every worker sends the trainer's optimizer; copies of the one running change nothing.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (optimizer_ != nullptr &&
+            google::protobuf::util::MessageDifferencer::Equals(spec, optimizer_spec_)) {
+          return reply;
+        }
+      }
+      ops::KwArgs params(spec.params().begin(), spec.params().end());
+      std::sort(params.begin(), params.end());  // a proto map has no order
+      ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(spec.name(), params));
+      optimizer->SetLrMult(std::map<int, double>(spec.lr_mult().begin(), spec.lr_mult().end()));
+      optimizer->SetWdMult(std::map<int, double>(spec.wd_mult().begin(), spec.wd_mult().end()));
+      if (!spec.lr_scheduler().empty()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "learning-rate scheduler '", spec.lr_scheduler(),
+            "' on the parameter server: not supported yet (update on the workers instead)"));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      optimizer_ = std::move(optimizer);
+      optimizer_spec_ = spec;
+      return reply;
+    }
+    case CommandRequest::kSaveOptimizerState: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (optimizer_ == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "server ", options_.server_index, " has no optimizer whose state to save"));
+      }
+      ASSIGN_OR_RETURN(*reply.mutable_state(), optimizer_->SaveState());
+      return reply;
+    }
+    case CommandRequest::kLoadOptimizerState: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (optimizer_ == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "server ", options_.server_index, " has no optimizer to load a state into"));
+      }
+      RETURN_IF_ERROR(optimizer_->LoadState(rt_, request.load_optimizer_state()));
+      return reply;
+    }
+    default:
+      return absl::InvalidArgumentError("the command request names no command");
+  }
+}
+
+}  // namespace tessera::kvstore

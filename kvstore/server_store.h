@@ -1,0 +1,198 @@
+// ServerStore: what one parameter server does, without the transport. The `tessera-ps`
+// daemon (server/) adapts it to gRPC streams; tests drive it directly.
+//
+// A server holds its part of every key (proto/kvstore.proto says how keys are split) as a
+// float32 CPU array. Each worker stream becomes a Session; its requests arrive through
+// Session::Handle in stream order and its replies leave through the Session's Send function,
+// possibly later and from another session's thread (a dist_sync pull is answered by the push
+// that completes its round).
+//
+// Semantics:
+//   Init      the first value of a key wins; a later Init of the same shape and dtype is
+//             accepted and ignored, another shape or dtype is INVALID_ARGUMENT.
+//   dist_sync for each key, one round takes one push from every worker; the pushes are
+//             summed in a merge buffer and, when the last arrives, the optimizer runs once
+//             (update_on_kvstore) or the sum becomes the value (the workers update). A pull
+//             from worker w is answered once every round w has pushed into is complete, so
+//             it never sees a half-applied round. A second push of w into the same open
+//             round waits (unacknowledged) until that round completes.
+//   dist_async each push is applied on arrival (optimizer, or the push becomes the value);
+//             pulls are answered at once.
+//   Barrier   answered when every worker waits in it. In dist_sync a waiting worker counts
+//             as having pushed zeros for the rounds the others complete meanwhile (Horovod's
+//             "join"): workers with fewer batches in an epoch meet the others at the epoch's
+//             barrier instead of hanging them. When the barrier opens, every worker's round
+//             count is aligned to the key's.
+//   A worker leaving (stream closed or keepalive timeout) in dist_sync: every request that
+//   needs it - open rounds it has not pushed into, pulls waiting on them, a barrier - is
+//   answered UNAVAILABLE naming the worker; its rank may reconnect (a new Hello) and push.
+//
+// Bad input (unknown key, wrong dtype or shape, a pull before Init, malformed chunks, a
+// request before Hello) is answered with INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION
+// naming the key and shapes; it changes nothing and the session keeps serving.
+//
+// Thread safety: every method may be called from any thread; one lock guards the store.
+// Handle must be called for one session from one thread at a time (the stream's order).
+#ifndef TESSERA_KVSTORE_SERVER_STORE_H_
+#define TESSERA_KVSTORE_SERVER_STORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/optimizer.h"
+#include "ndarray/ndarray.h"
+#include "ndarray/runtime.h"
+#include "kvstore/transport.h"
+#include "proto/kvstore.pb.h"
+
+namespace tessera::kvstore {
+
+struct ServerStoreOptions {
+  int server_index = 0;
+  int num_servers = 1;
+  int num_workers = 1;
+  // Pull replies are cut into chunks of at most this many bytes.
+  uint64_t max_chunk_bytes = uint64_t{1} << 20;
+  // The largest part of one key this server accepts (a guard against absurd shapes).
+  uint64_t max_array_bytes = uint64_t{16} << 30;
+};
+
+class ServerStore {
+ public:
+  // Delivers replies to one worker, in the order of the calls (the caller queues them).
+  using Send = std::function<void(std::vector<ServerMessage> replies)>;
+
+  class Session {
+   public:
+    ~Session();  // as Close(UNAVAILABLE "stream closed")
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // One message of this worker's stream.
+    void Handle(const WorkerMessage& message);
+    // The stream ended; `why` says how. Later Handle calls are ignored.
+    void Close(const absl::Status& why);
+
+   private:
+    friend class ServerStore;
+    // A request being received chunk by chunk.
+    struct Staged {
+      ArrayChunk header;  // the first chunk, without its data
+      std::string bytes;
+      uint64_t expected = 0;
+    };
+
+    Session(ServerStore* store, Send send) : store_(store), send_(std::move(send)) {}
+    // Validates `chunk` and appends it to its request; returns the completed request (its
+    // bytes moved out) on the last chunk, nullopt while more are due.
+    absl::StatusOr<std::optional<Staged>> Stage(uint64_t id, const ArrayChunk& chunk);
+
+    ServerStore* const store_;  // not owned
+    const Send send_;
+    // Touched only by Handle (one thread at a time per session).
+    std::map<uint64_t, Staged> staged_;
+    std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
+    // The rank from Hello (-1 before it), also read under the store's lock.
+    int rank_ = -1;
+    bool closed_ = false;
+  };
+
+  ServerStore(const Runtime& rt, ServerStoreOptions options);
+  ~ServerStore();
+
+  // A session for one worker stream; replies go to `send`.
+  std::unique_ptr<Session> Open(Send send);
+
+  // The command channel. `stop` is the daemon's business and is not handled here.
+  absl::StatusOr<CommandReply> Command(const CommandRequest& request);
+
+  const ServerStoreOptions& options() const { return options_; }
+
+ private:
+  struct Waiter {
+    Session* session = nullptr;
+    uint64_t id = 0;
+  };
+  struct PendingPull {
+    Waiter waiter;
+    int rank = 0;
+    int64_t round = 0;  // answered once rounds_done >= round
+  };
+  struct ParkedPush {
+    Waiter waiter;
+    int rank = 0;
+    std::string bytes;
+  };
+  struct Key {
+    Shape shape;
+    NDArray value;   // float32 CPU, the key's part
+    NDArray merged;  // dist_sync: the open round's sum
+    int64_t rounds_done = 0;
+    std::vector<char> pushed;       // per rank, into the open round
+    int pushed_count = 0;
+    std::vector<int64_t> pushes;    // per rank: rounds it has pushed into (or joined)
+    std::deque<ParkedPush> parked;  // second pushes into the open round
+    std::vector<PendingPull> pulls;
+  };
+
+  void Greet(Session* s, uint64_t id, const Hello& hello);
+  void Init(Session* s, uint64_t id, const ArrayChunk& header, std::string bytes);
+  void Push(Session* s, uint64_t id, const ArrayChunk& header, std::string bytes);
+  void Pull(Session* s, uint64_t id, const PullRequest& pull);
+  void Barrier(Session* s, uint64_t id);
+  void Leave(Session* s, const absl::Status& why);
+
+  // Checks a request against the key it names; INVALID_ARGUMENT/NOT_FOUND naming both.
+  absl::StatusOr<Key*> FindKey(const char* what, const ArrayChunk& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSession(const Session* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sums a push into the open round (dist_sync) and completes the round when it is whole.
+  absl::Status AcceptSyncPush(int key_id, Key& key, int rank, const std::string& bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes `key`'s open round if every live worker pushed or waits in the barrier.
+  absl::Status MaybeCompleteRound(int key_id, Key& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `grad` to the key's value: the optimizer, or a copy.
+  absl::Status Apply(int key_id, Key& key, const NDArray& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The key's value as pull reply chunks for request `id`.
+  std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers ready pulls; fails the ones a departed worker blocks.
+  void ServePulls(int key_id, Key& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replies go out under the lock, so a waiter's session is alive (Leave drops its waiters
+  // under the same lock) and one worker's replies keep their order.
+  static void Reply(const Waiter& w, std::vector<ServerMessage> replies) {
+    w.session->send_(std::move(replies));
+  }
+  bool sync() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return mode_ == SYNC_MODE_SYNC; }
+
+  const Runtime rt_;
+  const ServerStoreOptions options_;
+
+  // std::mutex, not absl::Mutex, for TSan (optimizer.h says why).
+  mutable std::mutex mu_;
+  SyncMode mode_ ABSL_GUARDED_BY(mu_) = SYNC_MODE_UNSET;
+  std::map<int, Key> keys_ ABSL_GUARDED_BY(mu_);
+  std::vector<Session*> sessions_ ABSL_GUARDED_BY(mu_);   // per rank: its live session
+  std::vector<absl::Status> departed_ ABSL_GUARDED_BY(mu_);  // per rank: why it left (ok: here)
+  std::vector<Waiter> barrier_ ABSL_GUARDED_BY(mu_);      // per rank, session null if absent
+  int barrier_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
+};
+
+}  // namespace tessera::kvstore
+
+#endif  // TESSERA_KVSTORE_SERVER_STORE_H_

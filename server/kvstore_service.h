@@ -1,0 +1,36 @@
+// KVStoreServiceImpl: the gRPC face of a ServerStore (kvstore/server_store.h), on gRPC's
+// callback API. Each Session stream becomes a ServerStore::Session whose replies are queued
+// and written one at a time; Command calls go to ServerStore::Command, except `stop`, which
+// calls the daemon's stop function (it shuts the gRPC server down from another thread).
+//
+// Thread safety: gRPC calls in from its own threads; the store serializes what it must.
+#ifndef TESSERA_SERVER_KVSTORE_SERVICE_H_
+#define TESSERA_SERVER_KVSTORE_SERVICE_H_
+
+#include <functional>
+
+#include "kvstore/server_store.h"
+#include "proto/kvstore.grpc.pb.h"
+
+namespace tessera::server {
+
+class KVStoreServiceImpl final : public KVStoreService::CallbackService {
+ public:
+  // `store` (not owned) outlives the service; `on_stop` runs once per stop command and must
+  // not block (it wakes whoever shuts the server down).
+  KVStoreServiceImpl(kvstore::ServerStore* store, std::function<void()> on_stop)
+      : store_(store), on_stop_(std::move(on_stop)) {}
+
+  grpc::ServerBidiReactor<WorkerMessage, ServerMessage>* Session(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Command(grpc::CallbackServerContext* context,
+                                    const CommandRequest* request, CommandReply* reply) override;
+
+ private:
+  kvstore::ServerStore* const store_;  // not owned
+  const std::function<void()> on_stop_;
+};
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_KVSTORE_SERVICE_H_

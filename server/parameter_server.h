@@ -1,0 +1,58 @@
+// ParameterServer: a running gRPC server around one ServerStore - what `tessera-ps` runs,
+// and what tests and benchmarks start in-process on loopback.
+//
+// Start binds (port 0 picks a free port: see port()), serves the KVStore service and gRPC's
+// standard health service, and returns. Wait blocks until a stop command or Shutdown.
+//
+// Thread safety: Shutdown may be called from any thread, also while another waits.
+#ifndef TESSERA_SERVER_PARAMETER_SERVER_H_
+#define TESSERA_SERVER_PARAMETER_SERVER_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kvstore/server_store.h"
+#include "ndarray/runtime.h"
+#include "server/kvstore_service.h"
+
+namespace tessera::server {
+
+class ParameterServer {
+ public:
+  // Serves on `address` ("127.0.0.1:0", "[::]:9000", ...). UNAVAILABLE naming the address
+  // when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
+      const std::string& address, const kvstore::ServerStoreOptions& options);
+  ~ParameterServer();  // Shutdown, then waits for every stream to end
+
+  int port() const { return port_; }
+  // "127.0.0.1:<port>" when bound to a wildcard or loopback host, else the given host.
+  const std::string& address() const { return address_; }
+
+  // Blocks until a stop command arrives or Shutdown is called; then shuts gRPC down.
+  void Wait();
+  // Ends every stream (workers see UNAVAILABLE) and stops serving.
+  void Shutdown();
+
+ private:
+  ParameterServer() = default;
+
+  std::unique_ptr<OwnedRuntime> runtime_;
+  std::unique_ptr<kvstore::ServerStore> store_;
+  std::unique_ptr<KVStoreServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;  // guarded by mu_
+  bool shut_down_ = false;       // guarded by mu_
+};
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_PARAMETER_SERVER_H_

@@ -1,0 +1,93 @@
+// tessera-ps: one parameter-server daemon. A thin shell: flags and environment make a
+// ClusterSpec, ParameterServer serves until a stop command, SIGTERM or SIGINT.
+//
+//   tessera-ps --index=0 --ps_hosts=127.0.0.1:9000,127.0.0.1:9001 --num_workers=2
+//   TESSERA_ROLE=server TESSERA_INDEX=0 TESSERA_PS_HOSTS=... TESSERA_WORKER_HOSTS=... tessera-ps
+//
+// It listens on --address, or on the loopback interface at its own entry's port in the
+// server list (0 there picks a free port); --port_file receives the bound port.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "core/logging.h"
+#include "kvstore/cluster_spec.h"
+#include "server/parameter_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, address, "",
+          "host:port to listen on; default: 127.0.0.1 and this server's port in --ps_hosts");
+ABSL_FLAG(std::string, port_file, "", "write the bound port (and a newline) to this file");
+ABSL_FLAG(std::optional<int>, index, std::nullopt, "this server's index (TESSERA_INDEX)");
+ABSL_FLAG(std::optional<std::string>, ps_hosts, std::nullopt,
+          "comma-separated host:port of every server (TESSERA_PS_HOSTS)");
+ABSL_FLAG(std::optional<std::string>, worker_hosts, std::nullopt,
+          "comma-separated host:port of every worker (TESSERA_WORKER_HOSTS)");
+ABSL_FLAG(std::optional<int>, num_workers, std::nullopt,
+          "number of workers when their addresses are not given (TESSERA_NUM_WORKERS)");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tessera-ps: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tessera-ps: a Tessera parameter server (dist_sync, dist_async)");
+  absl::ParseCommandLine(argc, argv);
+  tessera::InitLogging();
+
+  tessera::kvstore::ClusterSpecFlags flags;
+  flags.role = "server";
+  flags.index = absl::GetFlag(FLAGS_index);
+  flags.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
+  flags.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
+  flags.num_workers = absl::GetFlag(FLAGS_num_workers);
+  absl::StatusOr<tessera::kvstore::ClusterSpec> spec = tessera::kvstore::ResolveClusterSpec(flags);
+  if (!spec.ok()) return Fail(spec.status());
+
+  std::string address = absl::GetFlag(FLAGS_address);
+  if (address.empty()) {
+    const std::string& mine = spec->servers[spec->index];
+    address = absl::StrCat("127.0.0.1:", mine.substr(mine.rfind(':') + 1));
+  }
+  tessera::kvstore::ServerStoreOptions options;
+  options.server_index = spec->index;
+  options.num_servers = spec->num_servers();
+  options.num_workers = spec->num_workers();
+
+  // SIGTERM/SIGINT are taken by a thread that stops the server (handlers could not).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<tessera::server::ParameterServer>> ps =
+      tessera::server::ParameterServer::Start(address, options);
+  if (!ps.ok()) return Fail(ps.status());
+  spdlog::info("tessera-ps {} of {} serving {} workers on {}", spec->index, spec->num_servers(),
+               spec->num_workers(), (*ps)->address());
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    std::ofstream(path) << (*ps)->port() << "\n";
+  }
+  std::thread([signals, server = ps->get()] {
+    int signo = 0;
+    sigwait(&signals, &signo);
+    spdlog::info("tessera-ps: signal {}, shutting down", signo);
+    server->Shutdown();
+  }).detach();
+  (*ps)->Wait();
+  spdlog::info("tessera-ps {} stopped", spec->index);
+  return 0;
+}
