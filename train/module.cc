@@ -142,12 +142,26 @@ absl::Status Module::InitParams(const Initializer& init, const std::map<std::str
 }
 
 absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string& optimizer,
-                                   const ops::KwArgs& optimizer_params) {
+                                   const ops::KwArgs& optimizer_params,
+                                   std::unique_ptr<kvstore::LRScheduler> lr_scheduler,
+                                   std::optional<bool> update_on_kvstore) {
   if (!binded() || !for_training_) return absl::FailedPreconditionError("Module::InitOptimizer: bind for training first");
+  kvstore_.reset();
+  local_optimizer_.reset();
+  optimizer_ = nullptr;
+  const bool dist = kvstore.rfind("dist", 0) == 0;
+  // One device and a local store: nothing to reduce, update in place (MXNet does the same).
+  std::unique_ptr<kvstore::KVStore> store;
+  if (execs_.size() > 1 || kvstore.rfind("local", 0) != 0) {
+    ASSIGN_OR_RETURN(store, kvstore::KVStore::Create(kvstore));
+  }
   ops::KwArgs params = optimizer_params;
-  // As MXNet's Module: gradients are summed over the batch, so scale them by 1/batch.
+  // As MXNet's Module: gradients are summed over the batch (of every worker, for dist_sync),
+  // so scale them by 1/batch.
   if (std::none_of(params.begin(), params.end(), [](const auto& kv) { return kv.first == "rescale_grad"; })) {
-    params.emplace_back("rescale_grad", absl::StrCat(1.0 / static_cast<double>(batch_size_)));
+    const bool sync = dist && kvstore.find("_sync") != std::string::npos;
+    const int64_t samples = batch_size_ * (sync ? store->num_workers() : 1);
+    params.emplace_back("rescale_grad", absl::StrCat(1.0 / static_cast<double>(samples)));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<kvstore::Optimizer> opt, kvstore::Optimizer::Create(optimizer, params));
   std::map<int, double> lr_mult, wd_mult;
@@ -168,24 +182,38 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   }
   opt->SetLrMult(lr_mult);
   opt->SetWdMult(wd_mult);
-  kvstore_.reset();
-  local_optimizer_.reset();
-  // One device and a local store: nothing to reduce, update in place (MXNet does the same).
-  if (execs_.size() == 1 && kvstore.rfind("local", 0) == 0) {
+  if (lr_scheduler != nullptr) opt->SetLrScheduler(std::move(lr_scheduler));
+  update_on_kvstore_ = store != nullptr && update_on_kvstore.value_or(!(dist && opt->has_lr_scheduler()));
+  if (store == nullptr) {
     local_optimizer_ = std::move(opt);
     optimizer_ = local_optimizer_.get();
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(kvstore_, kvstore::KVStore::Create(kvstore));
   std::vector<int> keys;
   std::vector<NDArray> values;
+  std::vector<std::vector<NDArray>> weights;
   for (int i : trained_) {
     keys.push_back(i);
     values.push_back(execs_[0]->arg_arrays()[param_position_[i]]);
+    weights.emplace_back();
+    for (auto& exec : execs_) weights.back().push_back(exec->arg_arrays()[param_position_[i]]);
   }
-  RETURN_IF_ERROR(kvstore_->Init(keys, values));
-  RETURN_IF_ERROR(kvstore_->SetOptimizer(std::move(opt)));
-  optimizer_ = kvstore_->optimizer();
+  RETURN_IF_ERROR(store->Init(keys, values));
+  if (update_on_kvstore_) {
+    RETURN_IF_ERROR(store->SetOptimizer(std::move(opt)));
+    optimizer_ = store->optimizer();
+  } else {
+    local_optimizer_ = std::move(opt);
+    optimizer_ = local_optimizer_.get();
+  }
+  if (dist) {
+    // Every worker starts from the servers' values (the first worker's Init won).
+    RETURN_IF_ERROR(store->Pull(keys, weights));
+    for (const auto& list : weights) {
+      for (const NDArray& w : list) RETURN_IF_ERROR(w.WaitToRead());
+    }
+  }
+  kvstore_ = std::move(store);
   return absl::OkStatus();
 }
 
@@ -234,7 +262,13 @@ absl::Status Module::Update() {
       weights.push_back(exec->arg_arrays()[at]);
     }
     RETURN_IF_ERROR(kvstore_->Push({i}, {grads}, i));
-    RETURN_IF_ERROR(kvstore_->Pull({i}, {weights}, i));
+    if (update_on_kvstore_) {
+      RETURN_IF_ERROR(kvstore_->Pull({i}, {weights}, i));
+      continue;
+    }
+    // The store only sums: every device updates its copy with the summed gradient.
+    RETURN_IF_ERROR(kvstore_->Pull({i}, {grads}, i));
+    for (size_t d = 0; d < execs_.size(); ++d) RETURN_IF_ERROR(optimizer_->Update(i, weights[d], grads[d], i));
   }
   return absl::OkStatus();
 }
@@ -262,12 +296,12 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     RETURN_IF_ERROR(InitParams(options.initializer ? *options.initializer : xavier, {}, {}, options.seed));
   }
   if (optimizer_ == nullptr) {
-    RETURN_IF_ERROR(InitOptimizer(options.kvstore, options.optimizer, options.optimizer_params));
+    std::unique_ptr<kvstore::LRScheduler> scheduler;
     if (options.lr_scheduler) {
-      using Scheduler = std::unique_ptr<kvstore::LRScheduler>;
-      ASSIGN_OR_RETURN(Scheduler scheduler, options.lr_scheduler());
-      optimizer_->SetLrScheduler(std::move(scheduler));
+      ASSIGN_OR_RETURN(scheduler, options.lr_scheduler());
     }
+    RETURN_IF_ERROR(InitOptimizer(options.kvstore, options.optimizer, options.optimizer_params,
+                                  std::move(scheduler), options.update_on_kvstore));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> metric, CreateMetric(options.eval_metric));
   ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> eval_metric, CreateMetric(options.eval_metric));
@@ -293,6 +327,9 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
       ++nbatch;
       if (options.batch_end_callback) options.batch_end_callback({epoch, nbatch, metric.get()});
     }
+    // Workers meet at each epoch's end. A worker whose partition ran out of batches first
+    // waits here, and dist_sync rounds complete without it (kvstore/server_store.h).
+    if (kvstore_ != nullptr) RETURN_IF_ERROR(kvstore_->Barrier());
     std::vector<std::pair<std::string, double>> eval_values;
     if (eval != nullptr) {
       ASSIGN_OR_RETURN(eval_values, Score(eval, eval_metric.get()));
@@ -384,7 +421,8 @@ absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch, bool s
   RETURN_IF_ERROR(SaveArrays(ParamsPath(prefix, epoch), all));
   if (save_optimizer_states) {
     if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::SaveCheckpoint: no optimizer yet");
-    ASSIGN_OR_RETURN(std::string state, optimizer_->SaveState());
+    ASSIGN_OR_RETURN(std::string state,
+                     update_on_kvstore_ ? kvstore_->SaveOptimizerStates() : optimizer_->SaveState());
     RETURN_IF_ERROR(WriteFile(StatesPath(prefix, epoch), state));
   }
   return absl::OkStatus();
@@ -411,7 +449,7 @@ absl::StatusOr<Checkpoint> Module::LoadCheckpoint(const Runtime& rt, const std::
 absl::Status Module::LoadOptimizerStates(const std::string& path) {
   if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::LoadOptimizerStates: call InitOptimizer first");
   ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  return optimizer_->LoadState(rt_, bytes);
+  return update_on_kvstore_ ? kvstore_->LoadOptimizerStates(rt_, bytes) : optimizer_->LoadState(rt_, bytes);
 }
 
 }  // namespace tessera::train

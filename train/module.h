@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,10 @@ struct FitOptions {
   // Makes the learning-rate schedule (kvstore/lr_scheduler.h), e.g.
   // [] { return kvstore::FactorScheduler::Create(100, 0.5); }; none: a fixed rate.
   std::function<absl::StatusOr<std::unique_ptr<kvstore::LRScheduler>>()> lr_scheduler;
+  // Where the optimizer runs with a KVStore: on the store (the parameter servers for dist_*),
+  // or on the workers with the store only summing gradients. Default: on the store, except
+  // dist_* with an lr_scheduler (schedulers cannot run on the servers yet).
+  std::optional<bool> update_on_kvstore;
   // Default: Xavier (uniform, avg, magnitude 3) with MXNet's naming conventions.
   std::shared_ptr<const Initializer> initializer;
   uint64_t seed = 0;
@@ -104,8 +109,13 @@ class Module {
   // shape is INVALID_ARGUMENT naming it. Fit initializes only when this was not called.
   absl::Status InitParams(const Initializer& init, const std::map<std::string, NDArray>& arg_params = {},
                           const std::map<std::string, NDArray>& aux_params = {}, uint64_t seed = 0);
+  // Creates the optimizer (rescale_grad defaults to 1/batch, and 1/(batch * workers) for
+  // dist_sync, as MXNet) and the KVStore. A dist store gets every parameter's initial value
+  // (the first worker's wins) and the workers then pull it, so all start alike.
   absl::Status InitOptimizer(const std::string& kvstore, const std::string& optimizer,
-                             const ops::KwArgs& optimizer_params);
+                             const ops::KwArgs& optimizer_params,
+                             std::unique_ptr<kvstore::LRScheduler> lr_scheduler = nullptr,
+                             std::optional<bool> update_on_kvstore = std::nullopt);
   kvstore::Optimizer* optimizer() { return optimizer_; }
 
   absl::Status Forward(const io::DataBatch& batch, bool is_train);
@@ -152,7 +162,8 @@ class Module {
   bool for_training_ = false;
   bool params_initialized_ = false;
   std::unique_ptr<kvstore::KVStore> kvstore_;
-  std::unique_ptr<kvstore::Optimizer> local_optimizer_;  // when no KVStore is used
+  std::unique_ptr<kvstore::Optimizer> local_optimizer_;  // when the workers update
+  bool update_on_kvstore_ = false;
   kvstore::Optimizer* optimizer_ = nullptr;
   std::vector<int> trained_;  // indices into param_names_ of parameters with gradients
 };

@@ -51,7 +51,14 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, 
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream ended; OnDone reports how
+    if (!ok) {
+      // The stream ended (server gone, cancelled, keepalive timeout). Release the hold that
+      // keeps it open for writes, so OnDone comes and fails whatever is pending.
+      std::lock_guard<std::mutex> lock(mu_);
+      ended_ = true;  // no write may start now: OnDone can come at any moment
+      ReleaseHoldLocked();
+      return;
+    }
     OnReply callback;
     const bool done = in_.code() != 0 || !in_.has_pull() || in_.pull().last();
     {
@@ -98,18 +105,23 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, 
 
  private:
   void StartNextWriteLocked() {
-    if (writing_ || write_failed_ || queue_.empty()) return;
+    if (writing_ || write_failed_ || ended_ || queue_.empty()) return;
     current_ = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
     writing_ = true;
     StartWrite(&current_);
   }
   void MaybeWritesDoneLocked() {
-    if (closing_ && !writes_done_ && !writing_ && queue_.empty()) {
+    if (closing_ && !writes_done_ && !ended_ && !writing_ && queue_.empty()) {
       writes_done_ = true;
       StartWritesDone();
-      RemoveHold();
+      ReleaseHoldLocked();
     }
+  }
+  void ReleaseHoldLocked() {
+    if (hold_released_) return;
+    hold_released_ = true;
+    RemoveHold();
   }
 
   const std::string address_;
@@ -127,6 +139,8 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, 
   bool write_failed_ = false;
   bool closing_ = false;
   bool writes_done_ = false;
+  bool hold_released_ = false;
+  bool ended_ = false;  // the read side saw the stream end
   bool done_ = false;
 };
 

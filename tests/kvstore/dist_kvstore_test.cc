@@ -1,0 +1,272 @@
+// dist_sync and dist_async end to end inside one process: real parameter servers
+// (server/parameter_server.h) on loopback ports, each "worker" its own DistKVStore with its
+// own gRPC streams. The multi-process versions (real tessera-ps daemons) are in
+// tests/integration/.
+#include "kvstore/dist_kvstore.h"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/parameter_server.h"
+#include "tests/ndarray/test_util.h"
+
+namespace tessera::kvstore {
+namespace {
+
+using tessera::testing::IsOk;
+using tessera::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+class DistKVStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+  }
+  void TearDown() override {
+    workers_.clear();
+    servers_.clear();
+  }
+
+  // Starts `num_servers` servers for `num_workers` workers and connects the workers.
+  void StartCluster(const std::string& type, int num_servers, int num_workers,
+                    int64_t bigarray_bound = kDefaultBigArrayBound) {
+    ClusterSpec spec;
+    for (int s = 0; s < num_servers; ++s) {
+      ServerStoreOptions options;
+      options.server_index = s;
+      options.num_servers = num_servers;
+      options.num_workers = num_workers;
+      auto ps = server::ParameterServer::Start("127.0.0.1:0", options);
+      ASSERT_THAT(ps, IsOk());
+      spec.servers.push_back((*ps)->address());
+      servers_.push_back(std::move(*ps));
+    }
+    spec.workers.assign(num_workers, "");
+    std::vector<std::thread> threads;
+    workers_.resize(num_workers);
+    // dist_sync connections need no order; connect concurrently as real workers would.
+    for (int w = 0; w < num_workers; ++w) {
+      threads.emplace_back([&, w, spec]() mutable {
+        DistKVStoreOptions options;
+        options.cluster = spec;
+        options.cluster.index = w;
+        options.bigarray_bound = bigarray_bound;
+        options.connect_timeout = absl::Seconds(10);
+        auto store = CreateDistKVStore(type, options);
+        ASSERT_THAT(store, IsOk());
+        workers_[w] = std::move(*store);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  const Runtime& rt() const { return owned_->get(); }
+  NDArray Arr(std::vector<float> v, int device = 0) {
+    return *FromVector<float>(rt(), Shape{static_cast<int64_t>(v.size())}, v, Context::CPU(device));
+  }
+  static std::vector<float> Get(const NDArray& a) { return *a.AsVector<float>(); }
+  std::vector<float> PullValue(int worker, int key, int n) {
+    NDArray out = Arr(std::vector<float>(n, -99.f));
+    EXPECT_THAT(workers_[worker]->Pull({key}, {{out}}), IsOk());
+    EXPECT_THAT(out.WaitToRead(), IsOk());
+    return Get(out);
+  }
+
+  std::unique_ptr<OwnedRuntime> owned_;
+  std::vector<std::unique_ptr<server::ParameterServer>> servers_;
+  std::vector<std::unique_ptr<KVStore>> workers_;
+};
+
+TEST_F(DistKVStoreTest, SyncRoundSumsEveryWorkersPushBeforeAnyPullSeesIt) {
+  StartCluster("dist_sync", 1, 2);
+  ASSERT_EQ(workers_.size(), 2u);
+  EXPECT_EQ(workers_[1]->rank(), 1);
+  EXPECT_EQ(workers_[1]->num_workers(), 2);
+  EXPECT_EQ(workers_[0]->type(), "dist_sync");
+  for (auto& w : workers_) ASSERT_THAT(w->Init({3}, {Arr({1, 2, 3})}), IsOk());
+  EXPECT_THAT(PullValue(1, 3, 3), ElementsAre(1, 2, 3));
+  for (int round = 1; round <= 3; ++round) {
+    // Worker 0 pushes and pulls first: its pull must wait for worker 1's push.
+    NDArray out0 = Arr({0, 0, 0});
+    ASSERT_THAT(workers_[0]->Push({3}, {{Arr({1.f * round, 0, 0})}}), IsOk());
+    ASSERT_THAT(workers_[0]->Pull({3}, {{out0}}), IsOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_THAT(workers_[1]->Push({3}, {{Arr({0, 10.f * round, 0})}}), IsOk());
+    ASSERT_THAT(out0.WaitToRead(), IsOk());
+    // No optimizer: the value is the round's sum.
+    EXPECT_THAT(Get(out0), ElementsAre(round, 10 * round, 0)) << "round " << round;
+    EXPECT_THAT(PullValue(1, 3, 3), ElementsAre(round, 10 * round, 0));
+  }
+}
+
+TEST_F(DistKVStoreTest, SyncRunsTheServersOptimizerOncePerRound) {
+  StartCluster("dist_sync", 1, 2);
+  for (auto& w : workers_) {
+    ASSERT_THAT(w->Init({0}, {Arr({1, 1})}), IsOk());
+    ASSERT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.5"}})), IsOk());
+    EXPECT_EQ(w->optimizer()->name(), "sgd");
+  }
+  ASSERT_THAT(workers_[0]->Push({0}, {{Arr({1, 2})}}), IsOk());
+  ASSERT_THAT(workers_[1]->Push({0}, {{Arr({3, 4})}}), IsOk());
+  // w - 0.5 * (g0 + g1)
+  EXPECT_THAT(PullValue(0, 0, 2), ElementsAre(1 - 2, 1 - 3));
+  EXPECT_THAT(PullValue(1, 0, 2), ElementsAre(1 - 2, 1 - 3));
+  // The servers' optimizer state travels through the command channel.
+  auto state = workers_[0]->SaveOptimizerStates();
+  ASSERT_THAT(state, IsOk());
+  EXPECT_THAT(workers_[1]->LoadOptimizerStates(rt(), *state), IsOk());
+  EXPECT_THAT(workers_[1]->LoadOptimizerStates(rt(), "junk"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TSRPSOPT")));
+}
+
+TEST_F(DistKVStoreTest, AsyncAppliesEachPushOnArrival) {
+  StartCluster("dist_async", 1, 2);
+  for (auto& w : workers_) {
+    ASSERT_THAT(w->Init({5}, {Arr({0, 0})}), IsOk());
+    ASSERT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "1"}})), IsOk());
+  }
+  ASSERT_THAT(workers_[0]->Push({5}, {{Arr({1, 0})}}), IsOk());
+  // No round: worker 0 sees its own update without waiting for worker 1.
+  EXPECT_THAT(PullValue(0, 5, 2), ElementsAre(-1, 0));
+  ASSERT_THAT(workers_[1]->Push({5}, {{Arr({0, 2})}}), IsOk());
+  EXPECT_THAT(PullValue(1, 5, 2), ElementsAre(-1, -2));
+}
+
+TEST_F(DistKVStoreTest, BigArraysAreSplitAcrossServersAndSmallOnesSpread) {
+  StartCluster("dist_sync", 2, 1, /*bigarray_bound=*/100);
+  std::vector<float> big(1001), small = {5, 6, 7};
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
+  ASSERT_THAT(workers_[0]->Init({0, 1, 2}, {Arr(big), Arr(small), Arr(small)}), IsOk());
+  EXPECT_THAT(PullValue(0, 0, 1001), ElementsAreArray(big));
+  std::vector<float> grad(1001, 1.f);
+  ASSERT_THAT(workers_[0]->Push({0, 1}, {{Arr(grad)}, {Arr({1, 1, 1})}}), IsOk());
+  std::vector<float> expect = grad;  // no optimizer: the pushed sum replaces the value
+  EXPECT_THAT(PullValue(0, 0, 1001), ElementsAreArray(expect));
+  EXPECT_THAT(PullValue(0, 1, 3), ElementsAre(1, 1, 1));
+  EXPECT_THAT(PullValue(0, 2, 3), ElementsAre(5, 6, 7));
+  // Each server holds part of the big key: stopping one loses the key.
+  servers_[1]->Shutdown();
+  NDArray out = Arr(std::vector<float>(1001));
+  ASSERT_THAT(workers_[0]->Pull({0}, {{out}}), IsOk());
+  EXPECT_THAT(out.WaitToRead(), StatusIs(absl::StatusCode::kUnavailable));
+  // After a lost server every call fails at once instead of hanging.
+  EXPECT_THAT(workers_[0]->Push({2}, {{Arr(small)}}), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(DistKVStoreTest, DevicesOfOneWorkerAreSummedBeforeThePush) {
+  StartCluster("dist_sync", 1, 1);
+  ASSERT_THAT(workers_[0]->Init({4}, {Arr({0, 0})}), IsOk());
+  ASSERT_THAT(workers_[0]->Push({4}, {{Arr({1, 2}, 0), Arr({10, 20}, 1), Arr({100, 200}, 2)}}), IsOk());
+  NDArray a = Arr({0, 0}, 1), b = Arr({0, 0}, 2);
+  ASSERT_THAT(workers_[0]->Pull({4}, {{a, b}}), IsOk());
+  EXPECT_THAT(Get(a), ElementsAre(111, 222));
+  EXPECT_THAT(Get(b), ElementsAre(111, 222));
+}
+
+TEST_F(DistKVStoreTest, BadCallsAreRefusedBeforeAnythingIsSent) {
+  StartCluster("dist_sync", 1, 1);
+  ASSERT_THAT(workers_[0]->Init({1}, {Arr({1, 2, 3})}), IsOk());
+  EXPECT_THAT(workers_[0]->Init({1}, {Arr({1, 2, 3})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key 1 initialized twice")));
+  EXPECT_THAT(workers_[0]->Push({1}, {{Arr({1, 2})}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("key 1"), HasSubstr("(2,)"), HasSubstr("(3,)"))));
+  EXPECT_THAT(workers_[0]->Pull({9}, {{Arr({1})}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key 9")));
+  auto ints = FromVector<int32_t>(rt(), Shape{3}, std::vector<int32_t>{1, 2, 3});
+  EXPECT_THAT(workers_[0]->Init({2}, {*ints}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int32")));
+  workers_[0]->SetUpdater([](int, const NDArray&, const NDArray&) { return absl::OkStatus(); });
+  EXPECT_THAT(workers_[0]->Push({1}, {{Arr({1, 2, 3})}}),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("custom updater")));
+  workers_[0]->SetUpdater(nullptr);
+  // Nothing changed.
+  EXPECT_THAT(PullValue(0, 1, 3), ElementsAre(1, 2, 3));
+}
+
+TEST_F(DistKVStoreTest, AWorkerLeavingFailsTheRoundItBlocksWithItsName) {
+  StartCluster("dist_sync", 1, 2);
+  for (auto& w : workers_) ASSERT_THAT(w->Init({7}, {Arr({1})}), IsOk());
+  NDArray out = Arr({0});
+  ASSERT_THAT(workers_[0]->Push({7}, {{Arr({1})}}), IsOk());
+  ASSERT_THAT(workers_[0]->Pull({7}, {{out}}), IsOk());
+  const auto start = std::chrono::steady_clock::now();
+  workers_[1].reset();  // closes its streams mid-round
+  EXPECT_THAT(out.WaitToRead(), StatusIs(absl::StatusCode::kUnavailable,
+                                         AllOf(HasSubstr("round 1 of key 7"), HasSubstr("worker 1 left"))));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_THAT(workers_[0]->Push({7}, {{Arr({1})}}), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(workers_[0]->Barrier(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(DistKVStoreTest, AWorkerInTheBarrierCountsAsPushingZeros) {
+  StartCluster("dist_sync", 1, 2);
+  for (auto& w : workers_) ASSERT_THAT(w->Init({0}, {Arr({0})}), IsOk());
+  // Worker 1 has one batch less: it reaches the epoch's barrier while worker 0 still pushes.
+  std::thread early([&] { EXPECT_THAT(workers_[1]->Barrier(), IsOk()); });
+  for (int i = 1; i <= 2; ++i) {
+    ASSERT_THAT(workers_[0]->Push({0}, {{Arr({static_cast<float>(i)})}}), IsOk());
+    EXPECT_THAT(PullValue(0, 0, 1), ElementsAre(i));
+  }
+  EXPECT_THAT(workers_[0]->Barrier(), IsOk());
+  early.join();
+  // The next epoch's rounds need both again.
+  ASSERT_THAT(workers_[0]->Push({0}, {{Arr({10})}}), IsOk());
+  ASSERT_THAT(workers_[1]->Push({0}, {{Arr({20})}}), IsOk());
+  EXPECT_THAT(PullValue(0, 0, 1), ElementsAre(30));
+  EXPECT_THAT(PullValue(1, 0, 1), ElementsAre(30));
+}
+
+// Randomized against an oracle: each worker pushes every key `rounds` times, in its own
+// random key order and with random pauses, pulling after each push; in dist_sync the value
+// after round r must be the sum of every worker's r-th push of that key (no optimizer).
+TEST_F(DistKVStoreTest, RandomInterleavingsMatchTheRoundOracle) {
+  constexpr int kWorkers = 3, kKeys = 4, kRounds = 6;
+  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/8);
+  auto push_value = [](int w, int key, int round) { return static_cast<float>(100 * w + 10 * key + round); };
+  auto oracle = [&](int key, int round) {
+    float sum = 0;
+    for (int w = 0; w < kWorkers; ++w) sum += push_value(w, key, round);
+    return sum;
+  };
+  const int sizes[kKeys] = {1, 5, 9, 20};  // 9 and 20 are split across both servers
+  for (auto& w : workers_) {
+    for (int k = 0; k < kKeys; ++k) ASSERT_THAT(w->Init({k}, {Arr(std::vector<float>(sizes[k]))}), IsOk());
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(w + 1);
+      for (int round = 1; round <= kRounds; ++round) {
+        std::vector<int> order = {0, 1, 2, 3};
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<NDArray> outs;
+        for (int k : order) {
+          ASSERT_THAT(workers_[w]->Push({k}, {{Arr(std::vector<float>(sizes[k], push_value(w, k, round)))}}), IsOk());
+          if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+          outs.push_back(Arr(std::vector<float>(sizes[k], -1)));
+          ASSERT_THAT(workers_[w]->Pull({k}, {{outs.back()}}), IsOk());
+        }
+        for (size_t i = 0; i < order.size(); ++i) {
+          for (float v : Get(outs[i])) mismatches += v != oracle(order[i], round);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+}  // namespace
+}  // namespace tessera::kvstore
