@@ -11,9 +11,9 @@
 // one contiguous part per server.
 //
 // The optimizer set by SetOptimizer runs on the servers (update_on_kvstore): every worker
-// sends its description (name, parameters, lr/wd multipliers); the servers keep the first
-// and ignore identical copies. Learning-rate schedulers cannot travel yet (UNIMPLEMENTED:
-// update on the workers instead). Without an optimizer the servers store the sum of a
+// sends its description (name, parameters, lr/wd multipliers, learning-rate schedule); the
+// servers keep the first and ignore identical copies. Each server counts its own updates
+// for the schedule, as MXNet's servers do. Without an optimizer the servers store the sum of a
 // round's pushes (dist_sync) or the last push (dist_async), and a Pull returns that.
 // Custom updater functions cannot run on a server: Push is UNIMPLEMENTED while one is set.
 //

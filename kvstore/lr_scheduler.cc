@@ -1,11 +1,16 @@
 #include "kvstore/lr_scheduler.h"
 
 #include <cmath>
+#include <map>
+#include <optional>
 #include <numbers>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 
 namespace tessera::kvstore {
@@ -13,6 +18,15 @@ namespace {
 
 absl::Status Invalid(const char* who, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(who, ": ", what));
+}
+
+// Exact text for a double, so a re-created scheduler computes the same rates.
+std::string Exact(double v) { return absl::StrFormat("%.17g", v); }
+
+std::vector<std::pair<std::string, std::string>> WarmupConfig(const Warmup& w) {
+  return {{"warmup_steps", absl::StrCat(w.steps)},
+          {"warmup_begin_lr", Exact(w.begin_lr)},
+          {"warmup_mode", w.mode == WarmupMode::kLinear ? "linear" : "constant"}};
 }
 
 absl::Status CheckStateSize(const char* who, absl::Span<const double> state, size_t expected) {
@@ -76,8 +90,14 @@ absl::StatusOr<std::unique_ptr<FactorScheduler>> FactorScheduler::Create(
   if (!std::isfinite(stop_factor_lr) || stop_factor_lr < 0) {
     return Invalid(kWho, absl::StrCat("stop_factor_lr must be >= 0, got ", stop_factor_lr));
   }
-  return std::unique_ptr<FactorScheduler>(
+  std::unique_ptr<FactorScheduler> made(
       new FactorScheduler(step, factor, stop_factor_lr, base_lr, warmup));
+  made->config_ = {{"step", absl::StrCat(step)},
+                   {"factor", Exact(factor)},
+                   {"stop_factor_lr", Exact(stop_factor_lr)},
+                   {"base_lr", Exact(base_lr)}};
+  for (auto& kv : WarmupConfig(warmup)) made->config_.push_back(kv);
+  return made;
 }
 
 double FactorScheduler::Scheduled(int64_t num_update) {
@@ -119,8 +139,13 @@ absl::StatusOr<std::unique_ptr<MultiFactorScheduler>> MultiFactorScheduler::Crea
   if (!(factor > 0 && factor <= 1)) {
     return Invalid(kWho, absl::StrCat("factor must be in (0, 1] to reduce the rate, got ", factor));
   }
-  return std::unique_ptr<MultiFactorScheduler>(
-      new MultiFactorScheduler(std::move(steps), factor, base_lr, warmup));
+  std::unique_ptr<MultiFactorScheduler> made(
+      new MultiFactorScheduler(steps, factor, base_lr, warmup));
+  made->config_ = {{"steps", absl::StrJoin(steps, ",")},
+                   {"factor", Exact(factor)},
+                   {"base_lr", Exact(base_lr)}};
+  for (auto& kv : WarmupConfig(warmup)) made->config_.push_back(kv);
+  return made;
 }
 
 double MultiFactorScheduler::Scheduled(int64_t num_update) {
@@ -165,8 +190,12 @@ absl::StatusOr<std::unique_ptr<CosineScheduler>> CosineScheduler::Create(
   if (!std::isfinite(final_lr) || final_lr < 0) {
     return Invalid(kWho, absl::StrCat("final_lr must be >= 0, got ", final_lr));
   }
-  return std::unique_ptr<CosineScheduler>(
-      new CosineScheduler(max_update, base_lr, final_lr, warmup));
+  std::unique_ptr<CosineScheduler> made(new CosineScheduler(max_update, base_lr, final_lr, warmup));
+  made->config_ = {{"max_update", absl::StrCat(max_update)},
+                   {"base_lr", Exact(base_lr)},
+                   {"final_lr", Exact(final_lr)}};
+  for (auto& kv : WarmupConfig(warmup)) made->config_.push_back(kv);
+  return made;
 }
 
 void CosineScheduler::SetBaseLr(double lr) {
@@ -201,6 +230,79 @@ absl::Status CosineScheduler::LoadState(absl::Span<const double> state) {
   RETURN_IF_ERROR(LRScheduler::LoadState(state.subspan(0, 2)));
   base_lr_orig_ = state[2];
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LRScheduler>> CreateLRScheduler(
+    const std::string& name, const std::vector<std::pair<std::string, std::string>>& args) {
+  std::map<std::string, std::string> given(args.begin(), args.end());
+  const std::string who = absl::StrCat("lr scheduler \"", name, "\"");
+  auto take = [&](const char* key) -> std::optional<std::string> {
+    auto it = given.find(key);
+    if (it == given.end()) return std::nullopt;
+    std::string v = it->second;
+    given.erase(it);
+    return v;
+  };
+  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
+    std::optional<std::string> v = take(key);
+    double out = fallback;
+    if (v && !absl::SimpleAtod(*v, &out)) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": ", key, "='", *v, "' is not a number"));
+    }
+    return out;
+  };
+  auto integer = [&](const char* key, int64_t fallback) -> absl::StatusOr<int64_t> {
+    std::optional<std::string> v = take(key);
+    int64_t out = fallback;
+    if (v && !absl::SimpleAtoi(*v, &out)) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": ", key, "='", *v, "' is not an integer"));
+    }
+    return out;
+  };
+  Warmup warmup;
+  ASSIGN_OR_RETURN(warmup.steps, integer("warmup_steps", 0));
+  ASSIGN_OR_RETURN(warmup.begin_lr, number("warmup_begin_lr", 0));
+  if (std::optional<std::string> mode = take("warmup_mode")) {
+    if (*mode != "linear" && *mode != "constant") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": warmup_mode='", *mode, "' (linear or constant)"));
+    }
+    warmup.mode = *mode == "linear" ? WarmupMode::kLinear : WarmupMode::kConstant;
+  }
+  std::unique_ptr<LRScheduler> made;
+  if (name == "factor") {
+    ASSIGN_OR_RETURN(int64_t step, integer("step", 0));
+    ASSIGN_OR_RETURN(double factor, number("factor", 1));
+    ASSIGN_OR_RETURN(double stop, number("stop_factor_lr", 1e-8));
+    ASSIGN_OR_RETURN(double base_lr, number("base_lr", 0.01));
+    ASSIGN_OR_RETURN(made, FactorScheduler::Create(step, factor, stop, base_lr, warmup));
+  } else if (name == "multifactor") {
+    std::vector<int64_t> steps;
+    for (absl::string_view part : absl::StrSplit(take("steps").value_or(""), ',', absl::SkipEmpty())) {
+      int64_t step = 0;
+      if (!absl::SimpleAtoi(part, &step)) {
+        return absl::InvalidArgumentError(absl::StrCat(who, ": steps entry '", part, "' is not an integer"));
+      }
+      steps.push_back(step);
+    }
+    ASSIGN_OR_RETURN(double factor, number("factor", 1));
+    ASSIGN_OR_RETURN(double base_lr, number("base_lr", 0.01));
+    ASSIGN_OR_RETURN(made, MultiFactorScheduler::Create(steps, factor, base_lr, warmup));
+  } else if (name == "cosine") {
+    ASSIGN_OR_RETURN(int64_t max_update, integer("max_update", 0));
+    ASSIGN_OR_RETURN(double base_lr, number("base_lr", 0.01));
+    ASSIGN_OR_RETURN(double final_lr, number("final_lr", 0));
+    ASSIGN_OR_RETURN(made, CosineScheduler::Create(max_update, base_lr, final_lr, warmup.steps,
+                                                   warmup.begin_lr, warmup.mode));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown lr scheduler \"", name, "\" (factor, multifactor, cosine)"));
+  }
+  if (!given.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": unknown argument '", given.begin()->first, "'"));
+  }
+  return made;
 }
 
 }  // namespace tessera::kvstore

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +54,10 @@ class LRScheduler {
   // starting point, so the whole schedule follows.
   virtual void SetBaseLr(double lr);
 
+  // The arguments it was created with, as CreateLRScheduler takes them (name() and these
+  // re-create it in another process: the parameter servers run the trainer's schedule).
+  const std::vector<std::pair<std::string, std::string>>& config() const { return config_; }
+
   // The mutable state, and its restoration; LoadState rejects a vector of another length.
   virtual std::vector<double> SaveState() const;
   virtual absl::Status LoadState(absl::Span<const double> state);
@@ -66,6 +71,7 @@ class LRScheduler {
   virtual double Scheduled(int64_t num_update) = 0;
 
   double base_lr_;
+  std::vector<std::pair<std::string, std::string>> config_;  // set by each Create
 
  private:
   Warmup warmup_;
@@ -142,6 +148,13 @@ class CosineScheduler : public LRScheduler {
   double final_lr_;
   int64_t max_steps_;
 };
+
+// A scheduler by name ("factor", "multifactor", "cosine") from string arguments named as
+// the Create functions' parameters (warmup_steps, warmup_begin_lr, warmup_mode=linear|
+// constant; multifactor's steps as "10,20,30"); omitted ones take their defaults.
+// INVALID_ARGUMENT naming the scheduler and the argument.
+absl::StatusOr<std::unique_ptr<LRScheduler>> CreateLRScheduler(
+    const std::string& name, const std::vector<std::pair<std::string, std::string>>& args);
 
 }  // namespace tessera::kvstore
 

@@ -184,9 +184,9 @@ std::map<int, double> Optimizer::wd_mult() const {
   return wd_mult_;
 }
 
-bool Optimizer::has_lr_scheduler() const {
+const LRScheduler* Optimizer::lr_scheduler() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return scheduler_ != nullptr;
+  return scheduler_.get();
 }
 
 void Optimizer::SetLrScheduler(std::unique_ptr<LRScheduler> scheduler) {

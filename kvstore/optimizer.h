@@ -85,7 +85,9 @@ class Optimizer {
   // Replaces the scheduler (null removes it). When the optimizer was created with an explicit
   // learning_rate, the scheduler restarts from it (SetBaseLr), as MXNet's constructor does.
   void SetLrScheduler(std::unique_ptr<LRScheduler> scheduler);
-  bool has_lr_scheduler() const;
+  // The scheduler (owned by the optimizer; null without one). Its name() and config() are
+  // fixed at creation, so reading them needs no lock; do not call it while updates run.
+  const LRScheduler* lr_scheduler() const;
 
   int64_t num_update() const;
   // Updates counted for (index, device); 0 before the first.

@@ -78,6 +78,8 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
     staged.header = chunk;
     staged.header.clear_data();
     staged.expected = bytes;
+    staged.bytes = std::move(spare_);
+    staged.bytes.clear();
     staged.bytes.reserve(std::min<uint64_t>(bytes, uint64_t{256} << 20));
     it = staged_.emplace(id, std::move(staged)).first;
   } else {
@@ -121,7 +123,9 @@ void ServerStore::Session::Handle(const WorkerMessage& message) {
       std::lock_guard<std::mutex> lock(store_->mu_);
       send_({ErrorReply(id, done.status())});
     } else if (done->has_value()) {
-      (store_->*handler)(this, id, (*done)->header, std::move((*done)->bytes));
+      std::string& bytes = (*done)->bytes;
+      (store_->*handler)(this, id, (*done)->header, std::move(bytes));
+      if (bytes.capacity() > spare_.capacity()) spare_ = std::move(bytes);
     }
   };
   switch (message.body_case()) {
@@ -224,7 +228,7 @@ absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what,
   return &it->second;
 }
 
-void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header, std::string bytes) {
+void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header, std::string&& bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto status = [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckSession(s));
@@ -269,7 +273,7 @@ static absl::Status RoundBlocked(int key_id, int64_t round, const std::vector<ch
   return absl::OkStatus();
 }
 
-void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::string bytes) {
+void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::string&& bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
@@ -493,9 +497,11 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
       optimizer->SetLrMult(std::map<int, double>(spec.lr_mult().begin(), spec.lr_mult().end()));
       optimizer->SetWdMult(std::map<int, double>(spec.wd_mult().begin(), spec.wd_mult().end()));
       if (!spec.lr_scheduler().empty()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "learning-rate scheduler '", spec.lr_scheduler(),
-            "' on the parameter server: not supported yet (update on the workers instead)"));
+        std::vector<std::pair<std::string, std::string>> args(spec.lr_scheduler_params().begin(),
+                                                              spec.lr_scheduler_params().end());
+        ASSIGN_OR_RETURN(std::unique_ptr<LRScheduler> scheduler,
+                         CreateLRScheduler(spec.lr_scheduler(), args));
+        optimizer->SetLrScheduler(std::move(scheduler));
       }
       std::lock_guard<std::mutex> lock(mu_);
       optimizer_ = std::move(optimizer);

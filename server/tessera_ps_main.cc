@@ -5,7 +5,10 @@
 //   TESSERA_ROLE=server TESSERA_INDEX=0 TESSERA_PS_HOSTS=... TESSERA_WORKER_HOSTS=... tessera-ps
 //
 // It listens on --address, or on the loopback interface at its own entry's port in the
-// server list (0 there picks a free port); --port_file receives the bound port.
+// server list. --address=127.0.0.1:0 picks a free port (an entry of the list must name a
+// port in 1..65535, so port 0 cannot come from there); --port_file receives the bound port.
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -45,6 +48,12 @@ int Fail(const absl::Status& status) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-ps: a Tessera parameter server (dist_sync, dist_async)");
   absl::ParseCommandLine(argc, argv);
+  // Every round allocates and frees buffers of the size of the pushed and pulled parts. By
+  // default glibc hands freed memory above 128 KiB back to the kernel, and each new buffer
+  // then costs a page fault per 4 KiB (half the daemon's time with 64 MiB arrays). Keep it:
+  // buffers up to 32 MiB (glibc's maximum) come from the heap, which is never trimmed below 1 GiB.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   tessera::InitLogging();
 
   tessera::kvstore::ClusterSpecFlags flags;

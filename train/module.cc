@@ -183,7 +183,7 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   opt->SetLrMult(lr_mult);
   opt->SetWdMult(wd_mult);
   if (lr_scheduler != nullptr) opt->SetLrScheduler(std::move(lr_scheduler));
-  update_on_kvstore_ = store != nullptr && update_on_kvstore.value_or(!(dist && opt->has_lr_scheduler()));
+  update_on_kvstore_ = store != nullptr && update_on_kvstore.value_or(true);
   if (store == nullptr) {
     local_optimizer_ = std::move(opt);
     optimizer_ = local_optimizer_.get();

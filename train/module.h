@@ -71,9 +71,8 @@ struct FitOptions {
   // Makes the learning-rate schedule (kvstore/lr_scheduler.h), e.g.
   // [] { return kvstore::FactorScheduler::Create(100, 0.5); }; none: a fixed rate.
   std::function<absl::StatusOr<std::unique_ptr<kvstore::LRScheduler>>()> lr_scheduler;
-  // Where the optimizer runs with a KVStore: on the store (the parameter servers for dist_*),
-  // or on the workers with the store only summing gradients. Default: on the store, except
-  // dist_* with an lr_scheduler (schedulers cannot run on the servers yet).
+  // Where the optimizer runs with a KVStore: on the store (the parameter servers for dist_*;
+  // the default), or on the workers with the store only summing gradients.
   std::optional<bool> update_on_kvstore;
   // Default: Xavier (uniform, avg, magnitude 3) with MXNet's naming conventions.
   std::shared_ptr<const Initializer> initializer;

@@ -407,17 +407,16 @@ absl::Status DistKVStore::CommandAll(const CommandRequest& request,
 
 absl::Status DistKVStore::SetOptimizer(std::unique_ptr<Optimizer> optimizer) {
   if (optimizer == nullptr) return absl::InvalidArgumentError("SetOptimizer: null optimizer");
-  if (optimizer->has_lr_scheduler()) {
-    return absl::UnimplementedError(
-        "SetOptimizer: a learning-rate scheduler cannot run on the parameter servers yet "
-        "(update on the workers: update_on_kvstore=false)");
-  }
   CommandRequest request;
   OptimizerSpec* spec = request.mutable_set_optimizer();
   spec->set_name(optimizer->name());
   for (const auto& [name, value] : optimizer->params()) (*spec->mutable_params())[name] = value;
   for (const auto& [index, mult] : optimizer->lr_mult()) (*spec->mutable_lr_mult())[index] = mult;
   for (const auto& [index, mult] : optimizer->wd_mult()) (*spec->mutable_wd_mult())[index] = mult;
+  if (const LRScheduler* scheduler = optimizer->lr_scheduler()) {
+    spec->set_lr_scheduler(scheduler->name());
+    for (const auto& [name, value] : scheduler->config()) (*spec->mutable_lr_scheduler_params())[name] = value;
+  }
   RETURN_IF_ERROR(CommandAll(request, nullptr));
   std::lock_guard<std::mutex> lock(mu_);
   updater_ = nullptr;

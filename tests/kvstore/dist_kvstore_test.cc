@@ -129,6 +129,20 @@ TEST_F(DistKVStoreTest, SyncRunsTheServersOptimizerOncePerRound) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TSRPSOPT")));
 }
 
+TEST_F(DistKVStoreTest, TheLearningRateScheduleRunsOnTheServers) {
+  StartCluster("dist_sync", 1, 1);
+  ASSERT_THAT(workers_[0]->Init({0}, {Arr({0})}), IsOk());
+  auto sgd = *Optimizer::Create("sgd", {{"learning_rate", "1"}});
+  sgd->SetLrScheduler(*FactorScheduler::Create(/*step=*/1, /*factor=*/0.5, 1e-8, /*base_lr=*/1));
+  ASSERT_THAT(workers_[0]->SetOptimizer(std::move(sgd)), IsOk());
+  // lr 1, then 0.5, then 0.25: the server's optimizer counts its updates.
+  const float expect[] = {-1, -1.5, -1.75};
+  for (float e : expect) {
+    ASSERT_THAT(workers_[0]->Push({0}, {{Arr({1})}}), IsOk());
+    EXPECT_THAT(PullValue(0, 0, 1), ElementsAre(e));
+  }
+}
+
 TEST_F(DistKVStoreTest, AsyncAppliesEachPushOnArrival) {
   StartCluster("dist_async", 1, 2);
   for (auto& w : workers_) {

@@ -138,5 +138,31 @@ TEST(LRSchedulerTest, BadArgumentsNameSchedulerAndArgument) {
   EXPECT_THAT(CosineScheduler::Create(5, 1, -1), StatusIs(kInvalidArgument, HasSubstr("final_lr")));
 }
 
+// What lets a parameter server run the trainer's schedule: name() and config() re-create a
+// scheduler that yields the same rate at every update, bit for bit.
+TEST(CreateLRSchedulerTest, ConfigRecreatesTheSameSchedule) {
+  std::vector<std::unique_ptr<LRScheduler>> originals;
+  originals.push_back(*FactorScheduler::Create(7, 0.9, 1e-4, 0.3, {5, 0.01, WarmupMode::kLinear}));
+  originals.push_back(*MultiFactorScheduler::Create({10, 25, 60}, 0.5, 0.1, {3, 0.02, WarmupMode::kConstant}));
+  originals.push_back(*CosineScheduler::Create(100, 0.7, 0.001, 10, 0.1));
+  for (auto& original : originals) {
+    auto copy = CreateLRScheduler(original->name(), original->config());
+    ASSERT_THAT(copy, IsOk()) << original->name();
+    for (int64_t n = 1; n <= 150; ++n) ASSERT_EQ((**copy)(n), (*original)(n)) << original->name() << " at " << n;
+  }
+}
+
+TEST(CreateLRSchedulerTest, BadNamesAndArgumentsAreNamed) {
+  EXPECT_THAT(CreateLRScheduler("poly", {}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"poly\"")));
+  EXPECT_THAT(CreateLRScheduler("factor", {{"step", "x"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step='x'")));
+  EXPECT_THAT(CreateLRScheduler("factor", {{"step", "3"}, {"speed", "1"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'speed'")));
+  EXPECT_THAT(CreateLRScheduler("multifactor", {{"steps", "5,a"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'a'")));
+  EXPECT_THAT(CreateLRScheduler("cosine", {{"max_update", "10"}, {"warmup_mode", "cubic"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("warmup_mode='cubic'")));
+}
+
 }  // namespace
 }  // namespace tessera::kvstore
