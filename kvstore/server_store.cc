@@ -16,6 +16,30 @@ std::string ShapeString(DataType dtype, const google::protobuf::RepeatedField<in
                       Shape(dims.begin(), dims.end()).ToString());
 }
 
+// A request's payload, in pieces, into contiguous memory.
+void CopyPieces(const std::vector<std::string>& pieces, char* out) {
+  for (const std::string& p : pieces) {
+    std::memcpy(out, p.data(), p.size());
+    out += p.size();
+  }
+}
+
+// out[i] += the payload's i-th float. Chunks normally split at float boundaries; a client's
+// odd split is joined first.
+void AddPieces(const std::vector<std::string>& pieces, float* out) {
+  if (std::any_of(pieces.begin(), pieces.end(), [](const std::string& p) { return p.size() % sizeof(float); })) {
+    std::string joined;
+    for (const std::string& p : pieces) joined += p;
+    return AddPieces({joined}, out);
+  }
+  for (const std::string& p : pieces) {
+    const float* in = reinterpret_cast<const float*>(p.data());
+    const size_t n = p.size() / sizeof(float);
+    for (size_t i = 0; i < n; ++i) out[i] += in[i];
+    out += n;
+  }
+}
+
 const char* ModeName(SyncMode mode) {
   switch (mode) {
     case SYNC_MODE_SYNC: return "dist_sync";
@@ -38,7 +62,7 @@ void ServerStore::Session::Close(const absl::Status& why) {
 }
 
 absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session::Stage(
-    uint64_t id, const ArrayChunk& chunk) {
+    uint64_t id, ArrayChunk& chunk) {
   using Result = std::optional<Staged>;
   if (auto f = failed_.find(id); f != failed_.end()) {
     if (chunk.last()) failed_.erase(f);  // the failed request's remaining chunks are dropped
@@ -78,35 +102,33 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
     staged.header = chunk;
     staged.header.clear_data();
     staged.expected = bytes;
-    staged.bytes = std::move(spare_);
-    staged.bytes.clear();
-    staged.bytes.reserve(std::min<uint64_t>(bytes, uint64_t{256} << 20));
     it = staged_.emplace(id, std::move(staged)).first;
   } else {
     const ArrayChunk& h = it->second.header;
     if (h.key() != chunk.key() || h.dtype() != chunk.dtype() ||
         !std::equal(h.shape().begin(), h.shape().end(), chunk.shape().begin(),
                     chunk.shape().end()) ||
-        chunk.offset() != it->second.bytes.size()) {
+        chunk.offset() != it->second.received) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "request ", id, ": a chunk for key ", chunk.key(), " ",
           ShapeString(chunk.dtype(), chunk.shape()), " at byte ", chunk.offset(),
           " does not continue key ", h.key(), " ", ShapeString(h.dtype(), h.shape()),
-          " received up to byte ", it->second.bytes.size())));
+          " received up to byte ", it->second.received)));
     }
   }
   Staged& staged = it->second;
-  if (chunk.data().size() > staged.expected - staged.bytes.size()) {
+  if (chunk.data().size() > staged.expected - staged.received) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "key ", chunk.key(), ": chunk at byte ", chunk.offset(), " with ", chunk.data().size(),
         " bytes overruns the array ", ShapeString(chunk.dtype(), chunk.shape()), " of ",
         staged.expected, " bytes")));
   }
-  staged.bytes.append(chunk.data());
+  staged.received += chunk.data().size();
+  if (!chunk.data().empty()) staged.pieces.push_back(std::move(*chunk.mutable_data()));
   if (!chunk.last()) return Result();
-  if (staged.bytes.size() != staged.expected) {
+  if (staged.received != staged.expected) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
-        "key ", chunk.key(), ": the last chunk ends at byte ", staged.bytes.size(), " of the ",
+        "key ", chunk.key(), ": the last chunk ends at byte ", staged.received, " of the ",
         staged.expected, " that ", ShapeString(chunk.dtype(), chunk.shape()), " needs")));
   }
   Staged done = std::move(staged);
@@ -114,24 +136,22 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
   return Result(std::move(done));
 }
 
-void ServerStore::Session::Handle(const WorkerMessage& message) {
+void ServerStore::Session::Handle(WorkerMessage message) {
   if (closed_) return;
   const uint64_t id = message.id();
-  auto staged = [&](const ArrayChunk& chunk, auto handler) {
+  auto staged = [&](ArrayChunk& chunk, auto handler) {
     absl::StatusOr<std::optional<Staged>> done = Stage(id, chunk);
     if (!done.ok()) {
       std::lock_guard<std::mutex> lock(store_->mu_);
       send_({ErrorReply(id, done.status())});
     } else if (done->has_value()) {
-      std::string& bytes = (*done)->bytes;
-      (store_->*handler)(this, id, (*done)->header, std::move(bytes));
-      if (bytes.capacity() > spare_.capacity()) spare_ = std::move(bytes);
+      (store_->*handler)(this, id, (*done)->header, std::move((*done)->pieces));
     }
   };
   switch (message.body_case()) {
     case WorkerMessage::kHello: store_->Greet(this, id, message.hello()); break;
-    case WorkerMessage::kInit: staged(message.init(), &ServerStore::Init); break;
-    case WorkerMessage::kPush: staged(message.push(), &ServerStore::Push); break;
+    case WorkerMessage::kInit: staged(*message.mutable_init(), &ServerStore::Init); break;
+    case WorkerMessage::kPush: staged(*message.mutable_push(), &ServerStore::Push); break;
     case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
     case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
     default: {
@@ -228,7 +248,8 @@ absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what,
   return &it->second;
 }
 
-void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header, std::string&& bytes) {
+void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
+                       std::vector<std::string> pieces) {
   std::lock_guard<std::mutex> lock(mu_);
   auto status = [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckSession(s));
@@ -242,7 +263,8 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header, std::s
     key.shape = Shape(header.shape().begin(), header.shape().end());
     ASSIGN_OR_RETURN(key.value, NDArray::Empty(rt_, key.shape));
     ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt_, key.shape));
-    RETURN_IF_ERROR(key.value.SyncCopyFromCPU(bytes.data(), key.shape.Size()));
+    RETURN_IF_ERROR(key.value.WaitToWrite());
+    CopyPieces(pieces, static_cast<char*>(key.value.data().dptr));
     key.pushed.assign(options_.num_workers, 0);
     key.pushes.assign(options_.num_workers, 0);
     keys_.emplace(header.key(), std::move(key));
@@ -273,7 +295,8 @@ static absl::Status RoundBlocked(int key_id, int64_t round, const std::vector<ch
   return absl::OkStatus();
 }
 
-void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::string&& bytes) {
+void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header,
+                       std::vector<std::string> pieces) {
   std::lock_guard<std::mutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
@@ -282,7 +305,7 @@ void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::s
   Key& key = **found;
   const int rank = s->rank_;
   if (!sync()) {
-    std::memcpy(key.merged.data().dptr, bytes.data(), bytes.size());
+    CopyPieces(pieces, static_cast<char*>(key.merged.data().dptr));
     absl::Status st = Apply(header.key(), key, key.merged);
     return s->send_({st.ok() ? OkReply(id) : ErrorReply(id, st)});
   }
@@ -294,10 +317,10 @@ void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::s
     return fail(st);
   }
   if (key.pushed[rank]) {  // already in this round: waits for the next
-    key.parked.push_back({Waiter{s, id}, rank, std::move(bytes)});
+    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces)});
     return;
   }
-  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, bytes); !st.ok()) return fail(st);
+  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, pieces); !st.ok()) return fail(st);
   s->send_({OkReply(id)});
   if (absl::Status st = MaybeCompleteRound(header.key(), key); !st.ok()) {
     // Not this push's fault: the round's pulls get the error (MaybeCompleteRound sent it).
@@ -305,14 +328,12 @@ void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header, std::s
 }
 
 absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
-                                         const std::string& bytes) {
-  float* merged = static_cast<float*>(key.merged.data().dptr);
-  const float* pushed = reinterpret_cast<const float*>(bytes.data());
-  const int64_t n = key.shape.Size();
+                                         const std::vector<std::string>& pieces) {
+  char* merged = static_cast<char*>(key.merged.data().dptr);
   if (key.pushed_count == 0) {
-    std::memcpy(merged, pushed, bytes.size());
+    CopyPieces(pieces, merged);
   } else {
-    for (int64_t i = 0; i < n; ++i) merged[i] += pushed[i];
+    AddPieces(pieces, reinterpret_cast<float*>(merged));
   }
   key.pushed[rank] = 1;
   ++key.pushed_count;
@@ -347,7 +368,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       key.parked.push_back(std::move(p));
       continue;
     }
-    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, p.bytes));
+    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, p.pieces));
     Reply(p.waiter, {OkReply(p.waiter.id)});
   }
   return MaybeCompleteRound(key_id, key);

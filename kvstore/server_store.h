@@ -78,8 +78,9 @@ class ServerStore {
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
-    // One message of this worker's stream.
-    void Handle(const WorkerMessage& message);
+    // One message of this worker's stream (taken by value: array payloads are moved, not
+    // copied, into the request being assembled).
+    void Handle(WorkerMessage message);
     // The stream ended; `why` says how. Later Handle calls are ignored.
     void Close(const absl::Status& why);
 
@@ -88,23 +89,21 @@ class ServerStore {
     // A request being received chunk by chunk.
     struct Staged {
       ArrayChunk header;  // the first chunk, without its data
-      std::string bytes;
+      std::vector<std::string> pieces;  // the chunks' payloads, in order
+      uint64_t received = 0;
       uint64_t expected = 0;
     };
 
     Session(ServerStore* store, Send send) : store_(store), send_(std::move(send)) {}
     // Validates `chunk` and appends it to its request; returns the completed request (its
     // bytes moved out) on the last chunk, nullopt while more are due.
-    absl::StatusOr<std::optional<Staged>> Stage(uint64_t id, const ArrayChunk& chunk);
+    absl::StatusOr<std::optional<Staged>> Stage(uint64_t id, ArrayChunk& chunk);
 
     ServerStore* const store_;  // not owned
     const Send send_;
     // Touched only by Handle (one thread at a time per session).
     std::map<uint64_t, Staged> staged_;
     std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
-    // The buffer of the last completed request, kept for the next one: a fresh buffer of a
-    // large part costs a page fault per 4 KiB (glibc mmaps allocations above 32 MiB).
-    std::string spare_;
     // The rank from Hello (-1 before it), also read under the store's lock.
     int rank_ = -1;
     bool closed_ = false;
@@ -134,7 +133,7 @@ class ServerStore {
   struct ParkedPush {
     Waiter waiter;
     int rank = 0;
-    std::string bytes;
+    std::vector<std::string> pieces;
   };
   struct Key {
     Shape shape;
@@ -149,9 +148,9 @@ class ServerStore {
   };
 
   void Greet(Session* s, uint64_t id, const Hello& hello);
-  // `bytes` is left to the caller (for reuse) unless the request keeps it.
-  void Init(Session* s, uint64_t id, const ArrayChunk& header, std::string&& bytes);
-  void Push(Session* s, uint64_t id, const ArrayChunk& header, std::string&& bytes);
+  // `pieces`: the request's payload in chunk order, exactly the header's size in all.
+  void Init(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
+  void Push(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
   void Pull(Session* s, uint64_t id, const PullRequest& pull);
   void Barrier(Session* s, uint64_t id);
   void Leave(Session* s, const absl::Status& why);
@@ -161,7 +160,7 @@ class ServerStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSession(const Session* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sums a push into the open round (dist_sync) and completes the round when it is whole.
-  absl::Status AcceptSyncPush(int key_id, Key& key, int rank, const std::string& bytes)
+  absl::Status AcceptSyncPush(int key_id, Key& key, int rank, const std::vector<std::string>& pieces)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
   absl::Status MaybeCompleteRound(int key_id, Key& key)

@@ -1,8 +1,11 @@
 #include "kvstore/transport.h"
 
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace tessera::kvstore {
 
@@ -48,6 +51,90 @@ ServerMessage ErrorReply(uint64_t id, const absl::Status& status) {
 
 absl::Status ReplyStatus(const ServerMessage& reply) {
   return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
+}
+
+namespace {
+
+void PutVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void PutLengthTag(std::string& out, int field, uint64_t length) {
+  PutVarint(out, (static_cast<uint64_t>(field) << 3) | 2);  // wire type 2: length-delimited
+  PutVarint(out, length);
+}
+
+// `message` (whose `chunk` field number `field` has empty data) followed by that chunk with
+// `payload` as its data: the message's own fields, then the chunk field, encoded by hand so
+// the payload joins the buffer as a slice instead of being copied into it. Protobuf parsers
+// accept fields in any order, so the result parses as the whole message.
+template <typename Message>
+grpc::ByteBuffer WithPayload(Message& message, const ArrayChunk& chunk, int field, grpc::Slice payload) {
+  std::string head = chunk.SerializeAsString();
+  std::string data_tag;
+  PutLengthTag(data_tag, /*ArrayChunk.data=*/5, payload.size());
+  message.clear_body();
+  std::string prefix = message.SerializeAsString();
+  PutLengthTag(prefix, field, head.size() + data_tag.size() + payload.size());
+  prefix += head;
+  prefix += data_tag;
+  grpc::Slice slices[2] = {grpc::Slice(prefix), std::move(payload)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+grpc::Slice MoveIntoSlice(std::string* data) {
+  auto* owned = new std::string(std::move(*data));
+  data->clear();
+  return grpc::Slice(owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); },
+                     owned);
+}
+
+template <typename Message>
+grpc::ByteBuffer Plain(const Message& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace
+
+grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message) {
+  if (message.has_init() || message.has_push()) {
+    const int field = message.has_init() ? WorkerMessage::kInitFieldNumber : WorkerMessage::kPushFieldNumber;
+    ArrayChunk chunk = std::move(message.has_init() ? *message.mutable_init() : *message.mutable_push());
+    grpc::Slice payload = MoveIntoSlice(chunk.mutable_data());
+    return WithPayload(message, chunk, field, std::move(payload));
+  }
+  return Plain(message);
+}
+
+grpc::ByteBuffer EncodeWorkerChunk(WorkerMessage message, const char* data, size_t size,
+                                   std::shared_ptr<const void> owner) {
+  const int field = message.has_init() ? WorkerMessage::kInitFieldNumber : WorkerMessage::kPushFieldNumber;
+  const ArrayChunk chunk = message.has_init() ? message.init() : message.push();
+  auto* hold = new std::shared_ptr<const void>(std::move(owner));
+  grpc::Slice payload(const_cast<char*>(data), size,
+                      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);
+  return WithPayload(message, chunk, field, std::move(payload));
+}
+
+grpc::ByteBuffer EncodeServerMessage(ServerMessage message) {
+  if (message.has_pull()) {
+    ArrayChunk chunk = std::move(*message.mutable_pull());
+    grpc::Slice payload = MoveIntoSlice(chunk.mutable_data());
+    return WithPayload(message, chunk, ServerMessage::kPullFieldNumber, std::move(payload));
+  }
+  return Plain(message);
+}
+
+absl::Status DecodeWorkerMessage(grpc::ByteBuffer* buffer, WorkerMessage* message) {
+  const grpc::Status status = grpc::SerializationTraits<WorkerMessage>::Deserialize(buffer, message);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("a message that is not a WorkerMessage: ", status.error_message()));
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

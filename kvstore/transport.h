@@ -10,6 +10,7 @@
 #define TESSERA_KVSTORE_TRANSPORT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -33,6 +34,19 @@ void ConfigureKVStoreServer(grpc::ServerBuilder& builder);
 ServerMessage OkReply(uint64_t id);
 ServerMessage ErrorReply(uint64_t id, const absl::Status& status);
 absl::Status ReplyStatus(const ServerMessage& reply);
+
+// The streams carry grpc::ByteBuffers encoded here, so array payloads are never copied into
+// a protobuf: the chunk's other fields are serialized as usual and its data joins the
+// buffer as a slice - the message's own data string moved out (EncodeWorkerMessage,
+// EncodeServerMessage), or memory the caller lends (EncodeWorkerChunk: `owner` keeps it
+// alive until gRPC lets go of it; its contents must not change until the request's reply).
+// The bytes on the wire are exactly the protobuf encoding of the message.
+grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message);
+grpc::ByteBuffer EncodeWorkerChunk(WorkerMessage message, const char* data, size_t size,
+                                   std::shared_ptr<const void> owner);
+grpc::ByteBuffer EncodeServerMessage(ServerMessage message);
+// Consumes `buffer`; INVALID_ARGUMENT when it is not a WorkerMessage.
+absl::Status DecodeWorkerMessage(grpc::ByteBuffer* buffer, WorkerMessage* message);
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 // `context` (e.g. "server 127.0.0.1:4000") prefixes the message.

@@ -15,7 +15,7 @@ namespace {
 
 // One worker stream. Reads are handled as they arrive (the store never blocks on a peer);
 // replies, which the store may send from any thread, are queued and written in order.
-class SessionReactor : public grpc::ServerBidiReactor<WorkerMessage, ServerMessage> {
+class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   SessionReactor(kvstore::ServerStore* store, std::string peer) : peer_(std::move(peer)) {
     session_ = store->Open([this](std::vector<ServerMessage> replies) { Enqueue(std::move(replies)); });
@@ -24,7 +24,12 @@ class SessionReactor : public grpc::ServerBidiReactor<WorkerMessage, ServerMessa
 
   void OnReadDone(bool ok) override {
     if (ok) {
-      session_->Handle(in_);
+      WorkerMessage message;
+      if (absl::Status decoded = kvstore::DecodeWorkerMessage(&in_, &message); decoded.ok()) {
+        session_->Handle(std::move(message));
+      } else {
+        Enqueue({kvstore::ErrorReply(0, decoded)});  // no id to answer: request 0
+      }
       StartRead(&in_);
       return;
     }
@@ -59,7 +64,7 @@ class SessionReactor : public grpc::ServerBidiReactor<WorkerMessage, ServerMessa
   void Enqueue(std::vector<ServerMessage> replies) {
     std::lock_guard<std::mutex> lock(mu_);
     if (read_done_ || write_failed_) return;
-    for (ServerMessage& r : replies) queue_.push_back(std::move(r));
+    for (ServerMessage& r : replies) queue_.push_back(kvstore::EncodeServerMessage(std::move(r)));
     if (!writing_ && !queue_.empty()) {
       writing_ = true;
       StartWrite(&queue_.front());
@@ -75,9 +80,9 @@ class SessionReactor : public grpc::ServerBidiReactor<WorkerMessage, ServerMessa
 
   const std::string peer_;
   std::unique_ptr<kvstore::ServerStore::Session> session_;
-  WorkerMessage in_;  // only touched by the read callbacks, which never overlap
+  grpc::ByteBuffer in_;  // only touched by the read callbacks, which never overlap
   std::mutex mu_;
-  std::deque<ServerMessage> queue_;  // front: being written (deque keeps it in place)
+  std::deque<grpc::ByteBuffer> queue_;  // front: being written (deque keeps it in place)
   bool writing_ = false;
   bool read_done_ = false;
   bool write_failed_ = false;
@@ -86,7 +91,7 @@ class SessionReactor : public grpc::ServerBidiReactor<WorkerMessage, ServerMessa
 
 }  // namespace
 
-grpc::ServerBidiReactor<WorkerMessage, ServerMessage>* KVStoreServiceImpl::Session(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KVStoreServiceImpl::Session(
     grpc::CallbackServerContext* context) {
   return new SessionReactor(store_, context->peer());
 }

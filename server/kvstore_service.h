@@ -14,14 +14,18 @@
 
 namespace tessera::server {
 
-class KVStoreServiceImpl final : public KVStoreService::CallbackService {
+// Session is a raw method: the reactor decodes WorkerMessages and encodes replies itself
+// (kvstore/transport.h), so pulled arrays reach the socket without a protobuf copy.
+class KVStoreServiceImpl final
+    : public KVStoreService::WithRawCallbackMethod_Session<
+          KVStoreService::WithCallbackMethod_Command<KVStoreService::Service>> {
  public:
   // `store` (not owned) outlives the service; `on_stop` runs once per stop command and must
   // not block (it wakes whoever shuts the server down).
   KVStoreServiceImpl(kvstore::ServerStore* store, std::function<void()> on_stop)
       : store_(store), on_stop_(std::move(on_stop)) {}
 
-  grpc::ServerBidiReactor<WorkerMessage, ServerMessage>* Session(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Command(grpc::CallbackServerContext* context,
                                     const CommandRequest* request, CommandReply* reply) override;

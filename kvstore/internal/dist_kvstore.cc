@@ -121,8 +121,11 @@ class DistKVStore : public KVStore {
   absl::Status Check(const char* what, const std::vector<int>& keys,
                      const std::vector<std::vector<NDArray>>& arrays);
   std::vector<Part> Place(int key, int64_t size) const;
-  std::vector<WorkerMessage> Chunks(int key, const Shape& shape, const Part& part,
-                                    const char* data, bool init) const;
+  // Sends `part` of the key's `data` as Init or Push chunks whose payloads point into `data`
+  // (kept alive by `owner`); `done` hears the reply.
+  void SendPart(int key, const Shape& shape, const Part& part, const char* data, bool init,
+                std::shared_ptr<const void> owner, int priority,
+                std::shared_ptr<Completion> done) const;
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
   void NoteFailure(const absl::Status& status) {
     if (status.code() != absl::StatusCode::kUnavailable) return;
@@ -156,11 +159,13 @@ std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
   return parts;
 }
 
-std::vector<WorkerMessage> DistKVStore::Chunks(int key, const Shape& shape, const Part& part,
-                                               const char* data, bool init) const {
+void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const char* data,
+                           bool init, std::shared_ptr<const void> owner, int priority,
+                           std::shared_ptr<Completion> done) const {
   const uint64_t total = static_cast<uint64_t>(part.size) * sizeof(float);
   const uint64_t step = std::min<uint64_t>(kChunkBytes, servers_[part.server]->hello().max_chunk_bytes());
   std::vector<WorkerMessage> messages;
+  std::vector<std::pair<const char*, size_t>> payloads;
   uint64_t offset = 0;
   do {
     const uint64_t n = std::min(step, total - offset);
@@ -174,11 +179,14 @@ std::vector<WorkerMessage> DistKVStore::Chunks(int key, const Shape& shape, cons
       chunk->add_shape(part.size);  // a slice of a big array: 1-D on its server
     }
     chunk->set_offset(offset);
-    chunk->set_data(data + part.begin * sizeof(float) + offset, n);
+    payloads.emplace_back(data + part.begin * sizeof(float) + offset, n);
     offset += n;
     chunk->set_last(offset == total);
   } while (offset < total);
-  return messages;
+  servers_[part.server]->SendChunks(std::move(messages), std::move(payloads), std::move(owner),
+                                    priority, [done](const ServerMessage& reply, bool) {
+                                      done->PartDone(ReplyStatus(reply));
+                                    });
 }
 
 absl::Status DistKVStore::Check(const char* what, const std::vector<int>& keys,
@@ -215,7 +223,8 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
     return absl::InvalidArgumentError(
         absl::StrCat("Init: ", keys.size(), " keys but ", values.size(), " values"));
   }
-  std::vector<std::vector<float>> hosts;
+  // Shared: gRPC may hold the payload slices a little past the replies.
+  auto hosts = std::make_shared<std::vector<std::vector<float>>>();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -231,7 +240,7 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   }
   for (const NDArray& v : values) {
     ASSIGN_OR_RETURN(std::vector<float> host, v.AsVector<float>());
-    hosts.push_back(std::move(host));
+    hosts->push_back(std::move(host));
   }
   std::vector<std::vector<Part>> placed;
   int requests = 0;
@@ -242,9 +251,8 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   Waiter waiter(requests);
   for (size_t i = 0; i < keys.size(); ++i) {
     for (const Part& part : placed[i]) {
-      servers_[part.server]->Send(
-          Chunks(keys[i], values[i].shape(), part, reinterpret_cast<const char*>(hosts[i].data()), true),
-          0, [c = waiter.completion()](const ServerMessage& reply, bool) { c->PartDone(ReplyStatus(reply)); });
+      SendPart(keys[i], values[i].shape(), part, reinterpret_cast<const char*>((*hosts)[i].data()),
+               /*init=*/true, hosts, 0, waiter.completion());
     }
   }
   absl::Status status = waiter.Wait();
@@ -311,13 +319,12 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
             NoteFailure(status);
             on_complete(std::move(status));
           });
+      // The payload is the array's own memory: the engine keeps it unchanged until this
+      // push completes (the servers' replies), and `owner` keeps it allocated while gRPC
+      // may still hold it.
       const char* data = static_cast<const char*>(source.data().dptr);
-      for (const Part& part : parts) {
-        servers_[part.server]->Send(Chunks(k, shape, part, data, false), priority,
-                                    [done](const ServerMessage& reply, bool) {
-                                      done->PartDone(ReplyStatus(reply));
-                                    });
-      }
+      auto owner = std::make_shared<NDArray>(source);
+      for (const Part& part : parts) SendPart(k, shape, part, data, /*init=*/false, owner, priority, done);
     };
     RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), {source.var()}, {key.var},
                                           engine::FnProperty::kNormal, priority, "kvstore_push"));

@@ -2,22 +2,34 @@
 
 #include <chrono>
 #include <future>
+#include <utility>
+
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpcpp/support/client_callback.h"
 
 #include "absl/strings/str_cat.h"
 #include "kvstore/transport.h"
 
 namespace tessera::kvstore::internal {
 
-class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, ServerMessage> {
+// Writes grpc::ByteBuffers encoded by kvstore/transport.h (payloads as slices, not copies),
+// so it calls the Session method by name rather than through the typed stub.
+class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffer, ServerMessage> {
  public:
-  Reactor(KVStoreService::Stub* stub, std::string address) : address_(std::move(address)) {
-    stub->async()->Session(&context_, this);
+  using Encode = std::function<std::vector<grpc::ByteBuffer>(uint64_t id)>;
+
+  Reactor(const std::shared_ptr<grpc::Channel>& channel, std::string address)
+      : address_(std::move(address)),
+        method_("/tessera.KVStoreService/Session", grpc::internal::RpcMethod::BIDI_STREAMING,
+                channel) {
+    grpc::internal::ClientCallbackReaderWriterFactory<grpc::ByteBuffer, ServerMessage>::Create(
+        channel.get(), method_, &context_, this);
     StartRead(&in_);
     AddHold();  // writes start from outside the reactions; released when writes are done
     StartCall();
   }
 
-  void Send(std::vector<WorkerMessage> messages, int priority, OnReply on_reply) {
+  void Send(const Encode& encode, int priority, OnReply on_reply) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t id = next_id_++;
     if (!broken_.ok() || closing_) {
@@ -28,10 +40,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, 
       return;
     }
     callbacks_.emplace(id, std::move(on_reply));
-    for (WorkerMessage& m : messages) {
-      m.set_id(id);
-      queue_.emplace(std::pair{-priority, next_seq_++}, std::move(m));
-    }
+    for (grpc::ByteBuffer& m : encode(id)) queue_.emplace(std::pair{-priority, next_seq_++}, std::move(m));
     StartNextWriteLocked();
   }
 
@@ -125,14 +134,15 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<WorkerMessage, 
   }
 
   const std::string address_;
+  const grpc::internal::RpcMethod method_;
   grpc::ClientContext context_;
   ServerMessage in_;  // only touched by the read reactions, which never overlap
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t next_id_ = 1;
   uint64_t next_seq_ = 0;
-  std::map<std::pair<int, uint64_t>, WorkerMessage> queue_;  // (-priority, seq)
-  WorkerMessage current_;  // the message being written
+  std::map<std::pair<int, uint64_t>, grpc::ByteBuffer> queue_;  // (-priority, seq)
+  grpc::ByteBuffer current_;  // the message being written
   std::map<uint64_t, OnReply> callbacks_;
   absl::Status broken_;
   bool writing_ = false;
@@ -158,13 +168,13 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
                                                " within ", absl::FormatDuration(timeout)));
   }
   std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
-  conn->reactor_ = new Reactor(conn->stub_.get(), address);
+  conn->reactor_ = new Reactor(conn->channel_, address);
   // Shared: if Hello times out, the callback may still run while `conn` is torn down.
   auto answer = std::make_shared<std::promise<ServerMessage>>();
   std::future<ServerMessage> future = answer->get_future();
   WorkerMessage message;
   *message.mutable_hello() = hello;
-  conn->reactor_->Send({std::move(message)}, 0, [answer](const ServerMessage& reply, bool) {
+  conn->Send({std::move(message)}, 0, [answer](const ServerMessage& reply, bool) {
     answer->set_value(reply);
   });
   if (future.wait_for(absl::ToChronoSeconds(timeout)) != std::future_status::ready) {
@@ -189,7 +199,33 @@ ServerConnection::~ServerConnection() {
 }
 
 void ServerConnection::Send(std::vector<WorkerMessage> messages, int priority, OnReply on_reply) {
-  reactor_->Send(std::move(messages), priority, std::move(on_reply));
+  reactor_->Send(
+      [&messages](uint64_t id) {
+        std::vector<grpc::ByteBuffer> encoded;
+        for (WorkerMessage& m : messages) {
+          m.set_id(id);
+          encoded.push_back(EncodeWorkerMessage(std::move(m)));
+        }
+        return encoded;
+      },
+      priority, std::move(on_reply));
+}
+
+void ServerConnection::SendChunks(std::vector<WorkerMessage> headers,
+                                  std::vector<std::pair<const char*, size_t>> payloads,
+                                  std::shared_ptr<const void> owner, int priority,
+                                  OnReply on_reply) {
+  reactor_->Send(
+      [&](uint64_t id) {
+        std::vector<grpc::ByteBuffer> encoded;
+        for (size_t i = 0; i < headers.size(); ++i) {
+          headers[i].set_id(id);
+          encoded.push_back(EncodeWorkerChunk(std::move(headers[i]), payloads[i].first,
+                                              payloads[i].second, owner));
+        }
+        return encoded;
+      },
+      priority, std::move(on_reply));
 }
 
 absl::StatusOr<CommandReply> ServerConnection::Command(const CommandRequest& request,

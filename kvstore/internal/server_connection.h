@@ -43,6 +43,12 @@ class ServerConnection {
 
   // Sends one request's messages (their ids are set here) at `priority`.
   void Send(std::vector<WorkerMessage> messages, int priority, OnReply on_reply);
+  // The same for Init/Push chunks whose payloads are lent, not copied: headers[i] (an init
+  // or push without data) travels with payloads[i]; `owner` keeps that memory alive while
+  // gRPC holds it, and the caller keeps its contents unchanged until the reply.
+  void SendChunks(std::vector<WorkerMessage> headers,
+                  std::vector<std::pair<const char*, size_t>> payloads,
+                  std::shared_ptr<const void> owner, int priority, OnReply on_reply);
   // The command channel (a unary call).
   absl::StatusOr<CommandReply> Command(const CommandRequest& request, absl::Duration timeout);
 
