@@ -129,6 +129,13 @@ class ServerStoreTest : public ::testing::Test {
     workers_.clear();
     store_.reset();
   }
+  // Every worker sends Init, as the trainers do (the first value wins).
+  void InitEverywhere(int key, const std::vector<float>& value) {
+    for (auto& w : workers_) {
+      w->Send(true, key, value);
+      EXPECT_EQ(w->Next().code(), 0);
+    }
+  }
 
   std::unique_ptr<OwnedRuntime> owned_;
   std::unique_ptr<ServerStore> store_;
@@ -150,10 +157,7 @@ TEST_F(ServerStoreTest, ChunkedPushesAndPullsReassembleExactly) {
 
 TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
   Start(2, SYNC_MODE_SYNC);
-  for (auto& w : workers_) {
-    w->Send(true, 0, {0});
-    EXPECT_EQ(w->Next().code(), 0);
-  }
+  InitEverywhere(0, {0});
   workers_[0]->Send(false, 0, {1});
   EXPECT_EQ(workers_[0]->Next().code(), 0);
   workers_[0]->Send(false, 0, {100});  // parked: worker 0 already pushed into round 1
@@ -169,10 +173,7 @@ TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
 
 TEST_F(ServerStoreTest, DepartureFailsTheOpenRoundsPullsButNotFinishedOnes) {
   Start(2, SYNC_MODE_SYNC);
-  for (auto& w : workers_) {
-    w->Send(true, 0, {0});
-    EXPECT_EQ(w->Next().code(), 0);
-  }
+  InitEverywhere(0, {0});
   workers_[0]->Send(false, 0, {1});
   EXPECT_EQ(workers_[0]->Next().code(), 0);
   const uint64_t pull = workers_[0]->Pull(0);
@@ -191,12 +192,7 @@ TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
   constexpr int kWorkers = 4, kKeys = 5, kRounds = 20;
   Start(kWorkers, SYNC_MODE_SYNC, /*max_chunk_bytes=*/16);
   auto value = [](int w, int key, int round) { return static_cast<float>(1000 * w + 10 * key + round); };
-  for (auto& w : workers_) {
-    for (int k = 0; k < kKeys; ++k) {
-      w->Send(true, k, std::vector<float>(k + 1, 0.f));
-      ASSERT_EQ(w->Next().code(), 0);
-    }
-  }
+  for (int k = 0; k < kKeys; ++k) InitEverywhere(k, std::vector<float>(k + 1, 0.f));
   std::vector<std::thread> threads;
   std::vector<int> mismatches(kWorkers, 0);
   for (int w = 0; w < kWorkers; ++w) {
