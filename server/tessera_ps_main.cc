@@ -14,12 +14,13 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <thread>
+#include <mutex>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "core/daemon.h"
 #include "core/logging.h"
 #include "kvstore/cluster_spec.h"
 #include "server/parameter_server.h"
@@ -75,28 +76,33 @@ int main(int argc, char** argv) {
   options.num_servers = spec->num_servers();
   options.num_workers = spec->num_workers();
 
-  // SIGTERM/SIGINT are taken by a thread that stops the server (handlers could not).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+  // Signals stop the server from a thread of their own (set up before gRPC starts threads).
+  tessera::server::ParameterServer* serving = nullptr;
+  std::mutex serving_mu;
+  tessera::OnTerminationSignal([&](int signo) {
+    spdlog::info("tessera-ps: signal {}, shutting down", signo);
+    std::lock_guard<std::mutex> lock(serving_mu);
+    if (serving != nullptr) serving->Shutdown();
+  });
   absl::StatusOr<std::unique_ptr<tessera::server::ParameterServer>> ps =
       tessera::server::ParameterServer::Start(address, options);
   if (!ps.ok()) return Fail(ps.status());
+  {
+    std::lock_guard<std::mutex> lock(serving_mu);
+    serving = ps->get();
+  }
   spdlog::info("tessera-ps {} of {} serving {} workers on {}", spec->index, spec->num_servers(),
                spec->num_workers(), (*ps)->address());
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    std::ofstream(path) << (*ps)->port() << "\n";
+    if (absl::Status written = tessera::WritePortFile(path, (*ps)->port()); !written.ok()) {
+      return Fail(written);
+    }
   }
-  std::thread([signals, server = ps->get()] {
-    int signo = 0;
-    sigwait(&signals, &signo);
-    spdlog::info("tessera-ps: signal {}, shutting down", signo);
-    server->Shutdown();
-  }).detach();
   (*ps)->Wait();
+  {
+    std::lock_guard<std::mutex> lock(serving_mu);
+    serving = nullptr;
+  }
   spdlog::info("tessera-ps {} stopped", spec->index);
   return 0;
 }

@@ -144,7 +144,7 @@ absl::Status Module::InitParams(const Initializer& init, const std::map<std::str
 absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string& optimizer,
                                    const ops::KwArgs& optimizer_params,
                                    std::unique_ptr<kvstore::LRScheduler> lr_scheduler,
-                                   std::optional<bool> update_on_kvstore) {
+                                   std::optional<bool> update_on_kvstore, const FitOptions* fit) {
   if (!binded() || !for_training_) return absl::FailedPreconditionError("Module::InitOptimizer: bind for training first");
   kvstore_.reset();
   local_optimizer_.reset();
@@ -153,7 +153,11 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   // One device and a local store: nothing to reduce, update in place (MXNet does the same).
   std::unique_ptr<kvstore::KVStore> store;
   if (execs_.size() > 1 || kvstore.rfind("local", 0) != 0) {
-    ASSIGN_OR_RETURN(store, kvstore::KVStore::Create(kvstore));
+    if (fit != nullptr && fit->kvstore_factory) {
+      ASSIGN_OR_RETURN(store, fit->kvstore_factory(kvstore));
+    } else {
+      ASSIGN_OR_RETURN(store, kvstore::KVStore::Create(kvstore));
+    }
   }
   ops::KwArgs params = optimizer_params;
   // As MXNet's Module: gradients are summed over the batch (of every worker, for dist_sync),
@@ -301,7 +305,7 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
       ASSIGN_OR_RETURN(scheduler, options.lr_scheduler());
     }
     RETURN_IF_ERROR(InitOptimizer(options.kvstore, options.optimizer, options.optimizer_params,
-                                  std::move(scheduler), options.update_on_kvstore));
+                                  std::move(scheduler), options.update_on_kvstore, &options));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> metric, CreateMetric(options.eval_metric));
   ASSIGN_OR_RETURN(std::unique_ptr<EvalMetric> eval_metric, CreateMetric(options.eval_metric));
@@ -317,6 +321,9 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     metric->Reset();
     int nbatch = 0;
     while (true) {
+      if (options.should_stop && options.should_stop()) {
+        return absl::CancelledError(absl::StrCat("training stopped in epoch ", epoch, " after ", nbatch, " batches"));
+      }
       ASSIGN_OR_RETURN(bool more, train->Next());
       if (!more) break;
       const io::DataBatch& batch = train->Value();

@@ -74,6 +74,12 @@ struct FitOptions {
   // Where the optimizer runs with a KVStore: on the store (the parameter servers for dist_*;
   // the default), or on the workers with the store only summing gradients.
   std::optional<bool> update_on_kvstore;
+  // Makes the store instead of KVStore::Create(kvstore) (which reads a dist cluster from
+  // the environment): a worker daemon connects to the servers its job names.
+  std::function<absl::StatusOr<std::unique_ptr<kvstore::KVStore>>(const std::string& type)>
+      kvstore_factory;
+  // Checked before every batch; true stops Fit with CANCELLED.
+  std::function<bool()> should_stop;
   // Default: Xavier (uniform, avg, magnitude 3) with MXNet's naming conventions.
   std::shared_ptr<const Initializer> initializer;
   uint64_t seed = 0;
@@ -114,7 +120,8 @@ class Module {
   absl::Status InitOptimizer(const std::string& kvstore, const std::string& optimizer,
                              const ops::KwArgs& optimizer_params,
                              std::unique_ptr<kvstore::LRScheduler> lr_scheduler = nullptr,
-                             std::optional<bool> update_on_kvstore = std::nullopt);
+                             std::optional<bool> update_on_kvstore = std::nullopt,
+                             const FitOptions* fit = nullptr);
   kvstore::Optimizer* optimizer() { return optimizer_; }
 
   absl::Status Forward(const io::DataBatch& batch, bool is_train);

@@ -1,0 +1,25 @@
+// What every Tessera daemon's main() needs around its gRPC server: SIGTERM/SIGINT turned
+// into a call (a thread waits for them; signal handlers could not shut gRPC down), and the
+// bound port written to a file for whoever started it on port 0 (tests, launchers).
+#ifndef TESSERA_CORE_DAEMON_H_
+#define TESSERA_CORE_DAEMON_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace tessera {
+
+// Blocks SIGTERM and SIGINT in this and every thread started later, and starts a detached
+// thread that calls `on_signal(signo)` once the first of them arrives. Call early in main(),
+// before other threads start.
+void OnTerminationSignal(std::function<void(int signo)> on_signal);
+
+// Writes "<port>\n" to `path` through a temporary file and a rename, so a reader never sees
+// a partial file. INTERNAL naming the path on failure.
+absl::Status WritePortFile(const std::string& path, int port);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_DAEMON_H_

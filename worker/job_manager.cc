@@ -1,0 +1,86 @@
+#include "worker/job_manager.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "ndarray/serialization.h"
+
+namespace tessera::worker {
+
+JobManager::~JobManager() {
+  cancel_ = true;
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    thread = std::move(thread_);
+  }
+  if (thread.joinable()) thread.join();
+}
+
+absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
+                               std::function<void(absl::Status)> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this worker is running job '", status_.job(), "'; one job at a time"));
+  }
+  if (thread_.joinable()) thread_.join();  // the previous job's thread has finished its work
+  running_ = true;
+  cancel_ = false;
+  status_ = WorkerStatus();
+  status_.set_state(WorkerStatus::RUNNING);
+  status_.set_job(spec.name());
+  thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink), done = std::move(done)] {
+    auto track = [&](const JobEvent& event) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (event.has_batch()) {
+          status_.set_epoch(event.batch().epoch());
+          status_.set_batch(event.batch().batch());
+        } else if (event.has_epoch()) {
+          status_.set_epoch(event.epoch().epoch() + 1);
+          status_.set_batch(0);
+        }
+      }
+      sink(event);
+    };
+    absl::StatusOr<JobResult> result = RunJob(rt_, spec, track, [this] { return cancel_.load(); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+      status_.set_state(WorkerStatus::IDLE);
+      status_.set_last_result(result.ok() ? "OK" : result.status().ToString());
+      if (result.ok()) last_ = std::move(*result);
+    }
+    done(result.status());
+  });
+  return absl::OkStatus();
+}
+
+bool JobManager::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!running_) return false;
+  cancel_ = true;
+  return true;
+}
+
+WorkerStatus JobManager::Status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+absl::StatusOr<GetParamsReply> JobManager::Params() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!last_) return absl::FailedPreconditionError("no job has finished on this worker yet");
+  GetParamsReply reply;
+  for (const auto& [name, array] : last_->arg_params) {
+    RETURN_IF_ERROR(ToTensorProto(array, &(*reply.mutable_arg_params())[name]));
+  }
+  for (const auto& [name, array] : last_->aux_params) {
+    RETURN_IF_ERROR(ToTensorProto(array, &(*reply.mutable_aux_params())[name]));
+  }
+  return reply;
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,52 @@
+// JobManager: the state of one worker daemon - at most one job running on its own thread,
+// its progress, cancellation, and the parameters of the last job. The gRPC Worker service
+// (worker/worker_service.h) is a thin adapter over it; tests drive it directly.
+//
+// Thread safety: every method may be called from any thread.
+#ifndef TESSERA_WORKER_JOB_MANAGER_H_
+#define TESSERA_WORKER_JOB_MANAGER_H_
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "ndarray/runtime.h"
+#include "proto/worker.pb.h"
+#include "worker/job_runner.h"
+
+namespace tessera::worker {
+
+class JobManager {
+ public:
+  // `rt` (not owned) outlives the manager.
+  explicit JobManager(const Runtime& rt) : rt_(rt) {}
+  ~JobManager();  // cancels a running job and waits for it
+
+  // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
+  // that thread; `done` is the last call). RESOURCE_EXHAUSTED while another job runs.
+  absl::Status Start(JobSpec spec, JobEventSink sink, std::function<void(absl::Status)> done);
+  // Asks the running job to stop before its next batch; false when none runs.
+  bool Cancel();
+  WorkerStatus Status() const;
+  // The running job's progress is not a snapshot of parameters: these are the last
+  // finished job's. FAILED_PRECONDITION before any job finished.
+  absl::StatusOr<GetParamsReply> Params() const;
+
+ private:
+  const Runtime rt_;
+  mutable std::mutex mu_;  // std::mutex for TSan (kvstore/optimizer.h says why)
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> cancel_{false};
+  WorkerStatus status_ ABSL_GUARDED_BY(mu_);
+  std::optional<JobResult> last_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::worker
+
+#endif  // TESSERA_WORKER_JOB_MANAGER_H_

@@ -1,0 +1,217 @@
+#include "worker/job_runner.h"
+
+#include <chrono>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "examples/models.h"
+#include "graph/graph_def.h"
+#include "graph/symbol_json.h"
+#include "io/mnist_iter.h"
+#include "kvstore/dist_kvstore.h"
+#include "train/initializer.h"
+#include "train/module.h"
+
+namespace tessera::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status FieldError(absl::StatusCode code, const std::string& field, absl::string_view what) {
+  return absl::Status(code, absl::StrCat("job field '", field, "': ", what));
+}
+
+// The error with "network: " in front, keeping its code.
+absl::Status InNetwork(const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("network: ", status.message()));
+}
+
+absl::StatusOr<graph::Symbol> BuildNetwork(const JobSpec& spec) {
+  absl::StatusOr<graph::Symbol> net;
+  switch (spec.network_case()) {
+    case JobSpec::kGraph: net = graph::FromGraphDef(spec.graph()); break;
+    case JobSpec::kSymbolJson: net = graph::SymbolFromJson(spec.symbol_json()); break;
+    case JobSpec::kModel:
+      if (spec.model() == "mlp") {
+        net = examples::MlpWithWidths({128, 64});
+      } else if (spec.model() == "lenet") {
+        net = examples::LeNet();
+      } else {
+        return FieldError(absl::StatusCode::kInvalidArgument, "network.model",
+                          absl::StrCat("unknown built-in model '", spec.model(), "' (mlp, lenet)"));
+      }
+      break;
+    default:
+      return FieldError(absl::StatusCode::kInvalidArgument, "network",
+                        "none given (a GraphDef, symbol JSON or built-in model)");
+  }
+  if (!net.ok()) return InNetwork(net.status());
+  return net;
+}
+
+absl::StatusOr<std::shared_ptr<const train::Initializer>> BuildInitializer(const std::string& name) {
+  if (name.empty() || name == "xavier") return std::make_shared<train::Xavier>();
+  if (name == "uniform") return std::make_shared<train::Uniform>();
+  if (name == "normal") return std::make_shared<train::Normal>();
+  return FieldError(absl::StatusCode::kInvalidArgument, "initializer",
+                    absl::StrCat("unknown initializer '", name, "' (xavier, uniform, normal)"));
+}
+
+struct Data {
+  std::unique_ptr<io::DataIter> train, test;
+};
+
+absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
+  const DataSpec& d = spec.data();
+  if (d.kind() != "mnist") {
+    return FieldError(absl::StatusCode::kInvalidArgument, "data.kind",
+                      absl::StrCat("unknown data kind '", d.kind(), "' (mnist)"));
+  }
+  io::MNISTIterOptions options;
+  options.image = d.train_images();
+  options.label = d.train_labels();
+  options.batch_size = spec.batch_size();
+  options.shuffle = d.shuffle();
+  options.flat = d.flat();
+  options.seed = spec.seed();
+  options.silent = true;
+  options.num_parts = std::max(1, d.num_parts());
+  options.part_index = d.part_index();
+  Data data;
+  ASSIGN_OR_RETURN(data.train, io::MNISTIter::Create(rt, options));
+  if (!d.test_images().empty()) {
+    options.image = d.test_images();
+    options.label = d.test_labels();
+    options.shuffle = false;
+    options.num_parts = 1;
+    options.part_index = 0;
+    options.last_batch_handle = "pad";  // every test sample counts once
+    ASSIGN_OR_RETURN(data.test, io::MNISTIter::Create(rt, options));
+  }
+  return data;
+}
+
+std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, double>>& values) {
+  return {values.begin(), values.end()};
+}
+
+}  // namespace
+
+absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
+                                 const std::function<bool()>& should_stop) {
+  if (spec.version() > kJobSpecVersion) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "version",
+                      absl::StrCat(spec.version(), " is newer than this worker's ", kJobSpecVersion));
+  }
+  if (spec.batch_size() < 1) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "batch_size", "must be >= 1");
+  }
+  if (spec.num_epochs() < 1) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "num_epochs", "must be >= 1");
+  }
+  const std::string kvstore = spec.kvstore().empty() ? "local" : spec.kvstore();
+  const bool dist = kvstore.rfind("dist", 0) == 0;
+  if (dist && spec.ps_hosts().empty()) {
+    return FieldError(absl::StatusCode::kFailedPrecondition, "kvstore",
+                      absl::StrCat("'", kvstore, "' needs parameter servers (ps_hosts is empty)"));
+  }
+  ASSIGN_OR_RETURN(graph::Symbol net, BuildNetwork(spec));
+  std::vector<Context> contexts;
+  for (const std::string& device : spec.devices()) {
+    absl::StatusOr<Context> ctx = Context::Parse(device);
+    if (!ctx.ok()) return FieldError(absl::StatusCode::kInvalidArgument, "devices", ctx.status().message());
+    contexts.push_back(*ctx);
+  }
+  if (contexts.empty()) contexts.push_back(Context::CPU());
+  ASSIGN_OR_RETURN(std::shared_ptr<const train::Initializer> initializer, BuildInitializer(spec.initializer()));
+  ASSIGN_OR_RETURN(Data data, BuildData(rt, spec));
+
+  train::Module module(rt, net, {.contexts = contexts});
+  if (absl::Status bound = module.Bind(data.train->provide_data(), data.train->provide_label(), true);
+      !bound.ok()) {
+    return InNetwork(bound);
+  }
+
+  train::FitOptions fit;
+  fit.num_epoch = spec.num_epochs();
+  if (!spec.eval_metric().empty()) fit.eval_metric = spec.eval_metric();
+  fit.kvstore = kvstore;
+  if (!spec.optimizer().empty()) fit.optimizer = spec.optimizer();
+  if (!spec.optimizer_params().empty()) {
+    fit.optimizer_params.assign(spec.optimizer_params().begin(), spec.optimizer_params().end());
+    std::sort(fit.optimizer_params.begin(), fit.optimizer_params.end());  // a map has no order
+  }
+  fit.initializer = initializer;
+  fit.seed = spec.seed();
+  if (spec.rank() == 0) fit.checkpoint_prefix = spec.checkpoint_prefix();
+  fit.should_stop = should_stop;
+  if (dist) {
+    kvstore::DistKVStoreOptions options;
+    options.cluster.role = kvstore::Role::kWorker;
+    options.cluster.index = spec.rank();
+    options.cluster.servers.assign(spec.ps_hosts().begin(), spec.ps_hosts().end());
+    options.cluster.workers.assign(std::max(1, spec.num_workers()), "");
+    fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
+  }
+
+  // Throughput per batch event and per epoch, from this worker's own samples.
+  Clock::time_point epoch_start = Clock::now(), window_start = epoch_start;
+  int window_batches = 0, epoch_batches = 0;
+  const int every = spec.batch_event_every();
+  fit.batch_end_callback = [&](const train::BatchEndParam& p) {
+    ++window_batches;
+    ++epoch_batches;
+    if (every <= 0 || p.nbatch % every != 0) return;
+    const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+    JobEvent event;
+    JobEvent::Batch* batch = event.mutable_batch();
+    batch->set_epoch(p.epoch);
+    batch->set_batch(p.nbatch);
+    batch->set_samples_per_second(seconds > 0 ? window_batches * spec.batch_size() / seconds : 0);
+    for (const auto& [name, value] : p.metric->Get()) (*batch->mutable_metrics())[name] = value;
+    sink(event);
+    window_start = Clock::now();
+    window_batches = 0;
+  };
+  std::map<std::string, double> last_eval;
+  fit.epoch_end_callback = [&](int epoch, const std::vector<std::pair<std::string, double>>& train,
+                               const std::vector<std::pair<std::string, double>>& eval) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    JobEvent event;
+    JobEvent::Epoch* e = event.mutable_epoch();
+    e->set_epoch(epoch);
+    for (const auto& [name, value] : train) (*e->mutable_train())[name] = value;
+    for (const auto& [name, value] : eval) (*e->mutable_eval())[name] = value;
+    e->set_seconds(seconds);
+    e->set_samples_per_second(seconds > 0 ? epoch_batches * spec.batch_size() / seconds : 0);
+    sink(event);
+    epoch_batches = 0;
+    last_eval = ToMap(eval);
+    epoch_start = window_start = Clock::now();
+    window_batches = 0;
+    return absl::OkStatus();
+  };
+
+  const Clock::time_point start = Clock::now();
+  {
+    JobEvent event;
+    event.mutable_started()->set_rank(spec.rank());
+    sink(event);
+  }
+  RETURN_IF_ERROR(module.Fit(data.train.get(), data.test.get(), fit));
+
+  JobResult result;
+  ASSIGN_OR_RETURN(result.arg_params, module.GetArgParams());
+  ASSIGN_OR_RETURN(result.aux_params, module.GetAuxParams());
+  result.eval = last_eval;
+  JobEvent event;
+  for (const auto& [name, value] : last_eval) (*event.mutable_finished()->mutable_eval())[name] = value;
+  event.mutable_finished()->set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
+  sink(event);
+  return result;
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,42 @@
+// RunJob: one worker's share of a training job (proto/worker.proto's JobSpec), start to end:
+// builds the network, the data iterators of this worker's partition, the KVStore the job
+// names (dist types: connected to the job's parameter servers as worker `rank`), trains with
+// Module::Fit and reports progress as JobEvents. What `tessera-worker` runs for each
+// submitted job (worker/job_manager.h), and what tests call directly.
+//
+// Errors name the field, node or file at fault: a bad network (unknown operator, dangling
+// input, shapes that do not fit the data) is INVALID_ARGUMENT/NOT_FOUND from the graph
+// layer prefixed with "network", a missing data file names the file, an unknown optimizer,
+// initializer, metric or KVStore type names the field; a dist KVStore without servers is
+// FAILED_PRECONDITION. `should_stop` returning true ends the job with CANCELLED.
+//
+// Thread safety: RunJob blocks; the sink is called on the calling thread.
+#ifndef TESSERA_WORKER_JOB_RUNNER_H_
+#define TESSERA_WORKER_JOB_RUNNER_H_
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ndarray/ndarray.h"
+#include "ndarray/runtime.h"
+#include "proto/worker.pb.h"
+
+namespace tessera::worker {
+
+inline constexpr uint32_t kJobSpecVersion = 1;
+
+struct JobResult {
+  std::map<std::string, NDArray> arg_params, aux_params;
+  std::map<std::string, double> eval;  // the last epoch's evaluation (empty without test data)
+};
+
+using JobEventSink = std::function<void(const JobEvent& event)>;
+
+absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
+                                 const std::function<bool()>& should_stop = nullptr);
+
+}  // namespace tessera::worker
+
+#endif  // TESSERA_WORKER_JOB_RUNNER_H_

@@ -1,0 +1,74 @@
+// tessera-worker: one worker daemon. A thin shell: it serves the Worker service
+// (worker/worker_service.h) and gRPC's health service until SIGTERM or SIGINT; each
+// submitted job runs on this process's engine.
+//
+//   tessera-worker --address=127.0.0.1:7000
+//   tessera-worker --address=127.0.0.1:0 --port_file=/tmp/w0.port   (a free port)
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "core/daemon.h"
+#include "core/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "ndarray/runtime.h"
+#include "spdlog/spdlog.h"
+#include "worker/job_manager.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, address, "127.0.0.1:0", "host:port to serve on (port 0: a free one)");
+ABSL_FLAG(std::string, port_file, "", "write the bound port (and a newline) to this file");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the engine's random generators");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tessera-worker: runs Tessera training jobs");
+  absl::ParseCommandLine(argc, argv);
+  tessera::InitLogging();
+  auto fail = [](const absl::Status& status) {
+    spdlog::error("tessera-worker: {}", std::string(status.message()));
+    return 1;
+  };
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  tessera::OnTerminationSignal([&](int signo) {
+    spdlog::info("tessera-worker: signal {}, shutting down", signo);
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+    cv.notify_all();
+  });
+
+  absl::StatusOr<std::unique_ptr<tessera::OwnedRuntime>> runtime =
+      tessera::OwnedRuntime::Create(absl::GetFlag(FLAGS_seed));
+  if (!runtime.ok()) return fail(runtime.status());
+  tessera::worker::JobManager jobs((*runtime)->get());
+  tessera::worker::WorkerServiceImpl service(&jobs);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string address = absl::GetFlag(FLAGS_address);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)));
+  }
+  spdlog::info("tessera-worker serving on port {}", port);
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    if (absl::Status written = tessera::WritePortFile(path, port); !written.ok()) return fail(written);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stop; });
+  }
+  jobs.Cancel();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  spdlog::info("tessera-worker stopped");
+  return 0;
+}

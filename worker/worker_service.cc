@@ -1,0 +1,95 @@
+#include "worker/worker_service.h"
+
+#include <deque>
+#include <mutex>
+
+#include "kvstore/transport.h"
+
+namespace tessera::worker {
+namespace {
+
+// Streams one job's events; finishes with the job's status once every event is written.
+class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
+ public:
+  JobReactor(JobManager* jobs, const JobSpec& spec) : jobs_(jobs) {
+    absl::Status started = jobs->Start(
+        spec, [this](const JobEvent& event) { Enqueue(event); },
+        [this](absl::Status status) { Done(std::move(status)); });
+    if (!started.ok()) Finish(kvstore::ToGrpcStatus(started));
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.pop_front();
+    writing_ = false;
+    if (!ok) queue_.clear();  // the client is gone; OnCancel stops the job
+    WriteNextLocked();
+  }
+  void OnCancel() override { jobs_->Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  void Enqueue(const JobEvent& event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(event);
+    WriteNextLocked();
+  }
+  void Done(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    status_ = std::move(status);
+    WriteNextLocked();
+  }
+  void WriteNextLocked() {
+    if (writing_ || finished_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    } else if (done_) {
+      finished_ = true;
+      Finish(kvstore::ToGrpcStatus(status_));
+    }
+  }
+
+  JobManager* const jobs_;  // not owned
+  std::mutex mu_;
+  std::deque<JobEvent> queue_;  // front: being written
+  bool writing_ = false;
+  bool done_ = false;
+  bool finished_ = false;
+  absl::Status status_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<JobEvent>* WorkerServiceImpl::RunJob(grpc::CallbackServerContext*,
+                                                               const JobSpec* spec) {
+  return new JobReactor(jobs_, *spec);
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::GetStatus(grpc::CallbackServerContext* context,
+                                                       const GetStatusRequest*, WorkerStatus* reply) {
+  *reply = jobs_->Status();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext* context,
+                                                    const CancelRequest*, CancelReply* reply) {
+  reply->set_cancelled(jobs_->Cancel());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::GetParams(grpc::CallbackServerContext* context,
+                                                       const GetParamsRequest*, GetParamsReply* reply) {
+  absl::StatusOr<GetParamsReply> params = jobs_->Params();
+  if (params.ok()) *reply = std::move(*params);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(kvstore::ToGrpcStatus(params.status()));
+  return reactor;
+}
+
+}  // namespace tessera::worker
