@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/graph_commands.h"
+#include "client/train_command.h"
 #include "engine/create_engine.h"
 #include "graph/symbol_json.h"
 #include "ndarray/runtime.h"
@@ -33,7 +34,12 @@ int Usage() {
                "  graph run FILE.json --input NAME=FILE.npy... --output DIR\n"
                "            [--params FILE] [--seed N]\n"
                "                             the forward pass on .npy inputs; each output is\n"
-               "                             written to DIR/<output>.npy\n");
+               "                             written to DIR/<output>.npy\n"
+               "  train JOB.yaml [--json]    a training job on an embedded local cluster\n"
+               "  launch -n W -s S JOB.yaml  the job on a local cluster of W workers, S servers\n"
+               "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
+               "                             the job on daemons already running\n"
+               "  status --workers H:P,...   what each worker daemon is doing\n");
   return 2;
 }
 
@@ -127,6 +133,9 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "ops") return RunOps(argc, argv);
   if (command == "graph") return RunGraph(argc, argv);
+  if (command == "train" || command == "launch" || command == "submit" || command == "status") {
+    return tessera::client::TrainMain(argc, argv);
+  }
   std::fprintf(stderr, "tessera: unknown command '%s'\n", command.c_str());
   return Usage();
 }

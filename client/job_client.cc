@@ -1,0 +1,108 @@
+#include "client/job_client.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kvstore/transport.h"
+
+namespace tessera::client {
+
+absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const Cluster& cluster,
+                                                              absl::Duration timeout) {
+  if (cluster.workers.empty()) return absl::InvalidArgumentError("the cluster has no workers");
+  std::unique_ptr<JobClient> client(new JobClient(cluster));
+  for (size_t rank = 0; rank < cluster.workers.size(); ++rank) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);  // GetParams carries the whole model
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kvstore::kKeepaliveTimeMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kvstore::kKeepaliveTimeoutMs);
+    auto channel = grpc::CreateCustomChannel(cluster.workers[rank], grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+      return absl::UnavailableError(absl::StrCat(client->Name(static_cast<int>(rank)), ": not reachable within ",
+                                                 absl::FormatDuration(timeout)));
+    }
+    client->stubs_.push_back(Worker::NewStub(channel));
+  }
+  return client;
+}
+
+std::string JobClient::Name(int rank) const {
+  return absl::StrCat("worker ", rank, " (", cluster_.workers[rank], ")");
+}
+
+absl::StatusOr<JobOutcome> JobClient::Run(
+    const JobSpec& spec, const std::function<void(int rank, const JobEvent&)>& on_event) {
+  const int n = static_cast<int>(stubs_.size());
+  std::vector<grpc::ClientContext> contexts(n);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.clear();
+    for (auto& c : contexts) running_.push_back(&c);
+  }
+  std::mutex events_mu;
+  absl::Status first_error;
+  JobOutcome outcome;
+  auto run_one = [&](int rank) {
+    JobSpec mine = spec;
+    mine.set_rank(rank);
+    mine.set_num_workers(n);
+    mine.mutable_data()->set_part_index(rank);
+    mine.mutable_data()->set_num_parts(n);
+    mine.clear_ps_hosts();
+    for (const std::string& s : cluster_.servers) mine.add_ps_hosts(s);
+    auto reader = stubs_[rank]->RunJob(&contexts[rank], mine);
+    JobEvent event;
+    while (reader->Read(&event)) {
+      std::lock_guard<std::mutex> lock(events_mu);
+      if (rank == 0 && event.has_finished()) {
+        outcome.eval.insert(event.finished().eval().begin(), event.finished().eval().end());
+        outcome.seconds = event.finished().seconds();
+      }
+      if (on_event) on_event(rank, event);
+    }
+    const grpc::Status status = reader->Finish();
+    if (status.ok()) return;
+    std::lock_guard<std::mutex> lock(events_mu);
+    if (!first_error.ok()) return;  // a consequence of the first failure
+    first_error = kvstore::FromGrpcStatus(status, Name(rank));
+    for (int other = 0; other < n; ++other) {
+      if (other != rank) contexts[other].TryCancel();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) threads.emplace_back(run_one, rank);
+  for (auto& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.clear();
+  }
+  if (!first_error.ok()) return first_error;
+  grpc::ClientContext context;
+  const grpc::Status status = stubs_[0]->GetParams(&context, GetParamsRequest(), &outcome.params);
+  if (!status.ok()) return kvstore::FromGrpcStatus(status, Name(0));
+  return outcome;
+}
+
+void JobClient::Cancel() {
+  for (size_t rank = 0; rank < stubs_.size(); ++rank) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    CancelReply reply;
+    (void)stubs_[rank]->Cancel(&context, CancelRequest(), &reply);
+  }
+}
+
+absl::StatusOr<std::vector<WorkerStatus>> JobClient::Status() {
+  std::vector<WorkerStatus> statuses;
+  for (size_t rank = 0; rank < stubs_.size(); ++rank) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    WorkerStatus status;
+    const grpc::Status s = stubs_[rank]->GetStatus(&context, GetStatusRequest(), &status);
+    if (!s.ok()) return kvstore::FromGrpcStatus(s, Name(static_cast<int>(rank)));
+    statuses.push_back(std::move(status));
+  }
+  return statuses;
+}
+
+}  // namespace tessera::client

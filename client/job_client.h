@@ -1,0 +1,65 @@
+// JobClient: runs one training job on a cluster of worker daemons (proto/worker.proto).
+// It gives every worker its share of the job - its rank, its part of the data, the
+// parameter servers - and merges their event streams.
+//
+// Failures: the first worker whose stream ends in an error (a bad job, a lost server, a
+// killed worker: its connection breaks at once, or within the keepalive time when it hangs)
+// cancels the others, and Run returns that error prefixed with the worker's rank and
+// address, e.g. "worker 1 (127.0.0.1:7001): UNAVAILABLE: ...".
+//
+// Thread safety: one Run at a time; Cancel may be called from any thread (e.g. on Ctrl-C).
+#ifndef TESSERA_CLIENT_JOB_CLIENT_H_
+#define TESSERA_CLIENT_JOB_CLIENT_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace tessera::client {
+
+struct Cluster {
+  std::vector<std::string> workers;  // host:port of every tessera-worker, rank order
+  std::vector<std::string> servers;  // host:port of every tessera-ps (dist KVStores)
+};
+
+struct JobOutcome {
+  std::map<std::string, double> eval;  // worker 0's final evaluation
+  double seconds = 0;                  // worker 0's training time
+  GetParamsReply params;               // worker 0's parameters at the end
+};
+
+class JobClient {
+ public:
+  // Waits up to `timeout` for every worker to accept connections.
+  static absl::StatusOr<std::unique_ptr<JobClient>> Connect(const Cluster& cluster,
+                                                            absl::Duration timeout);
+
+  // Runs `spec` on every worker; `on_event(rank, event)` sees each event as it arrives
+  // (calls are serialized). Blocks until every worker is done.
+  absl::StatusOr<JobOutcome> Run(const JobSpec& spec,
+                                 const std::function<void(int rank, const JobEvent&)>& on_event);
+  // Stops a running job on every worker (Run then returns CANCELLED).
+  void Cancel();
+  // Every worker's status, rank order; an unreachable worker is an error naming it.
+  absl::StatusOr<std::vector<WorkerStatus>> Status();
+
+ private:
+  explicit JobClient(Cluster cluster) : cluster_(std::move(cluster)) {}
+  std::string Name(int rank) const;
+
+  const Cluster cluster_;
+  std::vector<std::unique_ptr<Worker::Stub>> stubs_;
+  std::mutex mu_;
+  std::vector<grpc::ClientContext*> running_;  // the streams of the current Run
+};
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_JOB_CLIENT_H_

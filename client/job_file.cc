@@ -1,0 +1,502 @@
+#include "client/job_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/context.h"
+#include "core/status_macros.h"
+#include "kvstore/optimizer.h"
+#include "train/metric.h"
+
+namespace tessera::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Keep in step with worker/job_runner.cc, which builds these.
+constexpr const char* kModels[] = {"mlp", "lenet"};
+constexpr const char* kInitializers[] = {"xavier", "uniform", "normal"};
+constexpr const char* kKVStores[] = {"local", "dist_sync", "dist_async"};
+
+// The names tools/fetch_mnist.py writes (the standard MNIST distribution's).
+constexpr const char* kTrainImages = "train-images-idx3-ubyte";
+constexpr const char* kTrainLabels = "train-labels-idx1-ubyte";
+constexpr const char* kTestImages = "t10k-images-idx3-ubyte";
+constexpr const char* kTestLabels = "t10k-labels-idx1-ubyte";
+
+template <size_t N>
+bool OneOf(const std::string& value, const char* const (&names)[N]) {
+  return std::find(std::begin(names), std::end(names), value) != std::end(names);
+}
+
+template <size_t N>
+std::string Names(const char* const (&names)[N]) {
+  return absl::StrJoin(std::begin(names), std::end(names), ", ");
+}
+
+// Levenshtein distance, for "did you mean" on unknown keys.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string Describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsMap()) return "a map";
+  if (node.IsSequence()) return "a list";
+  return absl::StrCat("\"", node.Scalar(), "\"");
+}
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+// "lenet" for ".../lenet.yaml"; invalid characters become '-'.
+std::string DefaultName(const std::string& file) {
+  std::string stem = fs::path(file).filename().string();
+  for (const char* ext : {".yaml", ".yml"}) {
+    if (stem.size() > std::strlen(ext) && stem.ends_with(ext)) stem.resize(stem.size() - std::strlen(ext));
+  }
+  for (char& c : stem) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '-';
+  }
+  return ValidName(stem) ? stem : "job";
+}
+
+// One map's entries by key, with the key's node for error positions.
+struct Entry {
+  YAML::Node key, value;
+};
+using Entries = std::map<std::string, Entry>;
+
+class Parser {
+ public:
+  Parser(std::string file, std::string base_dir) : file_(std::move(file)), base_dir_(std::move(base_dir)) {}
+
+  absl::StatusOr<JobFile> Parse(const std::string& text) {
+    // yaml-cpp reports by exception; none leaves this function.
+    try {
+      return ParseDocument(YAML::Load(text));
+    } catch (const YAML::Exception& e) {
+      if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat(file_, ": ", e.msg));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(file_, ": ", e.what()));
+    }
+  }
+
+ private:
+  absl::Status Error(const YAML::Node& at, const std::string& path, absl::string_view what,
+                     absl::StatusCode code = absl::StatusCode::kInvalidArgument) const {
+    std::string where = file_;
+    if (at.IsDefined() && !at.Mark().is_null()) absl::StrAppend(&where, ":", at.Mark().line + 1);
+    return absl::Status(code, path.empty() ? absl::StrCat(where, ": ", what)
+                                           : absl::StrCat(where, ": ", path, ": ", what));
+  }
+  absl::Status Error(const Entry& e, const std::string& path, absl::string_view what,
+                     absl::StatusCode code = absl::StatusCode::kInvalidArgument) const {
+    return Error(e.key, path, what, code);
+  }
+  absl::Status Required(const std::string& path) const {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", path, ": required"));
+  }
+
+  // The entries of the map `node` at `path`; unknown and duplicate keys are errors. A null
+  // node (a key with nothing after it) reads as an empty map.
+  absl::StatusOr<Entries> Map(const YAML::Node& node, const YAML::Node& at, const std::string& path,
+                              std::initializer_list<const char*> known) const {
+    Entries entries;
+    if (node.IsNull()) return entries;
+    if (!node.IsMap()) {
+      return Error(at, path.empty() ? "the job" : path, absl::StrCat("expected a map, got ", Describe(node)));
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      // Copies: `it->` points into a temporary proxy that dies with the expression.
+      const YAML::Node key = it->first, value = it->second;
+      if (!key.IsScalar()) return Error(key, path, absl::StrCat("keys must be names, got ", Describe(key)));
+      const std::string name = key.Scalar();
+      if (known.size() > 0 && std::find_if(known.begin(), known.end(),
+                                           [&](const char* k) { return name == k; }) == known.end()) {
+        std::string what = "unknown key";
+        const char* nearest = nullptr;
+        size_t best = 3;  // suggest only within two edits
+        for (const char* k : known) {
+          if (const size_t d = EditDistance(name, k); d < best) best = d, nearest = k;
+        }
+        if (nearest != nullptr) absl::StrAppend(&what, " (did you mean '", nearest, "'?)");
+        absl::StrAppend(&what, "; known: ", absl::StrJoin(known, ", "));
+        return Error(key, Join(path, name), what);
+      }
+      if (!entries.emplace(name, Entry{key, value}).second) {
+        return Error(key, Join(path, name), "given twice");
+      }
+    }
+    return entries;
+  }
+
+  absl::StatusOr<std::string> String(const Entry& e, const std::string& path) const {
+    if (!e.value.IsScalar()) return Error(e, path, absl::StrCat("expected a string, got ", Describe(e.value)));
+    return e.value.Scalar();
+  }
+
+  absl::StatusOr<int> Int(const Entry& e, const std::string& path, int min) const {
+    int v = 0;
+    if (!e.value.IsScalar() || !absl::SimpleAtoi(e.value.Scalar(), &v)) {
+      return Error(e, path, absl::StrCat("expected an integer, got ", Describe(e.value)));
+    }
+    if (v < min) return Error(e, path, absl::StrCat("must be >= ", min, ", got ", v));
+    return v;
+  }
+
+  absl::StatusOr<bool> Bool(const Entry& e, const std::string& path) const {
+    bool v = false;
+    // yaml-cpp's reading: true/false, yes/no, on/off, y/n in their usual cases.
+    if (!e.value.IsScalar() || !YAML::convert<bool>::decode(e.value, v)) {
+      return Error(e, path, absl::StrCat("expected true or false, got ", Describe(e.value)));
+    }
+    return v;
+  }
+
+  // A list of strings, or one string as a list of one.
+  absl::StatusOr<std::vector<std::pair<std::string, YAML::Node>>> Strings(const Entry& e,
+                                                                          const std::string& path) const {
+    std::vector<std::pair<std::string, YAML::Node>> out;
+    if (e.value.IsScalar()) {
+      out.emplace_back(e.value.Scalar(), e.key);
+      return out;
+    }
+    if (!e.value.IsSequence() || e.value.size() == 0) {
+      return Error(e, path, absl::StrCat("expected a list of strings, got ", Describe(e.value)));
+    }
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      const YAML::Node item = e.value[i];
+      if (!item.IsScalar()) {
+        return Error(item, absl::StrCat(path, "[", i, "]"), absl::StrCat("expected a string, got ", Describe(item)));
+      }
+      out.emplace_back(item.Scalar(), item);
+    }
+    return out;
+  }
+
+  // A path from the file: relative ones are relative to base_dir.
+  absl::StatusOr<std::string> Path(const Entry& e, const std::string& path) const {
+    ASSIGN_OR_RETURN(std::string p, String(e, path));
+    if (p.empty()) return Error(e, path, "must not be empty");
+    fs::path resolved(p);
+    if (!resolved.is_absolute() && !base_dir_.empty()) resolved = fs::path(base_dir_) / resolved;
+    return resolved.lexically_normal().string();
+  }
+
+  absl::StatusOr<JobFile> ParseDocument(const YAML::Node& root) {
+    if (!root.IsDefined() || root.IsNull()) {
+      return absl::InvalidArgumentError(absl::StrCat(file_, ": empty job file (network, data, batch_size and epochs are required)"));
+    }
+    ASSIGN_OR_RETURN(Entries top,
+                     Map(root, root, "",
+                         {"name", "network", "data", "batch_size", "epochs", "optimizer", "initializer",
+                          "eval_metric", "kvstore", "cluster", "devices", "seed", "checkpoint", "run_dir"}));
+    JobFile job;
+    JobSpec& spec = job.spec;
+    spec.set_version(1);
+
+    std::string name = DefaultName(file_);
+    if (auto it = top.find("name"); it != top.end()) {
+      ASSIGN_OR_RETURN(name, String(it->second, "name"));
+      if (!ValidName(name)) {
+        return Error(it->second, "name",
+                     absl::StrCat("\"", name, "\" must be letters, digits, '.', '_' or '-' (it names files)"));
+      }
+    }
+    spec.set_name(name);
+
+    for (const char* required : {"network", "data", "batch_size", "epochs"}) {
+      if (!top.contains(required)) return Required(required);
+    }
+    RETURN_IF_ERROR(ParseNetwork(top.at("network"), &spec));
+    RETURN_IF_ERROR(ParseData(top.at("data"), spec.mutable_data()));
+    ASSIGN_OR_RETURN(const int batch_size, Int(top.at("batch_size"), "batch_size", 1));
+    spec.set_batch_size(batch_size);
+    ASSIGN_OR_RETURN(const int epochs, Int(top.at("epochs"), "epochs", 1));
+    spec.set_num_epochs(epochs);
+
+    if (auto it = top.find("optimizer"); it != top.end()) {
+      RETURN_IF_ERROR(ParseOptimizer(it->second, &spec));
+    } else {
+      spec.set_optimizer("sgd");
+      (*spec.mutable_optimizer_params())["learning_rate"] = "0.01";
+    }
+
+    spec.set_initializer("xavier");
+    if (auto it = top.find("initializer"); it != top.end()) {
+      ASSIGN_OR_RETURN(std::string init, String(it->second, "initializer"));
+      if (!OneOf(init, kInitializers)) {
+        return Error(it->second, "initializer",
+                     absl::StrCat("unknown initializer \"", init, "\" (", Names(kInitializers), ")"));
+      }
+      spec.set_initializer(init);
+    }
+
+    spec.set_eval_metric("acc");
+    if (auto it = top.find("eval_metric"); it != top.end()) {
+      ASSIGN_OR_RETURN(auto metrics, Strings(it->second, "eval_metric"));
+      std::vector<std::string> names;
+      for (const auto& [metric, at] : metrics) names.push_back(metric);
+      const std::string joined = absl::StrJoin(names, ",");
+      if (absl::StatusOr<std::unique_ptr<train::EvalMetric>> m = train::CreateMetric(joined); !m.ok()) {
+        return Error(it->second, "eval_metric", m.status().message());
+      }
+      spec.set_eval_metric(joined);
+    }
+
+    if (auto it = top.find("cluster"); it != top.end()) {
+      const std::string path = "cluster";
+      ASSIGN_OR_RETURN(Entries cluster, Map(it->second.value, it->second.key, path, {"workers", "servers"}));
+      if (auto w = cluster.find("workers"); w != cluster.end()) {
+        ASSIGN_OR_RETURN(job.num_workers, Int(w->second, "cluster.workers", 1));
+      }
+      if (auto s = cluster.find("servers"); s != cluster.end()) {
+        ASSIGN_OR_RETURN(job.num_servers, Int(s->second, "cluster.servers", 0));
+      }
+    }
+
+    spec.set_kvstore(job.num_workers > 1 ? "dist_sync" : "local");
+    if (auto it = top.find("kvstore"); it != top.end()) {
+      ASSIGN_OR_RETURN(std::string kv, String(it->second, "kvstore"));
+      if (!OneOf(kv, kKVStores)) {
+        return Error(it->second, "kvstore", absl::StrCat("unknown KVStore type \"", kv, "\" (", Names(kKVStores), ")"));
+      }
+      if (kv == "local" && job.num_workers > 1) {
+        return Error(it->second, "kvstore",
+                     absl::StrCat("\"local\" would train each of the ", job.num_workers,
+                                  " workers alone: use dist_sync or dist_async, or cluster.workers: 1"));
+      }
+      spec.set_kvstore(kv);
+    }
+    if (spec.kvstore() != "local" && job.num_servers < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_, ": cluster.servers: kvstore ", spec.kvstore(), " needs at least 1 server"));
+    }
+
+    if (auto it = top.find("devices"); it != top.end()) {
+      ASSIGN_OR_RETURN(auto devices, Strings(it->second, "devices"));
+      for (size_t i = 0; i < devices.size(); ++i) {
+        const auto& [device, at] = devices[i];
+        if (absl::StatusOr<Context> ctx = Context::Parse(absl::string_view(device.data(), device.size()));
+            !ctx.ok()) {
+          return Error(at, absl::StrCat("devices[", i, "]"), ctx.status().message());
+        }
+        spec.add_devices(device);
+      }
+    } else {
+      spec.add_devices("cpu(0)");
+    }
+
+    if (auto it = top.find("seed"); it != top.end()) {
+      const Entry& e = it->second;
+      uint64_t seed = 0;
+      if (!e.value.IsScalar() || !absl::SimpleAtoi(e.value.Scalar(), &seed)) {
+        return Error(e, "seed", absl::StrCat("expected an integer >= 0, got ", Describe(e.value)));
+      }
+      spec.set_seed(seed);
+    }
+
+    job.run_dir = absl::StrCat("runs/", name);
+    if (auto it = top.find("run_dir"); it != top.end()) {
+      ASSIGN_OR_RETURN(job.run_dir, String(it->second, "run_dir"));
+      if (job.run_dir.empty()) return Error(it->second, "run_dir", "must not be empty");
+    }
+
+    bool checkpoint = true;
+    if (auto it = top.find("checkpoint"); it != top.end()) {
+      ASSIGN_OR_RETURN(checkpoint, Bool(it->second, "checkpoint"));
+    }
+    if (checkpoint) spec.set_checkpoint_prefix((fs::path(job.run_dir) / name).string());
+    return job;
+  }
+
+  absl::Status ParseNetwork(const Entry& e, JobSpec* spec) const {
+    ASSIGN_OR_RETURN(Entries network, Map(e.value, e.key, "network", {"model", "symbol_file"}));
+    const bool model = network.contains("model"), symbol = network.contains("symbol_file");
+    if (model == symbol) {
+      return Error(e, "network", model ? "give one of model and symbol_file, not both"
+                                       : "one of model (mlp, lenet) or symbol_file is required");
+    }
+    if (model) {
+      const Entry& m = network.at("model");
+      ASSIGN_OR_RETURN(std::string name, String(m, "network.model"));
+      if (!OneOf(name, kModels)) {
+        return Error(m, "network.model", absl::StrCat("unknown built-in model \"", name, "\" (", Names(kModels), ")"));
+      }
+      spec->set_model(name);
+      return absl::OkStatus();
+    }
+    const Entry& s = network.at("symbol_file");
+    ASSIGN_OR_RETURN(std::string path, Path(s, "network.symbol_file"));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return Error(s, "network.symbol_file", absl::StrCat("cannot read '", path, "': ", std::strerror(errno)),
+                   absl::StatusCode::kNotFound);
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    spec->set_symbol_json(text.str());
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseData(const Entry& e, DataSpec* data) const {
+    ASSIGN_OR_RETURN(Entries d, Map(e.value, e.key, "data",
+                                    {"kind", "dir", "train_images", "train_labels", "test_images", "test_labels",
+                                     "flat", "shuffle"}));
+    data->set_kind("mnist");
+    if (auto it = d.find("kind"); it != d.end()) {
+      ASSIGN_OR_RETURN(std::string kind, String(it->second, "data.kind"));
+      if (kind != "mnist") return Error(it->second, "data.kind", absl::StrCat("unknown data kind \"", kind, "\" (mnist)"));
+    }
+    const char* files[] = {"train_images", "train_labels", "test_images", "test_labels"};
+    if (auto it = d.find("dir"); it != d.end()) {
+      for (const char* f : files) {
+        if (d.contains(f)) {
+          return Error(d.at(f), Join("data", f), "give either data.dir or the files, not both");
+        }
+      }
+      ASSIGN_OR_RETURN(std::string dir, Path(it->second, "data.dir"));
+      data->set_train_images((fs::path(dir) / kTrainImages).string());
+      data->set_train_labels((fs::path(dir) / kTrainLabels).string());
+      data->set_test_images((fs::path(dir) / kTestImages).string());
+      data->set_test_labels((fs::path(dir) / kTestLabels).string());
+    } else {
+      for (const char* f : {"train_images", "train_labels"}) {
+        if (!d.contains(f)) return Required(absl::StrCat("data.", f, " (or data.dir)"));
+      }
+      if (d.contains("test_images") != d.contains("test_labels")) {
+        const char* given = d.contains("test_images") ? "test_images" : "test_labels";
+        return Error(d.at(given), Join("data", given), "give both test_images and test_labels, or neither");
+      }
+      std::string resolved[4];
+      for (int i = 0; i < 4; ++i) {
+        if (auto it = d.find(files[i]); it != d.end()) {
+          ASSIGN_OR_RETURN(resolved[i], Path(it->second, Join("data", files[i])));
+        }
+      }
+      data->set_train_images(resolved[0]);
+      data->set_train_labels(resolved[1]);
+      data->set_test_images(resolved[2]);
+      data->set_test_labels(resolved[3]);
+    }
+    if (auto it = d.find("flat"); it != d.end()) {
+      ASSIGN_OR_RETURN(bool flat, Bool(it->second, "data.flat"));
+      data->set_flat(flat);
+    }
+    data->set_shuffle(true);
+    if (auto it = d.find("shuffle"); it != d.end()) {
+      ASSIGN_OR_RETURN(bool shuffle, Bool(it->second, "data.shuffle"));
+      data->set_shuffle(shuffle);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseOptimizer(const Entry& e, JobSpec* spec) const {
+    std::string name = "sgd";
+    // Constructed, never assigned: assigning a YAML::Node overwrites the node it refers to.
+    std::optional<Entry> name_entry;
+    std::vector<std::pair<std::string, Entry>> params;
+    if (e.value.IsScalar()) {
+      name = e.value.Scalar();
+    } else {
+      ASSIGN_OR_RETURN(Entries opt, Map(e.value, e.key, "optimizer", {"name", "params"}));
+      if (auto it = opt.find("name"); it != opt.end()) {
+        ASSIGN_OR_RETURN(name, String(it->second, "optimizer.name"));
+        name_entry.emplace(it->second);
+      }
+      if (auto it = opt.find("params"); it != opt.end()) {
+        // Any key: the optimizer itself says which it knows (checked below).
+        ASSIGN_OR_RETURN(Entries p, Map(it->second.value, it->second.key, "optimizer.params", {}));
+        for (auto& [key, entry] : p) {
+          const std::string path = Join("optimizer.params", key);
+          if (!entry.value.IsScalar()) {
+            return Error(entry, path, absl::StrCat("expected a number, got ", Describe(entry.value)));
+          }
+          params.emplace_back(key, entry);
+        }
+      }
+    }
+    // The optimizer's own checks (names, types, ranges), before any cluster starts.
+    if (auto made = kvstore::Optimizer::Create(name, {}); !made.ok()) {
+      return Error(name_entry ? *name_entry : e, e.value.IsScalar() ? "optimizer" : "optimizer.name", made.status().message());
+    }
+    ops::KwArgs kwargs;
+    for (const auto& [key, entry] : params) kwargs.emplace_back(key, entry.value.Scalar());
+    if (auto made = kvstore::Optimizer::Create(name, kwargs); !made.ok()) {
+      // Name the parameter at fault when one alone is.
+      for (const auto& [key, entry] : params) {
+        if (auto alone = kvstore::Optimizer::Create(name, {{key, entry.value.Scalar()}}); !alone.ok()) {
+          return Error(entry, Join("optimizer.params", key), alone.status().message());
+        }
+      }
+      return Error(e, "optimizer.params", made.status().message());
+    }
+    spec->set_optimizer(name);
+    for (const auto& [key, value] : kwargs) (*spec->mutable_optimizer_params())[key] = value;
+    return absl::OkStatus();
+  }
+
+  const std::string file_;
+  const std::string base_dir_;
+};
+
+}  // namespace
+
+absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::string& base_dir,
+                                     const std::string& file_name_for_errors) {
+  return Parser(file_name_for_errors, base_dir).Parse(yaml_text);
+}
+
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::Status(absl::ErrnoToStatusCode(errno),
+                        absl::StrCat("cannot read job file '", path, "': ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading job file '", path, "'"));
+  std::error_code ec;
+  fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
+  if (ec) dir = fs::path(path).parent_path();
+  return ParseJobFile(text.str(), dir.lexically_normal().string(), path);
+}
+
+}  // namespace tessera::client

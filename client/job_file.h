@@ -1,0 +1,89 @@
+// Job files: a training job written as YAML, read into the JobSpec that `tessera train`
+// submits to the workers (proto/worker.proto) plus what the launcher itself needs (cluster
+// size, run folder). The parser checks everything it can before a cluster starts: unknown
+// keys, types, ranges, and the names of the model, optimizer and its parameters, metric,
+// initializer, KVStore type and devices. Pure functions of their input (LoadJobFile and
+// network.symbol_file read files); thread-safe.
+//
+// The schema (every key but network, data, batch_size and epochs is optional; defaults
+// after '='):
+//
+//   name: lenet-mnist       # = the file name without .yaml/.yml ("job" when there is none).
+//                           #   Letters, digits, '.', '_', '-': it names the run folder and
+//                           #   the checkpoints.
+//   network:                # exactly one of:
+//     model: lenet          #   a built-in network (examples/models.h): mlp (784-128-64-10,
+//                           #   ReLU; wants data.flat: true) | lenet (for 1x28x28 images)
+//     symbol_file: x.json   #   MXNet symbol JSON; its text goes into JobSpec.symbol_json.
+//                           #   Input "data", label "softmax_label".
+//   data:
+//     kind: mnist           # = mnist (the only kind so far)
+//     dir: .cache/mnist     # a folder holding the IDX files tools/fetch_mnist.py writes:
+//                           #   train-images-idx3-ubyte, train-labels-idx1-ubyte,
+//                           #   t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte.
+//     # ...or, instead of dir, the files themselves (test_* optional, both or neither):
+//     # train_images: a  train_labels: b  test_images: c  test_labels: d
+//     flat: false           # = false; true: rows of 784 values (MLPs), false: 1x28x28 images
+//     shuffle: true         # = true; reshuffled every epoch from seed and epoch
+//   batch_size: 64          # per worker, >= 1
+//   epochs: 5               # >= 1
+//   optimizer:              # = {name: sgd, params: {learning_rate: 0.01}}
+//     name: sgd             # = sgd; sgd | adam | rmsprop | adagrad
+//     params: {learning_rate: 0.05, momentum: 0.9}
+//                           # = {} (the optimizer's defaults, kvstore/optimizer.h). Values are
+//                           #   kept as the YAML text wrote them ("1e-3" stays "1e-3").
+//   # optimizer: adam       #   a plain name is short for {name: adam}
+//   initializer: xavier     # = xavier; xavier | uniform | normal
+//   eval_metric: acc        # = acc; acc | ce | mse | top_k_accuracy_K, or a list: [acc, ce]
+//   kvstore: dist_sync      # = dist_sync with cluster.workers > 1, else local;
+//                           #   local | dist_sync | dist_async (local needs workers: 1)
+//   cluster: {workers: 2, servers: 1}
+//                           # = {workers: 2, servers: 1}: the processes `tessera train` starts
+//                           #   (servers >= 1 for the dist KVStores)
+//   devices: [cpu(0)]       # = [cpu(0)]; per worker: cpu(N) | gpu(N), or one string
+//   seed: 0                 # = 0; initialization and shuffling
+//   checkpoint: true        # = true: NAME-NNNN.params/.states after every epoch and
+//                           #   NAME-symbol.json, as <run_dir>/<name>
+//   run_dir: runs/lenet-mnist
+//                           # = runs/<name>: logs, metrics.csv, plot.svg, checkpoints
+//
+// Relative paths in data and network.symbol_file are relative to the job file's folder
+// (`base_dir`), so a job file works from any working directory; run_dir is relative to the
+// working directory of `tessera train` (where results are wanted), and is not created here.
+//
+// Errors: INVALID_ARGUMENT "FILE:LINE: FIELD.PATH: what is wrong" for a bad value, an unknown
+// key (with the known ones) or a duplicate key, "FILE: FIELD: required" for a missing one,
+// "FILE:LINE:COL: ..." for YAML syntax; NOT_FOUND naming the field and path for a
+// symbol_file that cannot be read, and the path for a job file LoadJobFile cannot read.
+#ifndef TESSERA_CLIENT_JOB_FILE_H_
+#define TESSERA_CLIENT_JOB_FILE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/worker.pb.h"
+
+namespace tessera::client {
+
+struct JobFile {
+  // Everything that goes to the workers. Left for the launcher: rank, num_workers, ps_hosts,
+  // data.part_index / data.num_parts and batch_event_every.
+  JobSpec spec;
+  int num_workers = 2;  // cluster size for `tessera train`'s embedded cluster
+  int num_servers = 1;
+  // Where logs, metrics.csv, plot.svg and checkpoints go, as written (default "runs/<name>").
+  std::string run_dir;
+};
+
+// Parses YAML text. `base_dir` resolves relative paths in the file (data files, a symbol
+// JSON file); empty leaves them relative. `file_name_for_errors` starts every message and
+// gives the default name.
+absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::string& base_dir,
+                                     const std::string& file_name_for_errors);
+
+// Reads `path` and parses it with base_dir = its folder, made absolute.
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_JOB_FILE_H_

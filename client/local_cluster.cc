@@ -1,0 +1,103 @@
+#include "client/local_cluster.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace tessera::client {
+
+std::string SiblingBinary(const std::string& relative) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path().parent_path() / relative).string();
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
+  if (options.num_servers < 1 || options.num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a local cluster needs at least one server and one worker, got ",
+                                                   options.num_servers, " and ", options.num_workers));
+  }
+  const std::string ps = options.ps_binary.empty() ? SiblingBinary("server/tessera-ps") : options.ps_binary;
+  const std::string worker =
+      options.worker_binary.empty() ? SiblingBinary("worker/tessera-worker") : options.worker_binary;
+  for (const std::string& binary : {ps, worker}) {
+    if (access(binary.c_str(), X_OK) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(binary, " is missing (build it: bazel build //server:tessera-ps //worker:tessera-worker)"));
+    }
+  }
+  const std::filesystem::path logs = std::filesystem::path(options.run_dir) / "logs";
+  std::error_code ec;
+  std::filesystem::create_directories(logs, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", logs.string(), ": ", ec.message()));
+
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  // The servers listen on free ports (--address ...:0); --ps_hosts only gives their count,
+  // so its ports are placeholders.
+  std::vector<std::string> placeholders;
+  for (int s = 0; s < options.num_servers; ++s) placeholders.push_back(absl::StrCat("127.0.0.1:", s + 1));
+  auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
+    Daemon d;
+    d.name = name;
+    d.log = (logs / (name + ".log")).string();
+    const std::string port_file = (logs / (name + ".port")).string();
+    std::filesystem::remove(port_file, ec);
+    argv.push_back("--address=127.0.0.1:0");
+    argv.push_back("--port_file=" + port_file);
+    absl::StatusOr<std::unique_ptr<Subprocess>> p =
+        Subprocess::Start({.argv = argv, .env = {}, .stdout_path = d.log, .stderr_path = d.log});
+    if (!p.ok()) return p.status();
+    d.process = std::move(*p);
+    cluster->daemons_.push_back(std::move(d));
+    absl::StatusOr<std::string> port = WaitForFile(port_file, absl::Seconds(60));
+    if (!port.ok()) {
+      return absl::UnavailableError(absl::StrCat(name, " did not start (see ", cluster->daemons_.back().log,
+                                                 "): ", port.status().message()));
+    }
+    const std::string address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port));
+    (name.rfind("ps", 0) == 0 ? cluster->cluster_.servers : cluster->cluster_.workers).push_back(address);
+    return absl::OkStatus();
+  };
+  for (int s = 0; s < options.num_servers; ++s) {
+    absl::Status st = start(absl::StrCat("ps-", s),
+                            {ps, absl::StrCat("--index=", s), "--ps_hosts=" + absl::StrJoin(placeholders, ","),
+                             absl::StrCat("--num_workers=", options.num_workers)});
+    if (!st.ok()) return st;
+  }
+  for (int w = 0; w < options.num_workers; ++w) {
+    absl::Status st = start(absl::StrCat("worker-", w), {worker, absl::StrCat("--seed=", w)});
+    if (!st.ok()) return st;
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() {
+  for (Daemon& d : daemons_) {
+    if (d.process->running()) (void)d.process->Signal(SIGTERM);
+  }
+  for (Daemon& d : daemons_) {
+    if (!d.process->Wait(absl::Seconds(10)).ok()) (void)d.process->Signal(SIGKILL);
+  }
+}
+
+absl::Status LocalCluster::CheckAlive() {
+  for (Daemon& d : daemons_) {
+    if (d.process->running()) continue;
+    absl::StatusOr<ExitStatus> exit = d.process->Wait(absl::ZeroDuration());
+    return absl::UnavailableError(absl::StrCat(d.name, " exited (", exit.ok() ? exit->ToString() : "unknown",
+                                               "); its log: ", d.log));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> LocalCluster::pids() const {
+  std::vector<int> pids;
+  for (const Daemon& d : daemons_) pids.push_back(d.process->pid());
+  return pids;
+}
+
+}  // namespace tessera::client

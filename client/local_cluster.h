@@ -1,0 +1,63 @@
+// LocalCluster: parameter servers and worker daemons as child processes on free loopback
+// ports - what `tessera train` starts when no cluster is given and `tessera launch -n -s`
+// sizes, like MXNet's tools/launch.py for one machine.
+//
+// Each daemon logs to RUN_DIR/logs/{ps,worker}-N.log. The destructor stops every daemon
+// (SIGTERM, then SIGKILL after a grace period), so an error or Ctrl-C in the caller tears
+// the cluster down.
+//
+// Thread safety: not thread-safe; one owner.
+#ifndef TESSERA_CLIENT_LOCAL_CLUSTER_H_
+#define TESSERA_CLIENT_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/job_client.h"
+#include "core/subprocess.h"
+
+namespace tessera::client {
+
+struct LocalClusterOptions {
+  int num_servers = 1;
+  int num_workers = 2;
+  std::string run_dir;  // logs and port files go under it (created if missing)
+  // The daemons; default: next to this program's bazel-bin folder
+  // (bazel-bin/server/tessera-ps, bazel-bin/worker/tessera-worker).
+  std::string ps_binary;
+  std::string worker_binary;
+};
+
+class LocalCluster {
+ public:
+  // Starts every daemon and waits (up to 60 s) for each to report its port; an error names
+  // the daemon and points at its log.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
+  ~LocalCluster();
+
+  const Cluster& cluster() const { return cluster_; }
+  // OK while every daemon runs; otherwise names the first that exited and how.
+  absl::Status CheckAlive();
+  // The pids, servers first (tests kill one to see the failure path).
+  std::vector<int> pids() const;
+
+ private:
+  LocalCluster() = default;
+  struct Daemon {
+    std::string name;  // "ps-0", "worker-1"
+    std::string log;
+    std::unique_ptr<Subprocess> process;
+  };
+
+  std::vector<Daemon> daemons_;
+  Cluster cluster_;
+};
+
+// bazel-bin/<relative> beside this program (which lives in bazel-bin/client/).
+std::string SiblingBinary(const std::string& relative);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_LOCAL_CLUSTER_H_

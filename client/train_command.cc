@@ -1,0 +1,215 @@
+#include "client/train_command.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/job_file.h"
+#include "client/local_cluster.h"
+#include "client/run_report.h"
+#include "core/daemon.h"
+#include "core/status_macros.h"
+
+namespace tessera::client {
+namespace {
+
+// The job a signal should cancel (process-wide: signals are).
+std::mutex g_signal_mu;
+JobClient* g_running = nullptr;
+bool g_interrupted = false;
+
+std::string Metrics(const std::map<std::string, double>& values) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : values) parts.push_back(absl::StrFormat("%s %.4f", name, value));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string JsonNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
+
+std::string SummaryJson(const TrainSummary& s, const std::string& job) {
+  std::vector<std::string> fields = {absl::StrCat("\"job\":\"", job, "\""),
+                                     absl::StrCat("\"epochs\":", s.epochs),
+                                     absl::StrCat("\"seconds\":", JsonNumber(s.seconds)),
+                                     absl::StrCat("\"run_dir\":\"", s.run_dir, "\"")};
+  for (const auto& [name, value] : s.eval) {
+    fields.push_back(absl::StrCat("\"test_", name, "\":", JsonNumber(value)));
+  }
+  for (const auto& [name, value] : s.train) {
+    fields.push_back(absl::StrCat("\"train_", name, "\":", JsonNumber(value)));
+  }
+  return absl::StrCat("{", absl::StrJoin(fields, ","), "}");
+}
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
+  ASSIGN_OR_RETURN(JobFile job, LoadJobFile(options.job_path));
+  if (options.num_workers) job.num_workers = *options.num_workers;
+  if (options.num_servers) job.num_servers = *options.num_servers;
+  if (job.spec.kvstore() == "local" && job.num_workers > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(options.job_path, ": kvstore 'local' runs on one worker, the cluster has ",
+                                                   job.num_workers, " (use dist_sync or dist_async)"));
+  }
+  TrainSummary summary;
+  summary.run_dir = job.run_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(job.run_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create run folder ", job.run_dir, ": ", ec.message()));
+
+  std::unique_ptr<LocalCluster> local;
+  Cluster cluster;
+  if (options.cluster) {
+    cluster = *options.cluster;
+  } else {
+    ASSIGN_OR_RETURN(local, LocalCluster::Start({.num_servers = job.num_servers,
+                                                 .num_workers = job.num_workers,
+                                                 .run_dir = job.run_dir}));
+    cluster = local->cluster();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, absl::Seconds(60)));
+  {
+    std::lock_guard<std::mutex> lock(g_signal_mu);
+    if (g_interrupted) return absl::CancelledError("interrupted");
+    g_running = client.get();
+  }
+  JobSpec spec = job.spec;
+  if (options.progress) spec.set_batch_event_every(5);
+  std::fprintf(options.out, "tessera: job '%s' on %zu worker(s), %zu server(s); run folder %s\n",
+               spec.name().c_str(), cluster.workers.size(), cluster.servers.size(), job.run_dir.c_str());
+  std::vector<EpochRow> rows;
+  absl::StatusOr<JobOutcome> outcome = client->Run(spec, [&](int rank, const JobEvent& event) {
+    if (rank != 0) return;
+    if (event.has_batch() && options.progress) {
+      std::fprintf(options.out, "\r  epoch %d  batch %d  %.0f samples/s  %s   ", event.batch().epoch() + 1,
+                   event.batch().batch(), event.batch().samples_per_second(),
+                   Metrics({event.batch().metrics().begin(), event.batch().metrics().end()}).c_str());
+      std::fflush(options.out);
+    }
+    if (event.has_epoch()) {
+      const JobEvent::Epoch& e = event.epoch();
+      EpochRow row{e.epoch() + 1, {e.train().begin(), e.train().end()}, {e.eval().begin(), e.eval().end()},
+                   e.seconds(), e.samples_per_second()};
+      std::fprintf(options.out, "%sepoch %d/%d  train: %s  test: %s  %.1f s  %.0f samples/s/worker\n",
+                   options.progress ? "\r" : "", row.epoch, spec.num_epochs(), Metrics(row.train).c_str(),
+                   Metrics(row.eval).c_str(), row.seconds, row.samples_per_second);
+      std::fflush(options.out);
+      summary.train = row.train;
+      rows.push_back(std::move(row));
+    }
+  });
+  {
+    std::lock_guard<std::mutex> lock(g_signal_mu);
+    g_running = nullptr;
+  }
+  if (!rows.empty()) {
+    RETURN_IF_ERROR(WriteMetricsCsv((std::filesystem::path(job.run_dir) / "metrics.csv").string(), rows));
+    RETURN_IF_ERROR(WritePlotSvg((std::filesystem::path(job.run_dir) / "plot.svg").string(), rows, spec.name()));
+  }
+  if (!outcome.ok()) {
+    absl::Status status = outcome.status();
+    if (local != nullptr) {
+      if (absl::Status alive = local->CheckAlive(); !alive.ok()) {
+        status = absl::Status(status.code(), absl::StrCat(status.message(), "; ", alive.message()));
+      }
+    }
+    return status;
+  }
+  summary.eval = outcome->eval;
+  summary.epochs = static_cast<int>(rows.size());
+  summary.seconds = outcome->seconds;
+  if (options.json) std::fprintf(options.out, "%s\n", SummaryJson(summary, spec.name()).c_str());
+  return summary;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<std::string>> HostList(const std::string& flag, const std::string& value) {
+  std::vector<std::string> hosts = absl::StrSplit(value, ',', absl::SkipEmpty());
+  if (hosts.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " needs host:port,..."));
+  return hosts;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: tessera train JOB.yaml [--json]\n"
+               "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json]\n"
+               "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
+               "       tessera status --workers H:P,...\n");
+  return 2;
+}
+
+}  // namespace
+
+int TrainMain(int argc, char** argv) {
+  const std::string command = argv[1];
+  TrainOptions options;
+  Cluster cluster;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](int& out) {
+      return i + 1 < argc && absl::SimpleAtoi(argv[++i], &out) && out >= 1;
+    };
+    int n = 0;
+    if (arg == "--json") {
+      options.json = true;
+    } else if (arg == "-n" && command == "launch") {
+      if (!value(n)) return Usage();
+      options.num_workers = n;
+    } else if (arg == "-s" && command == "launch") {
+      if (!value(n)) return Usage();
+      options.num_servers = n;
+    } else if ((arg == "--workers" || arg == "--servers") && i + 1 < argc) {
+      absl::StatusOr<std::vector<std::string>> hosts = HostList(arg, argv[++i]);
+      if (!hosts.ok()) return Usage();
+      (arg == "--workers" ? cluster.workers : cluster.servers) = *hosts;
+    } else if (arg.rfind("-", 0) != 0 && options.job_path.empty()) {
+      options.job_path = arg;
+    } else {
+      std::fprintf(stderr, "tessera %s: unexpected argument '%s'\n", command.c_str(), arg.c_str());
+      return Usage();
+    }
+  }
+  if (command == "status") {
+    if (cluster.workers.empty()) return Usage();
+    absl::StatusOr<std::unique_ptr<JobClient>> client = JobClient::Connect(cluster, absl::Seconds(10));
+    absl::StatusOr<std::vector<WorkerStatus>> statuses =
+        client.ok() ? (*client)->Status() : absl::StatusOr<std::vector<WorkerStatus>>(client.status());
+    if (!statuses.ok()) {
+      std::fprintf(stderr, "tessera status: %s\n", std::string(statuses.status().message()).c_str());
+      return 1;
+    }
+    for (size_t r = 0; r < statuses->size(); ++r) {
+      const WorkerStatus& s = (*statuses)[r];
+      std::printf("worker %zu (%s): %s job '%s' epoch %d batch %d%s\n", r, cluster.workers[r].c_str(),
+                  s.state() == WorkerStatus::RUNNING ? "running" : "idle", s.job().c_str(), s.epoch(), s.batch(),
+                  s.last_result().empty() ? "" : absl::StrCat(", last result: ", s.last_result()).c_str());
+    }
+    return 0;
+  }
+  if (options.job_path.empty()) return Usage();
+  if (command == "submit") {
+    if (cluster.workers.empty()) return Usage();
+    options.cluster = cluster;
+  }
+  options.progress = !options.json && isatty(fileno(stdout));
+  OnTerminationSignal([](int) {
+    std::lock_guard<std::mutex> lock(g_signal_mu);
+    g_interrupted = true;
+    if (g_running != nullptr) g_running->Cancel();
+  });
+  absl::StatusOr<TrainSummary> summary = RunTrain(options);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "\ntessera %s: %s\n", command.c_str(), summary.status().ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tessera::client

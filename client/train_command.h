@@ -1,0 +1,54 @@
+// The job commands of `tessera` as library calls:
+//
+//   train JOB.yaml [--json]               the job on an embedded local cluster of the size the
+//                                         job file names (1 server + 2 workers by default)
+//   launch -n W -s S JOB.yaml [--json]    the same on a local cluster of W workers, S servers
+//   submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]
+//                                         the job on daemons already running
+//   status --workers H:P,...              what each worker daemon is doing
+//
+// A run prints one summary line per epoch (worker 0's train and test metrics, time,
+// samples/s); on a terminal a progress line shows the current batch. It writes
+// RUN_DIR/metrics.csv and RUN_DIR/plot.svg, checkpoints under RUN_DIR (rank 0, every
+// epoch) and the daemons' logs under RUN_DIR/logs. --json prints one JSON object last
+// (test_accuracy, train_accuracy, epochs, seconds, run_dir, ...). Ctrl-C or SIGTERM cancels
+// the job on every worker and, for an embedded cluster, stops the daemons.
+#ifndef TESSERA_CLIENT_TRAIN_COMMAND_H_
+#define TESSERA_CLIENT_TRAIN_COMMAND_H_
+
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/job_client.h"
+
+namespace tessera::client {
+
+struct TrainOptions {
+  std::string job_path;
+  bool json = false;
+  std::optional<int> num_workers, num_servers;  // override the job file's cluster
+  std::optional<Cluster> cluster;               // submit: daemons already running
+  FILE* out = stdout;
+  bool progress = false;  // a live progress line (on a terminal)
+};
+
+struct TrainSummary {
+  std::map<std::string, double> eval;   // worker 0's last test metrics
+  std::map<std::string, double> train;  // worker 0's last training metrics
+  int epochs = 0;
+  double seconds = 0;
+  std::string run_dir;
+};
+
+// Runs the job; the status names the worker or daemon that failed.
+absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options);
+
+// The command lines above (argv[1] is the command); returns the process exit code.
+int TrainMain(int argc, char** argv);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_TRAIN_COMMAND_H_

@@ -1,0 +1,328 @@
+// Job files: the example files, the defaults, path resolution against the file's folder,
+// and one error per way a file can be wrong, each naming the file and the field.
+#include "client/job_file.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::client {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+using tessera::testing::IsOk;
+using tessera::testing::StatusIs;
+
+std::string TempDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
+}
+
+// The smallest valid file, to which each case adds or changes a line.
+constexpr const char* kMinimal = R"(network: {model: lenet}
+data: {dir: mnist}
+batch_size: 32
+epochs: 2
+)";
+
+absl::StatusOr<JobFile> Parse(const std::string& yaml, const std::string& base_dir = "/jobs") {
+  return ParseJobFile(yaml, base_dir, "job.yaml");
+}
+
+// Tests run in the runfiles tree, which mirrors the repository.
+TEST(JobFileTest, MlpExampleParses) {
+  absl::StatusOr<JobFile> job = LoadJobFile("examples/mnist/mlp.yaml");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.version(), 1u);
+  EXPECT_EQ(s.name(), "mlp-mnist");
+  EXPECT_EQ(s.model(), "mlp");
+  EXPECT_EQ(s.data().kind(), "mnist");
+  EXPECT_TRUE(s.data().flat());
+  EXPECT_TRUE(s.data().shuffle());
+  EXPECT_EQ(s.batch_size(), 64);
+  EXPECT_EQ(s.num_epochs(), 10);
+  EXPECT_EQ(s.optimizer(), "sgd");
+  EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "0.1"), Pair("momentum", "0.9")));
+  EXPECT_EQ(s.kvstore(), "local");
+  EXPECT_EQ(job->num_workers, 1);
+  EXPECT_EQ(job->run_dir, "runs/mlp-mnist");
+  EXPECT_EQ(s.checkpoint_prefix(), "runs/mlp-mnist/mlp-mnist");
+  EXPECT_THAT(s.devices(), ElementsAre("cpu(0)"));
+  // "../../.cache/mnist" from examples/mnist/: the repository's .cache/mnist, made absolute,
+  // holding the files tools/fetch_mnist.py writes.
+  const fs::path expected = fs::absolute(".cache/mnist").lexically_normal();
+  EXPECT_EQ(s.data().train_images(), (expected / "train-images-idx3-ubyte").string());
+  EXPECT_EQ(s.data().train_labels(), (expected / "train-labels-idx1-ubyte").string());
+  EXPECT_EQ(s.data().test_images(), (expected / "t10k-images-idx3-ubyte").string());
+  EXPECT_EQ(s.data().test_labels(), (expected / "t10k-labels-idx1-ubyte").string());
+}
+
+TEST(JobFileTest, LeNetExampleParses) {
+  absl::StatusOr<JobFile> job = LoadJobFile("examples/mnist/lenet.yaml");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.name(), "lenet-mnist");
+  EXPECT_EQ(s.model(), "lenet");
+  EXPECT_FALSE(s.data().flat());
+  EXPECT_EQ(s.batch_size(), 64);
+  EXPECT_EQ(s.num_epochs(), 5);
+  EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "0.05"), Pair("momentum", "0.9")));
+  EXPECT_EQ(s.kvstore(), "dist_sync");
+  EXPECT_EQ(job->num_workers, 2);
+  EXPECT_EQ(job->num_servers, 1);
+  EXPECT_EQ(s.eval_metric(), "acc,ce");
+  EXPECT_EQ(job->run_dir, "runs/lenet-mnist");
+  EXPECT_TRUE(fs::path(s.data().train_images()).is_absolute());
+  // Left for the launcher.
+  EXPECT_EQ(s.rank(), 0);
+  EXPECT_EQ(s.num_workers(), 0);
+  EXPECT_TRUE(s.ps_hosts().empty());
+  EXPECT_EQ(s.data().num_parts(), 0);
+}
+
+TEST(JobFileTest, Defaults) {
+  absl::StatusOr<JobFile> job = ParseJobFile(kMinimal, "/jobs", "dir/my_job.yaml");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.name(), "my_job");  // from the file name
+  EXPECT_EQ(s.batch_size(), 32);
+  EXPECT_EQ(s.num_epochs(), 2);
+  EXPECT_EQ(s.data().kind(), "mnist");
+  EXPECT_FALSE(s.data().flat());
+  EXPECT_TRUE(s.data().shuffle());
+  EXPECT_EQ(s.optimizer(), "sgd");
+  EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "0.01")));
+  EXPECT_EQ(s.initializer(), "xavier");
+  EXPECT_EQ(s.eval_metric(), "acc");
+  EXPECT_EQ(job->num_workers, 2);
+  EXPECT_EQ(job->num_servers, 1);
+  EXPECT_EQ(s.kvstore(), "dist_sync");
+  EXPECT_THAT(s.devices(), ElementsAre("cpu(0)"));
+  EXPECT_EQ(s.seed(), 0u);
+  EXPECT_EQ(job->run_dir, "runs/my_job");
+  EXPECT_EQ(s.checkpoint_prefix(), "runs/my_job/my_job");
+  EXPECT_EQ(s.batch_event_every(), 0);
+
+  EXPECT_EQ(ParseJobFile(kMinimal, "", "")->spec.name(), "job");
+}
+
+TEST(JobFileTest, EveryFieldGiven) {
+  absl::StatusOr<JobFile> job = Parse(R"(
+name: full
+network: {model: mlp}
+data:
+  kind: mnist
+  train_images: a/ti
+  train_labels: a/tl
+  flat: yes
+  shuffle: false
+batch_size: 8
+epochs: 3
+optimizer: {name: adam, params: {learning_rate: 1e-3, beta1: .8, wd: 0}}
+initializer: uniform
+eval_metric: [acc, ce, top_k_accuracy_3]
+kvstore: dist_async
+cluster: {workers: 3, servers: 2}
+devices: [cpu(0), cpu(1)]
+seed: 18446744073709551615
+checkpoint: false
+run_dir: /tmp/out
+)");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.name(), "full");
+  EXPECT_TRUE(s.data().flat());
+  EXPECT_FALSE(s.data().shuffle());
+  EXPECT_EQ(s.data().train_images(), "/jobs/a/ti");
+  EXPECT_EQ(s.data().test_images(), "");  // no test data: fine
+  EXPECT_EQ(s.optimizer(), "adam");
+  // Numbers stay as the YAML text wrote them.
+  EXPECT_THAT(s.optimizer_params(),
+              UnorderedElementsAre(Pair("learning_rate", "1e-3"), Pair("beta1", ".8"), Pair("wd", "0")));
+  EXPECT_EQ(s.initializer(), "uniform");
+  EXPECT_EQ(s.eval_metric(), "acc,ce,top_k_accuracy_3");
+  EXPECT_EQ(s.kvstore(), "dist_async");
+  EXPECT_EQ(job->num_workers, 3);
+  EXPECT_EQ(job->num_servers, 2);
+  EXPECT_THAT(s.devices(), ElementsAre("cpu(0)", "cpu(1)"));
+  EXPECT_EQ(s.seed(), 18446744073709551615u);
+  EXPECT_EQ(s.checkpoint_prefix(), "");
+  EXPECT_EQ(job->run_dir, "/tmp/out");
+}
+
+TEST(JobFileTest, ShortForms) {
+  absl::StatusOr<JobFile> job = Parse(std::string(kMinimal) + "optimizer: rmsprop\ndevices: cpu(0)\n" +
+                                      "eval_metric: ce\ncluster: {workers: 1}\n");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.optimizer(), "rmsprop");
+  EXPECT_TRUE(job->spec.optimizer_params().empty());
+  EXPECT_THAT(job->spec.devices(), ElementsAre("cpu(0)"));
+  EXPECT_EQ(job->spec.eval_metric(), "ce");
+  EXPECT_EQ(job->spec.kvstore(), "local");  // one worker
+}
+
+TEST(JobFileTest, RelativePathsResolveAgainstBaseDir) {
+  const std::string files = R"(network: {model: lenet}
+batch_size: 1
+epochs: 1
+data:
+  train_images: ../shared/train-images
+  train_labels: labels/train
+  test_images: /abs/t10k-images
+  test_labels: ./t10k-labels
+)";
+  absl::StatusOr<JobFile> job = Parse(files, "/jobs/mnist");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.data().train_images(), "/jobs/shared/train-images");
+  EXPECT_EQ(job->spec.data().train_labels(), "/jobs/mnist/labels/train");
+  EXPECT_EQ(job->spec.data().test_images(), "/abs/t10k-images");
+  EXPECT_EQ(job->spec.data().test_labels(), "/jobs/mnist/t10k-labels");
+
+  job = Parse(kMinimal, "/jobs/mnist/");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.data().train_images(), "/jobs/mnist/mnist/train-images-idx3-ubyte");
+
+  // No base_dir: paths stay relative (to whoever opens them).
+  job = Parse(files, "");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.data().train_labels(), "labels/train");
+  EXPECT_EQ(job->spec.data().train_images(), "../shared/train-images");
+}
+
+TEST(JobFileTest, SymbolFileIsReadRelativeToBaseDir) {
+  const std::string dir = TempDir() + "/symbols";
+  fs::create_directories(dir);
+  const std::string json = R"({"nodes": [], "arg_nodes": [], "heads": []})";
+  std::ofstream(dir + "/net-symbol.json") << json;
+  const std::string yaml = "network: {symbol_file: net-symbol.json}\ndata: {dir: d}\nbatch_size: 1\nepochs: 1\n";
+  absl::StatusOr<JobFile> job = Parse(yaml, dir);
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.network_case(), JobSpec::kSymbolJson);
+  EXPECT_EQ(job->spec.symbol_json(), json);
+
+  EXPECT_THAT(Parse(yaml, TempDir()).status(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       AllOf(HasSubstr("job.yaml:1: network.symbol_file"), HasSubstr(TempDir() + "/net-symbol.json"))));
+}
+
+TEST(JobFileTest, LoadJobFileNamesAMissingFile) {
+  EXPECT_THAT(LoadJobFile("no/such/job.yaml").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/such/job.yaml")));
+}
+
+TEST(JobFileTest, LoadJobFileResolvesAgainstItsFolder) {
+  const std::string dir = TempDir() + "/load";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/j.yaml") << kMinimal;
+  absl::StatusOr<JobFile> job = LoadJobFile(dir + "/j.yaml");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.name(), "j");
+  EXPECT_EQ(job->spec.data().train_images(), (fs::path(dir) / "mnist/train-images-idx3-ubyte").lexically_normal().string());
+}
+
+struct ErrorCase {
+  const char* what;
+  std::string yaml;
+  std::string message;  // expected in the error, after "job.yaml"
+};
+
+// kMinimal with `line` appended (a later key of the same name is a duplicate).
+std::string With(const std::string& line) { return std::string(kMinimal) + line + "\n"; }
+// kMinimal without the line starting with `key`, plus `line`.
+std::string Replace(const std::string& key, const std::string& line) {
+  std::stringstream in(kMinimal);
+  std::string out, l;
+  while (std::getline(in, l)) {
+    if (l.rfind(key + ":", 0) != 0) out += l + "\n";
+  }
+  return out + line + "\n";
+}
+
+class JobFileErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(JobFileErrorTest, NamesTheFileAndField) {
+  const ErrorCase& c = GetParam();
+  absl::StatusOr<JobFile> job = Parse(c.yaml);
+  EXPECT_THAT(job.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.yaml")));
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr(c.message)) << c.yaml;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, JobFileErrorTest,
+    ::testing::Values(
+        ErrorCase{"TopLevelTypo", With("epoch: 5"), "job.yaml:5: epoch: unknown key (did you mean 'epochs'?)"},
+        ErrorCase{"NestedTypo", Replace("data", "data: {dir: d, shufle: true}"),
+                  "job.yaml:4: data.shufle: unknown key (did you mean 'shuffle'?)"},
+        ErrorCase{"OptimizerTypo", With("optimizer: {name: sgd, parms: {momentum: 0.9}}"), "optimizer.parms: unknown key"},
+        ErrorCase{"ClusterTypo", With("cluster: {worker: 2}"), "cluster.worker: unknown key"},
+        ErrorCase{"NetworkTypo", Replace("network", "network: {modle: lenet}"), "network.modle: unknown key"},
+        ErrorCase{"Duplicate", With("epochs: 3"), "job.yaml:5: epochs: given twice"},
+        ErrorCase{"EpochsNotANumber", Replace("epochs", "epochs: ten"), "epochs: expected an integer, got \"ten\""},
+        ErrorCase{"EpochsFraction", Replace("epochs", "epochs: 2.5"), "epochs: expected an integer"},
+        ErrorCase{"EpochsZero", Replace("epochs", "epochs: 0"), "epochs: must be >= 1"},
+        ErrorCase{"BatchSizeList", Replace("batch_size", "batch_size: [64]"), "batch_size: expected an integer, got a list"},
+        ErrorCase{"BatchSizeNegative", Replace("batch_size", "batch_size: -4"), "batch_size: must be >= 1"},
+        ErrorCase{"NetworkMissing", Replace("network", ""), "job.yaml: network: required"},
+        ErrorCase{"DataMissing", Replace("data", ""), "job.yaml: data: required"},
+        ErrorCase{"EpochsMissing", Replace("epochs", ""), "job.yaml: epochs: required"},
+        ErrorCase{"BatchSizeMissing", Replace("batch_size", ""), "job.yaml: batch_size: required"},
+        ErrorCase{"NetworkEmpty", Replace("network", "network: {}"), "network: one of model (mlp, lenet) or symbol_file is required"},
+        ErrorCase{"NetworkBoth", Replace("network", "network: {model: mlp, symbol_file: x.json}"),
+                  "network: give one of model and symbol_file, not both"},
+        ErrorCase{"NetworkNotAMap", Replace("network", "network: lenet"), "network: expected a map, got \"lenet\""},
+        ErrorCase{"UnknownModel", Replace("network", "network: {model: resnet}"),
+                  "network.model: unknown built-in model \"resnet\" (mlp, lenet)"},
+        ErrorCase{"LearningRateNotANumber", With("optimizer:\n  name: sgd\n  params: {learning_rate: fast}"),
+                  "job.yaml:7: optimizer.params.learning_rate: sgd: invalid value 'fast'"},
+        ErrorCase{"LearningRateList", With("optimizer: {params: {learning_rate: [0.1]}}"),
+                  "optimizer.params.learning_rate: expected a number, got a list"},
+        ErrorCase{"LearningRateNegative", With("optimizer: {params: {learning_rate: -1}}"),
+                  "optimizer.params.learning_rate: sgd: invalid value '-1'"},
+        ErrorCase{"MomentumOutOfRange", With("optimizer: {params: {learning_rate: 0.1, momentum: 2}}"),
+                  "optimizer.params.momentum: sgd: invalid value '2'"},
+        ErrorCase{"UnknownOptimizerParam", With("optimizer: {params: {lr: 0.1}}"),
+                  "optimizer.params.lr: sgd: unknown parameter 'lr'"},
+        ErrorCase{"UnknownOptimizer", With("optimizer: {name: sgdd}"), "optimizer.name: unknown optimizer \"sgdd\""},
+        ErrorCase{"UnknownOptimizerShort", With("optimizer: nesterov"), "optimizer: unknown optimizer \"nesterov\""},
+        ErrorCase{"TrainImagesMissing", Replace("data", "data: {train_labels: l}"), "data.train_images (or data.dir): required"},
+        ErrorCase{"DirAndFiles", Replace("data", "data: {dir: d, train_images: x}"),
+                  "data.train_images: give either data.dir or the files, not both"},
+        ErrorCase{"TestImagesAlone", Replace("data", "data: {train_images: a, train_labels: b, test_images: c}"),
+                  "data.test_images: give both test_images and test_labels, or neither"},
+        ErrorCase{"TrainImagesList", Replace("data", "data: {train_images: [a], train_labels: b}"),
+                  "data.train_images: expected a string, got a list"},
+        ErrorCase{"FlatNotABool", Replace("data", "data: {dir: d, flat: maybe}"),
+                  "data.flat: expected true or false, got \"maybe\""},
+        ErrorCase{"UnknownDataKind", Replace("data", "data: {kind: cifar, dir: d}"), "data.kind: unknown data kind \"cifar\""},
+        ErrorCase{"UnknownKVStore", With("kvstore: dist"), "kvstore: unknown KVStore type \"dist\""},
+        ErrorCase{"LocalWithWorkers", With("kvstore: local\ncluster: {workers: 2}"), "kvstore: \"local\" would train"},
+        ErrorCase{"NoWorkers", With("cluster: {workers: 0}"), "cluster.workers: must be >= 1"},
+        ErrorCase{"DistWithoutServers", With("cluster: {workers: 2, servers: 0}"), "cluster.servers: kvstore dist_sync needs"},
+        ErrorCase{"BadDevice", With("devices: [cpu(0), tpu(0)]"), "job.yaml:5: devices[1]"},
+        ErrorCase{"DevicesMap", With("devices: {cpu: 0}"), "devices: expected a list of strings, got a map"},
+        ErrorCase{"UnknownMetric", With("eval_metric: accuracyy"), "eval_metric: unknown metric 'accuracyy'"},
+        ErrorCase{"UnknownInitializer", With("initializer: zeros"), "initializer: unknown initializer \"zeros\""},
+        ErrorCase{"NegativeSeed", With("seed: -1"), "seed: expected an integer >= 0, got \"-1\""},
+        ErrorCase{"BadName", With("name: my job/1"), "name: \"my job/1\" must be letters"},
+        ErrorCase{"CheckpointNotABool", With("checkpoint: every"), "checkpoint: expected true or false"},
+        ErrorCase{"EmptyRunDir", With("run_dir: ''"), "run_dir: must not be empty"},
+        ErrorCase{"NotAMap", "- a\n- b\n", "job.yaml:1: the job: expected a map, got a list"},
+        ErrorCase{"Empty", "", "job.yaml: empty job file"},
+        ErrorCase{"Syntax", "network: {model: lenet\ndata: [\n", "job.yaml:"}),
+    [](const ::testing::TestParamInfo<ErrorCase>& info) { return info.param.what; });
+
+}  // namespace
+}  // namespace tessera::client
