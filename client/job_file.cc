@@ -87,7 +87,8 @@ bool ValidName(const std::string& name) {
 std::string DefaultName(const std::string& file) {
   std::string stem = fs::path(file).filename().string();
   for (const char* ext : {".yaml", ".yml"}) {
-    if (stem.size() > std::strlen(ext) && stem.ends_with(ext)) stem.resize(stem.size() - std::strlen(ext));
+    if (stem.size() > std::strlen(ext) && stem.ends_with(ext))
+      stem.resize(stem.size() - std::strlen(ext));
   }
   for (char& c : stem) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '-';
@@ -103,7 +104,8 @@ using Entries = std::map<std::string, Entry>;
 
 class Parser {
  public:
-  Parser(std::string file, std::string base_dir) : file_(std::move(file)), base_dir_(std::move(base_dir)) {}
+  Parser(std::string file, std::string base_dir)
+      : file_(std::move(file)), base_dir_(std::move(base_dir)) {}
 
   absl::StatusOr<JobFile> Parse(const std::string& text) {
     // yaml-cpp reports by exception; none leaves this function.
@@ -141,15 +143,18 @@ class Parser {
     Entries entries;
     if (node.IsNull()) return entries;
     if (!node.IsMap()) {
-      return Error(at, path.empty() ? "the job" : path, absl::StrCat("expected a map, got ", Describe(node)));
+      return Error(at, path.empty() ? "the job" : path,
+                   absl::StrCat("expected a map, got ", Describe(node)));
     }
     for (auto it = node.begin(); it != node.end(); ++it) {
       // Copies: `it->` points into a temporary proxy that dies with the expression.
       const YAML::Node key = it->first, value = it->second;
-      if (!key.IsScalar()) return Error(key, path, absl::StrCat("keys must be names, got ", Describe(key)));
+      if (!key.IsScalar())
+        return Error(key, path, absl::StrCat("keys must be names, got ", Describe(key)));
       const std::string name = key.Scalar();
-      if (known.size() > 0 && std::find_if(known.begin(), known.end(),
-                                           [&](const char* k) { return name == k; }) == known.end()) {
+      if (known.size() > 0 && std::find_if(known.begin(), known.end(), [&](const char* k) {
+                                return name == k;
+                              }) == known.end()) {
         std::string what = "unknown key";
         const char* nearest = nullptr;
         size_t best = 3;  // suggest only within two edits
@@ -168,7 +173,8 @@ class Parser {
   }
 
   absl::StatusOr<std::string> String(const Entry& e, const std::string& path) const {
-    if (!e.value.IsScalar()) return Error(e, path, absl::StrCat("expected a string, got ", Describe(e.value)));
+    if (!e.value.IsScalar())
+      return Error(e, path, absl::StrCat("expected a string, got ", Describe(e.value)));
     return e.value.Scalar();
   }
 
@@ -191,8 +197,8 @@ class Parser {
   }
 
   // A list of strings, or one string as a list of one.
-  absl::StatusOr<std::vector<std::pair<std::string, YAML::Node>>> Strings(const Entry& e,
-                                                                          const std::string& path) const {
+  absl::StatusOr<std::vector<std::pair<std::string, YAML::Node>>> Strings(
+      const Entry& e, const std::string& path) const {
     std::vector<std::pair<std::string, YAML::Node>> out;
     if (e.value.IsScalar()) {
       out.emplace_back(e.value.Scalar(), e.key);
@@ -204,7 +210,8 @@ class Parser {
     for (size_t i = 0; i < e.value.size(); ++i) {
       const YAML::Node item = e.value[i];
       if (!item.IsScalar()) {
-        return Error(item, absl::StrCat(path, "[", i, "]"), absl::StrCat("expected a string, got ", Describe(item)));
+        return Error(item, absl::StrCat(path, "[", i, "]"),
+                     absl::StrCat("expected a string, got ", Describe(item)));
       }
       out.emplace_back(item.Scalar(), item);
     }
@@ -222,12 +229,13 @@ class Parser {
 
   absl::StatusOr<JobFile> ParseDocument(const YAML::Node& root) {
     if (!root.IsDefined() || root.IsNull()) {
-      return absl::InvalidArgumentError(absl::StrCat(file_, ": empty job file (network, data, batch_size and epochs are required)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_, ": empty job file (network, data, batch_size and epochs are required)"));
     }
-    ASSIGN_OR_RETURN(Entries top,
-                     Map(root, root, "",
-                         {"name", "network", "data", "batch_size", "epochs", "optimizer", "initializer",
-                          "eval_metric", "kvstore", "cluster", "devices", "seed", "checkpoint", "run_dir"}));
+    ASSIGN_OR_RETURN(Entries top, Map(root, root, "",
+                                      {"name", "network", "data", "batch_size", "epochs",
+                                       "optimizer", "initializer", "eval_metric", "kvstore",
+                                       "cluster", "devices", "seed", "checkpoint", "run_dir"}));
     JobFile job;
     JobSpec& spec = job.spec;
     spec.set_version(1);
@@ -237,7 +245,8 @@ class Parser {
       ASSIGN_OR_RETURN(name, String(it->second, "name"));
       if (!ValidName(name)) {
         return Error(it->second, "name",
-                     absl::StrCat("\"", name, "\" must be letters, digits, '.', '_' or '-' (it names files)"));
+                     absl::StrCat("\"", name,
+                                  "\" must be letters, digits, '.', '_' or '-' (it names files)"));
       }
     }
     spec.set_name(name);
@@ -263,8 +272,9 @@ class Parser {
     if (auto it = top.find("initializer"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string init, String(it->second, "initializer"));
       if (!OneOf(init, kInitializers)) {
-        return Error(it->second, "initializer",
-                     absl::StrCat("unknown initializer \"", init, "\" (", Names(kInitializers), ")"));
+        return Error(
+            it->second, "initializer",
+            absl::StrCat("unknown initializer \"", init, "\" (", Names(kInitializers), ")"));
       }
       spec.set_initializer(init);
     }
@@ -275,15 +285,16 @@ class Parser {
       std::vector<std::string> names;
       for (const auto& [metric, at] : metrics) names.push_back(metric);
       const std::string joined = absl::StrJoin(names, ",");
-      if (absl::StatusOr<std::unique_ptr<train::EvalMetric>> m = train::CreateMetric(joined); !m.ok()) {
+      if (absl::StatusOr<std::unique_ptr<train::EvalMetric>> m = train::CreateMetric(joined);
+          !m.ok()) {
         return Error(it->second, "eval_metric", m.status().message());
       }
       spec.set_eval_metric(joined);
     }
 
     if (auto it = top.find("cluster"); it != top.end()) {
-      const std::string path = "cluster";
-      ASSIGN_OR_RETURN(Entries cluster, Map(it->second.value, it->second.key, path, {"workers", "servers"}));
+      ASSIGN_OR_RETURN(Entries cluster,
+                       Map(it->second.value, it->second.key, "cluster", {"workers", "servers"}));
       if (auto w = cluster.find("workers"); w != cluster.end()) {
         ASSIGN_OR_RETURN(job.num_workers, Int(w->second, "cluster.workers", 1));
       }
@@ -296,25 +307,29 @@ class Parser {
     if (auto it = top.find("kvstore"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string kv, String(it->second, "kvstore"));
       if (!OneOf(kv, kKVStores)) {
-        return Error(it->second, "kvstore", absl::StrCat("unknown KVStore type \"", kv, "\" (", Names(kKVStores), ")"));
+        return Error(it->second, "kvstore",
+                     absl::StrCat("unknown KVStore type \"", kv, "\" (", Names(kKVStores), ")"));
       }
       if (kv == "local" && job.num_workers > 1) {
-        return Error(it->second, "kvstore",
-                     absl::StrCat("\"local\" would train each of the ", job.num_workers,
-                                  " workers alone: use dist_sync or dist_async, or cluster.workers: 1"));
+        return Error(
+            it->second, "kvstore",
+            absl::StrCat("\"local\" would train each of the ", job.num_workers,
+                         " workers alone: use dist_sync or dist_async, or cluster.workers: 1"));
       }
       spec.set_kvstore(kv);
     }
     if (spec.kvstore() != "local" && job.num_servers < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file_, ": cluster.servers: kvstore ", spec.kvstore(), " needs at least 1 server"));
+      // Only an explicit servers: 0 gets here, so "cluster" is in the file.
+      return Error(top.at("cluster"), "cluster.servers",
+                   absl::StrCat("kvstore ", spec.kvstore(), " needs at least 1 server"));
     }
 
     if (auto it = top.find("devices"); it != top.end()) {
       ASSIGN_OR_RETURN(auto devices, Strings(it->second, "devices"));
       for (size_t i = 0; i < devices.size(); ++i) {
         const auto& [device, at] = devices[i];
-        if (absl::StatusOr<Context> ctx = Context::Parse(absl::string_view(device.data(), device.size()));
+        if (absl::StatusOr<Context> ctx =
+                Context::Parse(absl::string_view(device.data(), device.size()));
             !ctx.ok()) {
           return Error(at, absl::StrCat("devices[", i, "]"), ctx.status().message());
         }
@@ -351,14 +366,16 @@ class Parser {
     ASSIGN_OR_RETURN(Entries network, Map(e.value, e.key, "network", {"model", "symbol_file"}));
     const bool model = network.contains("model"), symbol = network.contains("symbol_file");
     if (model == symbol) {
-      return Error(e, "network", model ? "give one of model and symbol_file, not both"
-                                       : "one of model (mlp, lenet) or symbol_file is required");
+      return Error(e, "network",
+                   model ? "give one of model and symbol_file, not both"
+                         : "one of model (mlp, lenet) or symbol_file is required");
     }
     if (model) {
       const Entry& m = network.at("model");
       ASSIGN_OR_RETURN(std::string name, String(m, "network.model"));
       if (!OneOf(name, kModels)) {
-        return Error(m, "network.model", absl::StrCat("unknown built-in model \"", name, "\" (", Names(kModels), ")"));
+        return Error(m, "network.model",
+                     absl::StrCat("unknown built-in model \"", name, "\" (", Names(kModels), ")"));
       }
       spec->set_model(name);
       return absl::OkStatus();
@@ -367,7 +384,8 @@ class Parser {
     ASSIGN_OR_RETURN(std::string path, Path(s, "network.symbol_file"));
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-      return Error(s, "network.symbol_file", absl::StrCat("cannot read '", path, "': ", std::strerror(errno)),
+      return Error(s, "network.symbol_file",
+                   absl::StrCat("cannot read '", path, "': ", std::strerror(errno)),
                    absl::StatusCode::kNotFound);
     }
     std::ostringstream text;
@@ -378,12 +396,14 @@ class Parser {
 
   absl::Status ParseData(const Entry& e, DataSpec* data) const {
     ASSIGN_OR_RETURN(Entries d, Map(e.value, e.key, "data",
-                                    {"kind", "dir", "train_images", "train_labels", "test_images", "test_labels",
-                                     "flat", "shuffle"}));
+                                    {"kind", "dir", "train_images", "train_labels", "test_images",
+                                     "test_labels", "flat", "shuffle"}));
     data->set_kind("mnist");
     if (auto it = d.find("kind"); it != d.end()) {
       ASSIGN_OR_RETURN(std::string kind, String(it->second, "data.kind"));
-      if (kind != "mnist") return Error(it->second, "data.kind", absl::StrCat("unknown data kind \"", kind, "\" (mnist)"));
+      if (kind != "mnist")
+        return Error(it->second, "data.kind",
+                     absl::StrCat("unknown data kind \"", kind, "\" (mnist)"));
     }
     const char* files[] = {"train_images", "train_labels", "test_images", "test_labels"};
     if (auto it = d.find("dir"); it != d.end()) {
@@ -403,7 +423,8 @@ class Parser {
       }
       if (d.contains("test_images") != d.contains("test_labels")) {
         const char* given = d.contains("test_images") ? "test_images" : "test_labels";
-        return Error(d.at(given), Join("data", given), "give both test_images and test_labels, or neither");
+        return Error(d.at(given), Join("data", given),
+                     "give both test_images and test_labels, or neither");
       }
       std::string resolved[4];
       for (int i = 0; i < 4; ++i) {
@@ -447,7 +468,8 @@ class Parser {
         for (auto& [key, entry] : p) {
           const std::string path = Join("optimizer.params", key);
           if (!entry.value.IsScalar()) {
-            return Error(entry, path, absl::StrCat("expected a number, got ", Describe(entry.value)));
+            return Error(entry, path,
+                         absl::StrCat("expected a number, got ", Describe(entry.value)));
           }
           params.emplace_back(key, entry);
         }
@@ -455,14 +477,16 @@ class Parser {
     }
     // The optimizer's own checks (names, types, ranges), before any cluster starts.
     if (auto made = kvstore::Optimizer::Create(name, {}); !made.ok()) {
-      return Error(name_entry ? *name_entry : e, e.value.IsScalar() ? "optimizer" : "optimizer.name", made.status().message());
+      return Error(name_entry ? *name_entry : e,
+                   e.value.IsScalar() ? "optimizer" : "optimizer.name", made.status().message());
     }
     ops::KwArgs kwargs;
     for (const auto& [key, entry] : params) kwargs.emplace_back(key, entry.value.Scalar());
     if (auto made = kvstore::Optimizer::Create(name, kwargs); !made.ok()) {
       // Name the parameter at fault when one alone is.
       for (const auto& [key, entry] : params) {
-        if (auto alone = kvstore::Optimizer::Create(name, {{key, entry.value.Scalar()}}); !alone.ok()) {
+        if (auto alone = kvstore::Optimizer::Create(name, {{key, entry.value.Scalar()}});
+            !alone.ok()) {
           return Error(entry, Join("optimizer.params", key), alone.status().message());
         }
       }

@@ -54,12 +54,23 @@ std::string XmlEscape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -69,7 +80,7 @@ std::string XmlEscape(const std::string& text) {
 struct Ticks {
   double lo, hi, step;  // the axis runs from lo to hi
   double first;         // the first tick
-  int decimals;  // enough to tell the ticks apart
+  int decimals;         // enough to tell the ticks apart
 };
 
 Ticks NiceTicks(double lo, double hi, int target, bool integers) {
@@ -113,9 +124,9 @@ constexpr const char* kTrainColor = "#1f77b4";
 constexpr const char* kEvalColor = "#d62728";
 
 struct Series {
-  const char* name;   // "train" / "eval"
+  const char* name;  // "train" / "eval"
   const char* color;
-  const char* dash;   // stroke-dasharray, "" for solid
+  const char* dash;                               // stroke-dasharray, "" for solid
   std::vector<std::pair<double, double>> points;  // (epoch, value), finite values only
 };
 
@@ -131,7 +142,8 @@ absl::Status WriteMetricsCsv(const std::string& path, const std::vector<EpochRow
   for (const std::string& m : train) absl::StrAppend(&csv, ",train_", m);
   for (const std::string& m : eval) absl::StrAppend(&csv, ",eval_", m);
   csv += "\n";
-  auto cells = [&csv](const std::set<std::string>& names, const std::map<std::string, double>& values) {
+  auto cells = [&csv](const std::set<std::string>& names,
+                      const std::map<std::string, double>& values) {
     for (const std::string& m : names) {
       csv += ",";
       if (auto it = values.find(m); it != values.end()) csv += Number(it->second);
@@ -146,7 +158,8 @@ absl::Status WriteMetricsCsv(const std::string& path, const std::vector<EpochRow
   return WriteFileAtomically(path, csv);
 }
 
-absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows, const std::string& title) {
+absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows,
+                          const std::string& title) {
   std::vector<std::string> metrics;
   {
     std::set<std::string> names;
@@ -163,16 +176,21 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
   const double plot_width = kWidth - kLeft - kRight;
 
   std::string svg = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f "
+      "%.0f\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n",
       kWidth, height, kWidth, height);
   absl::StrAppend(&svg, "<title>", XmlEscape(title), "</title>\n");
-  absl::StrAppend(&svg, "<rect x=\"0\" y=\"0\" width=\"", kWidth, "\" height=\"", height, "\" fill=\"white\"/>\n");
-  absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">%s</text>\n",
+  absl::StrAppend(&svg, "<rect x=\"0\" y=\"0\" width=\"", kWidth, "\" height=\"", height,
+                  "\" fill=\"white\"/>\n");
+  absl::StrAppendFormat(&svg,
+                        "<text x=\"%.1f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" "
+                        "font-weight=\"bold\">%s</text>\n",
                         kWidth / 2, XmlEscape(title));
   if (metrics.empty()) {
-    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", kWidth / 2,
-                          kTop + kPanelHeight / 2, rows.empty() ? "no epochs yet" : "no metrics");
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                          kWidth / 2, kTop + kPanelHeight / 2,
+                          rows.empty() ? "no epochs yet" : "no metrics");
     svg += "</svg>\n";
     return WriteFileAtomically(path, svg);
   }
@@ -210,26 +228,30 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
     // Grid and ticks.
     for (int i = 0; xt.first + i * xt.step <= xt.hi + xt.step * 1e-6; ++i) {
       const double e = xt.first + i * xt.step, x = X(e);
-      absl::StrAppendFormat(&svg,
-                            "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#e0e0e0\"/>"
-                            "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%.0f</text>\n",
-                            x, top, x, bottom, x, bottom + 16, e);
+      absl::StrAppendFormat(
+          &svg,
+          "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#e0e0e0\"/>"
+          "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%.0f</text>\n",
+          x, top, x, bottom, x, bottom + 16, e);
     }
     for (int i = 0; yt.first + i * yt.step <= yt.hi + yt.step * 1e-6; ++i) {
       const double v = yt.first + i * yt.step, y = Y(v);
-      absl::StrAppendFormat(&svg,
-                            "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#e0e0e0\"/>"
-                            "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%.*f</text>\n",
-                            kLeft, y, kLeft + plot_width, y, kLeft - 6, y + 4, yt.decimals, v);
+      absl::StrAppendFormat(
+          &svg,
+          "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#e0e0e0\"/>"
+          "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%.*f</text>\n",
+          kLeft, y, kLeft + plot_width, y, kLeft - 6, y + 4, yt.decimals, v);
     }
     // Axes and their labels.
     absl::StrAppendFormat(&svg,
-                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" stroke=\"black\"/>\n",
+                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+                          "fill=\"none\" stroke=\"black\"/>\n",
                           kLeft, top, plot_width, kPanelHeight);
     absl::StrAppendFormat(&svg, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">epoch</text>\n",
                           kLeft + plot_width / 2, bottom + 34);
     absl::StrAppendFormat(&svg,
-                          "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" transform=\"rotate(-90 %.2f %.2f)\">%s</text>\n",
+                          "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" "
+                          "transform=\"rotate(-90 %.2f %.2f)\">%s</text>\n",
                           kLeft - 56, top + kPanelHeight / 2, kLeft - 56, top + kPanelHeight / 2,
                           XmlEscape(PanelLabel(metric)));
     // The series.
@@ -237,14 +259,17 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
       if (s.points.empty()) continue;
       (s.name[0] == 't' ? any_train : any_eval) = true;
       std::string points;
-      for (const auto& [e, v] : s.points) absl::StrAppendFormat(&points, "%s%.2f,%.2f", points.empty() ? "" : " ", X(e), Y(v));
-      absl::StrAppendFormat(&svg,
-                            "<polyline class=\"series\" data-series=\"%s %s\" points=\"%s\" fill=\"none\" "
-                            "stroke=\"%s\" stroke-width=\"2\"%s/>\n",
-                            s.name, XmlEscape(metric), points, s.color,
-                            *s.dash ? absl::StrCat(" stroke-dasharray=\"", s.dash, "\"") : "");
+      for (const auto& [e, v] : s.points)
+        absl::StrAppendFormat(&points, "%s%.2f,%.2f", points.empty() ? "" : " ", X(e), Y(v));
+      absl::StrAppendFormat(
+          &svg,
+          "<polyline class=\"series\" data-series=\"%s %s\" points=\"%s\" fill=\"none\" "
+          "stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+          s.name, XmlEscape(metric), points, s.color,
+          *s.dash ? absl::StrCat(" stroke-dasharray=\"", s.dash, "\"") : "");
       for (const auto& [e, v] : s.points) {
-        absl::StrAppendFormat(&svg, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>\n", X(e), Y(v), s.color);
+        absl::StrAppendFormat(&svg, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>\n", X(e),
+                              Y(v), s.color);
       }
     }
     svg += "</g>\n";
@@ -255,13 +280,15 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
   double ly = kTop + 12;
   svg += "<g class=\"legend\">\n";
   for (const auto& [present, name, color, dash] :
-       {std::tuple{any_train, "train", kTrainColor, ""}, std::tuple{any_eval, "eval", kEvalColor, "6,3"}}) {
+       {std::tuple{any_train, "train", kTrainColor, ""},
+        std::tuple{any_eval, "eval", kEvalColor, "6,3"}}) {
     if (!present) continue;
-    absl::StrAppendFormat(&svg,
-                          "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
-                          "<text x=\"%.2f\" y=\"%.2f\">%s</text>\n",
-                          lx, ly, lx + 28, ly, color,
-                          *dash ? absl::StrCat(" stroke-dasharray=\"", dash, "\"") : "", lx + 34, ly + 4, name);
+    absl::StrAppendFormat(
+        &svg,
+        "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
+        "<text x=\"%.2f\" y=\"%.2f\">%s</text>\n",
+        lx, ly, lx + 28, ly, color, *dash ? absl::StrCat(" stroke-dasharray=\"", dash, "\"") : "",
+        lx + 34, ly + 4, name);
     ly += 20;
   }
   svg += "</g>\n</svg>\n";

@@ -35,7 +35,8 @@ absl::Status WriteMetricsCsv(const std::string& path, const std::vector<EpochRow
 // eval against the epoch as one <polyline> per series (with a dot per point, so a single
 // epoch still shows), axes with ticks and labels, and a legend. `title` heads it (escaped).
 // No rows, or rows without metrics: a valid SVG saying so. Errors name the path.
-absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows, const std::string& title);
+absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows,
+                          const std::string& title);
 
 }  // namespace tessera::client
 

@@ -16,14 +16,14 @@ namespace tessera::client {
 namespace {
 
 namespace fs = std::filesystem;
+using tessera::testing::IsOk;
+using tessera::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
-using tessera::testing::IsOk;
-using tessera::testing::StatusIs;
 
 std::string TempDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -55,7 +55,8 @@ TEST(JobFileTest, MlpExampleParses) {
   EXPECT_EQ(s.batch_size(), 64);
   EXPECT_EQ(s.num_epochs(), 10);
   EXPECT_EQ(s.optimizer(), "sgd");
-  EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "0.1"), Pair("momentum", "0.9")));
+  EXPECT_THAT(s.optimizer_params(),
+              UnorderedElementsAre(Pair("learning_rate", "0.1"), Pair("momentum", "0.9")));
   EXPECT_EQ(s.kvstore(), "local");
   EXPECT_EQ(job->num_workers, 1);
   EXPECT_EQ(job->run_dir, "runs/mlp-mnist");
@@ -79,7 +80,8 @@ TEST(JobFileTest, LeNetExampleParses) {
   EXPECT_FALSE(s.data().flat());
   EXPECT_EQ(s.batch_size(), 64);
   EXPECT_EQ(s.num_epochs(), 5);
-  EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "0.05"), Pair("momentum", "0.9")));
+  EXPECT_THAT(s.optimizer_params(),
+              UnorderedElementsAre(Pair("learning_rate", "0.05"), Pair("momentum", "0.9")));
   EXPECT_EQ(s.kvstore(), "dist_sync");
   EXPECT_EQ(job->num_workers, 2);
   EXPECT_EQ(job->num_servers, 1);
@@ -150,8 +152,8 @@ run_dir: /tmp/out
   EXPECT_EQ(s.data().test_images(), "");  // no test data: fine
   EXPECT_EQ(s.optimizer(), "adam");
   // Numbers stay as the YAML text wrote them.
-  EXPECT_THAT(s.optimizer_params(),
-              UnorderedElementsAre(Pair("learning_rate", "1e-3"), Pair("beta1", ".8"), Pair("wd", "0")));
+  EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "1e-3"),
+                                                         Pair("beta1", ".8"), Pair("wd", "0")));
   EXPECT_EQ(s.initializer(), "uniform");
   EXPECT_EQ(s.eval_metric(), "acc,ce,top_k_accuracy_3");
   EXPECT_EQ(s.kvstore(), "dist_async");
@@ -164,8 +166,9 @@ run_dir: /tmp/out
 }
 
 TEST(JobFileTest, ShortForms) {
-  absl::StatusOr<JobFile> job = Parse(std::string(kMinimal) + "optimizer: rmsprop\ndevices: cpu(0)\n" +
-                                      "eval_metric: ce\ncluster: {workers: 1}\n");
+  absl::StatusOr<JobFile> job =
+      Parse(std::string(kMinimal) + "optimizer: rmsprop\ndevices: cpu(0)\n" +
+            "eval_metric: ce\ncluster: {workers: 1}\n");
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->spec.optimizer(), "rmsprop");
   EXPECT_TRUE(job->spec.optimizer_params().empty());
@@ -207,15 +210,17 @@ TEST(JobFileTest, SymbolFileIsReadRelativeToBaseDir) {
   fs::create_directories(dir);
   const std::string json = R"({"nodes": [], "arg_nodes": [], "heads": []})";
   std::ofstream(dir + "/net-symbol.json") << json;
-  const std::string yaml = "network: {symbol_file: net-symbol.json}\ndata: {dir: d}\nbatch_size: 1\nepochs: 1\n";
+  const std::string yaml =
+      "network: {symbol_file: net-symbol.json}\ndata: {dir: d}\nbatch_size: 1\nepochs: 1\n";
   absl::StatusOr<JobFile> job = Parse(yaml, dir);
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->spec.network_case(), JobSpec::kSymbolJson);
   EXPECT_EQ(job->spec.symbol_json(), json);
 
-  EXPECT_THAT(Parse(yaml, TempDir()).status(),
-              StatusIs(absl::StatusCode::kNotFound,
-                       AllOf(HasSubstr("job.yaml:1: network.symbol_file"), HasSubstr(TempDir() + "/net-symbol.json"))));
+  EXPECT_THAT(
+      Parse(yaml, TempDir()).status(),
+      StatusIs(absl::StatusCode::kNotFound, AllOf(HasSubstr("job.yaml:1: network.symbol_file"),
+                                                  HasSubstr(TempDir() + "/net-symbol.json"))));
 }
 
 TEST(JobFileTest, LoadJobFileNamesAMissingFile) {
@@ -230,7 +235,8 @@ TEST(JobFileTest, LoadJobFileResolvesAgainstItsFolder) {
   absl::StatusOr<JobFile> job = LoadJobFile(dir + "/j.yaml");
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->spec.name(), "j");
-  EXPECT_EQ(job->spec.data().train_images(), (fs::path(dir) / "mnist/train-images-idx3-ubyte").lexically_normal().string());
+  EXPECT_EQ(job->spec.data().train_images(),
+            (fs::path(dir) / "mnist/train-images-idx3-ubyte").lexically_normal().string());
 }
 
 struct ErrorCase {
@@ -263,61 +269,84 @@ TEST_P(JobFileErrorTest, NamesTheFileAndField) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, JobFileErrorTest,
     ::testing::Values(
-        ErrorCase{"TopLevelTypo", With("epoch: 5"), "job.yaml:5: epoch: unknown key (did you mean 'epochs'?)"},
+        ErrorCase{"TopLevelTypo", With("epoch: 5"),
+                  "job.yaml:5: epoch: unknown key (did you mean 'epochs'?)"},
         ErrorCase{"NestedTypo", Replace("data", "data: {dir: d, shufle: true}"),
                   "job.yaml:4: data.shufle: unknown key (did you mean 'shuffle'?)"},
-        ErrorCase{"OptimizerTypo", With("optimizer: {name: sgd, parms: {momentum: 0.9}}"), "optimizer.parms: unknown key"},
+        ErrorCase{"OptimizerTypo", With("optimizer: {name: sgd, parms: {momentum: 0.9}}"),
+                  "optimizer.parms: unknown key"},
         ErrorCase{"ClusterTypo", With("cluster: {worker: 2}"), "cluster.worker: unknown key"},
-        ErrorCase{"NetworkTypo", Replace("network", "network: {modle: lenet}"), "network.modle: unknown key"},
+        ErrorCase{"NetworkTypo", Replace("network", "network: {modle: lenet}"),
+                  "network.modle: unknown key"},
         ErrorCase{"Duplicate", With("epochs: 3"), "job.yaml:5: epochs: given twice"},
-        ErrorCase{"EpochsNotANumber", Replace("epochs", "epochs: ten"), "epochs: expected an integer, got \"ten\""},
-        ErrorCase{"EpochsFraction", Replace("epochs", "epochs: 2.5"), "epochs: expected an integer"},
+        ErrorCase{"EpochsNotANumber", Replace("epochs", "epochs: ten"),
+                  "epochs: expected an integer, got \"ten\""},
+        ErrorCase{"EpochsFraction", Replace("epochs", "epochs: 2.5"),
+                  "epochs: expected an integer"},
         ErrorCase{"EpochsZero", Replace("epochs", "epochs: 0"), "epochs: must be >= 1"},
-        ErrorCase{"BatchSizeList", Replace("batch_size", "batch_size: [64]"), "batch_size: expected an integer, got a list"},
-        ErrorCase{"BatchSizeNegative", Replace("batch_size", "batch_size: -4"), "batch_size: must be >= 1"},
+        ErrorCase{"BatchSizeList", Replace("batch_size", "batch_size: [64]"),
+                  "batch_size: expected an integer, got a list"},
+        ErrorCase{"BatchSizeNegative", Replace("batch_size", "batch_size: -4"),
+                  "batch_size: must be >= 1"},
         ErrorCase{"NetworkMissing", Replace("network", ""), "job.yaml: network: required"},
         ErrorCase{"DataMissing", Replace("data", ""), "job.yaml: data: required"},
         ErrorCase{"EpochsMissing", Replace("epochs", ""), "job.yaml: epochs: required"},
         ErrorCase{"BatchSizeMissing", Replace("batch_size", ""), "job.yaml: batch_size: required"},
-        ErrorCase{"NetworkEmpty", Replace("network", "network: {}"), "network: one of model (mlp, lenet) or symbol_file is required"},
+        ErrorCase{"NetworkEmpty", Replace("network", "network: {}"),
+                  "network: one of model (mlp, lenet) or symbol_file is required"},
         ErrorCase{"NetworkBoth", Replace("network", "network: {model: mlp, symbol_file: x.json}"),
                   "network: give one of model and symbol_file, not both"},
-        ErrorCase{"NetworkNotAMap", Replace("network", "network: lenet"), "network: expected a map, got \"lenet\""},
+        ErrorCase{"NetworkNotAMap", Replace("network", "network: lenet"),
+                  "network: expected a map, got \"lenet\""},
         ErrorCase{"UnknownModel", Replace("network", "network: {model: resnet}"),
                   "network.model: unknown built-in model \"resnet\" (mlp, lenet)"},
-        ErrorCase{"LearningRateNotANumber", With("optimizer:\n  name: sgd\n  params: {learning_rate: fast}"),
+        ErrorCase{"LearningRateNotANumber",
+                  With("optimizer:\n  name: sgd\n  params: {learning_rate: fast}"),
                   "job.yaml:7: optimizer.params.learning_rate: sgd: invalid value 'fast'"},
         ErrorCase{"LearningRateList", With("optimizer: {params: {learning_rate: [0.1]}}"),
                   "optimizer.params.learning_rate: expected a number, got a list"},
         ErrorCase{"LearningRateNegative", With("optimizer: {params: {learning_rate: -1}}"),
                   "optimizer.params.learning_rate: sgd: invalid value '-1'"},
-        ErrorCase{"MomentumOutOfRange", With("optimizer: {params: {learning_rate: 0.1, momentum: 2}}"),
+        ErrorCase{"MomentumOutOfRange",
+                  With("optimizer: {params: {learning_rate: 0.1, momentum: 2}}"),
                   "optimizer.params.momentum: sgd: invalid value '2'"},
         ErrorCase{"UnknownOptimizerParam", With("optimizer: {params: {lr: 0.1}}"),
                   "optimizer.params.lr: sgd: unknown parameter 'lr'"},
-        ErrorCase{"UnknownOptimizer", With("optimizer: {name: sgdd}"), "optimizer.name: unknown optimizer \"sgdd\""},
-        ErrorCase{"UnknownOptimizerShort", With("optimizer: nesterov"), "optimizer: unknown optimizer \"nesterov\""},
-        ErrorCase{"TrainImagesMissing", Replace("data", "data: {train_labels: l}"), "data.train_images (or data.dir): required"},
+        ErrorCase{"UnknownOptimizer", With("optimizer: {name: sgdd}"),
+                  "optimizer.name: unknown optimizer \"sgdd\""},
+        ErrorCase{"UnknownOptimizerShort", With("optimizer: nesterov"),
+                  "optimizer: unknown optimizer \"nesterov\""},
+        ErrorCase{"TrainImagesMissing", Replace("data", "data: {train_labels: l}"),
+                  "data.train_images (or data.dir): required"},
         ErrorCase{"DirAndFiles", Replace("data", "data: {dir: d, train_images: x}"),
                   "data.train_images: give either data.dir or the files, not both"},
-        ErrorCase{"TestImagesAlone", Replace("data", "data: {train_images: a, train_labels: b, test_images: c}"),
+        ErrorCase{"TestImagesAlone",
+                  Replace("data", "data: {train_images: a, train_labels: b, test_images: c}"),
                   "data.test_images: give both test_images and test_labels, or neither"},
         ErrorCase{"TrainImagesList", Replace("data", "data: {train_images: [a], train_labels: b}"),
                   "data.train_images: expected a string, got a list"},
         ErrorCase{"FlatNotABool", Replace("data", "data: {dir: d, flat: maybe}"),
                   "data.flat: expected true or false, got \"maybe\""},
-        ErrorCase{"UnknownDataKind", Replace("data", "data: {kind: cifar, dir: d}"), "data.kind: unknown data kind \"cifar\""},
-        ErrorCase{"UnknownKVStore", With("kvstore: dist"), "kvstore: unknown KVStore type \"dist\""},
-        ErrorCase{"LocalWithWorkers", With("kvstore: local\ncluster: {workers: 2}"), "kvstore: \"local\" would train"},
+        ErrorCase{"UnknownDataKind", Replace("data", "data: {kind: cifar, dir: d}"),
+                  "data.kind: unknown data kind \"cifar\""},
+        ErrorCase{"UnknownKVStore", With("kvstore: dist"),
+                  "kvstore: unknown KVStore type \"dist\""},
+        ErrorCase{"LocalWithWorkers", With("kvstore: local\ncluster: {workers: 2}"),
+                  "kvstore: \"local\" would train"},
         ErrorCase{"NoWorkers", With("cluster: {workers: 0}"), "cluster.workers: must be >= 1"},
-        ErrorCase{"DistWithoutServers", With("cluster: {workers: 2, servers: 0}"), "cluster.servers: kvstore dist_sync needs"},
+        ErrorCase{"DistWithoutServers", With("cluster: {workers: 2, servers: 0}"),
+                  "cluster.servers: kvstore dist_sync needs"},
         ErrorCase{"BadDevice", With("devices: [cpu(0), tpu(0)]"), "job.yaml:5: devices[1]"},
-        ErrorCase{"DevicesMap", With("devices: {cpu: 0}"), "devices: expected a list of strings, got a map"},
-        ErrorCase{"UnknownMetric", With("eval_metric: accuracyy"), "eval_metric: unknown metric 'accuracyy'"},
-        ErrorCase{"UnknownInitializer", With("initializer: zeros"), "initializer: unknown initializer \"zeros\""},
+        ErrorCase{"DevicesMap", With("devices: {cpu: 0}"),
+                  "devices: expected a list of strings, got a map"},
+        ErrorCase{"UnknownMetric", With("eval_metric: accuracyy"),
+                  "eval_metric: unknown metric 'accuracyy'"},
+        ErrorCase{"UnknownInitializer", With("initializer: zeros"),
+                  "initializer: unknown initializer \"zeros\""},
         ErrorCase{"NegativeSeed", With("seed: -1"), "seed: expected an integer >= 0, got \"-1\""},
         ErrorCase{"BadName", With("name: my job/1"), "name: \"my job/1\" must be letters"},
-        ErrorCase{"CheckpointNotABool", With("checkpoint: every"), "checkpoint: expected true or false"},
+        ErrorCase{"CheckpointNotABool", With("checkpoint: every"),
+                  "checkpoint: expected true or false"},
         ErrorCase{"EmptyRunDir", With("run_dir: ''"), "run_dir: must not be empty"},
         ErrorCase{"NotAMap", "- a\n- b\n", "job.yaml:1: the job: expected a map, got a list"},
         ErrorCase{"Empty", "", "job.yaml: empty job file"},

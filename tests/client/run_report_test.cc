@@ -21,11 +21,11 @@ namespace tessera::client {
 namespace {
 
 namespace fs = std::filesystem;
+using tessera::testing::IsOk;
+using tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-using tessera::testing::IsOk;
-using tessera::testing::StatusIs;
 
 std::string TempDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -58,7 +58,8 @@ TEST(MetricsCsvTest, ExactContent) {
   const std::string path = TempDir() + "/metrics.csv";
   ASSERT_THAT(WriteMetricsCsv(path, TwoEpochs()), IsOk());
   EXPECT_EQ(Read(path),
-            "epoch,seconds,samples_per_second,train_accuracy,train_cross-entropy,eval_accuracy,eval_top_k_accuracy_3\n"
+            "epoch,seconds,samples_per_second,train_accuracy,train_cross-entropy,eval_accuracy,"
+            "eval_top_k_accuracy_3\n"
             "0,2.5,3200,0.5,1.25,0.75,\n"
             "1,2,4000.5,0.875,,0.9765,1\n");
   EXPECT_FALSE(fs::exists(path + ".tmp"));
@@ -67,7 +68,8 @@ TEST(MetricsCsvTest, ExactContent) {
 TEST(MetricsCsvTest, NumbersReadBackExactly) {
   const std::string path = TempDir() + "/exact.csv";
   const double third = 1.0 / 3, tiny = 1e-300;
-  ASSERT_THAT(WriteMetricsCsv(path, {{.epoch = 7, .train = {{"mse", third}}, .seconds = tiny}}), IsOk());
+  ASSERT_THAT(WriteMetricsCsv(path, {{.epoch = 7, .train = {{"mse", third}}, .seconds = tiny}}),
+              IsOk());
   const std::vector<std::string> lines = absl::StrSplit(Read(path), '\n');
   ASSERT_EQ(lines.size(), 3u);  // header, row, "" after the last newline
   EXPECT_EQ(lines[0], "epoch,seconds,samples_per_second,train_mse");
@@ -111,7 +113,8 @@ absl::StatusOr<std::vector<Element>> ParseXml(const std::string& xml) {
     for (size_t amp = text.find('&'); amp != std::string::npos; amp = text.find('&', amp + 1)) {
       const size_t semi = text.find(';', amp);
       const std::string entity = text.substr(amp, semi == std::string::npos ? 8 : semi - amp + 1);
-      if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;" && entity != "&apos;") {
+      if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;" &&
+          entity != "&apos;") {
         return absl::InvalidArgumentError("bad entity " + entity);
       }
     }
@@ -125,7 +128,8 @@ absl::StatusOr<std::vector<Element>> ParseXml(const std::string& xml) {
       break;
     }
     if (absl::Status s = check_text(xml.substr(i, lt - i)); !s.ok()) return s;
-    if (open.empty() && !elements.empty()) return absl::InvalidArgumentError("content after the root element");
+    if (open.empty() && !elements.empty())
+      return absl::InvalidArgumentError("content after the root element");
     // The tag's end: the first '>' outside a quoted value.
     size_t gt = lt + 1;
     bool quoted = false;
@@ -138,7 +142,8 @@ absl::StatusOr<std::vector<Element>> ParseXml(const std::string& xml) {
     i = gt + 1;
     if (tag.starts_with("/")) {
       if (open.empty() || open.back() != tag.substr(1)) {
-        return absl::InvalidArgumentError("</" + tag.substr(1) + "> closes " + (open.empty() ? "nothing" : open.back()));
+        return absl::InvalidArgumentError("</" + tag.substr(1) + "> closes " +
+                                          (open.empty() ? "nothing" : open.back()));
       }
       open.pop_back();
       continue;
@@ -177,7 +182,8 @@ TEST(XmlCheckerTest, CatchesMalformedDocuments) {
   EXPECT_THAT(ParseXml("<svg><g></svg>").status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseXml("<svg><g/>").status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseXml("<svg>a & b</svg>").status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ParseXml("<svg x=\"1\" x=\"2\"/>").status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseXml("<svg x=\"1\" x=\"2\"/>").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseXml("<svg/><svg/>").status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseXml("<svg a=\"&lt;\"><g/>x &amp; y</svg>").status(), IsOk());
 }
@@ -230,7 +236,8 @@ TEST(PlotSvgTest, OnePolylinePerSeries) {
   for (const Element& line : lines) {
     const auto points = Points(line);
     ASSERT_EQ(points.size(), 5u);
-    for (size_t i = 1; i < points.size(); ++i) EXPECT_GT(points[i].first, points[i - 1].first);  // epochs rightwards
+    for (size_t i = 1; i < points.size(); ++i)
+      EXPECT_GT(points[i].first, points[i - 1].first);  // epochs rightwards
   }
   // SVG's y grows downwards: falling loss goes down the page, rising accuracy up.
   const auto loss = Points(lines[0]), accuracy = Points(lines[2]);
@@ -239,7 +246,8 @@ TEST(PlotSvgTest, OnePolylinePerSeries) {
   // The loss panel sits above the accuracy panel.
   EXPECT_LT(loss.front().second, accuracy.back().second);
   // Equal steps in value are equal steps on the page.
-  EXPECT_NEAR(accuracy[1].second - accuracy[0].second, accuracy[4].second - accuracy[3].second, 0.02);
+  EXPECT_NEAR(accuracy[1].second - accuracy[0].second, accuracy[4].second - accuracy[3].second,
+              0.02);
 
   EXPECT_THAT(svg, HasSubstr("lenet &lt;mnist&gt; &amp; co"));
   EXPECT_THAT(svg, HasSubstr(">epoch</text>"));
@@ -270,8 +278,10 @@ TEST(PlotSvgTest, OnlyTheSeriesPresent) {
 
 TEST(PlotSvgTest, OneEpochStillShowsAPoint) {
   const std::string path = TempDir() + "/one.svg";
-  ASSERT_THAT(WritePlotSvg(path, {{.epoch = 0, .train = {{"accuracy", 0.9}}, .eval = {{"accuracy", 0.9}}}}, "one"),
-              IsOk());
+  ASSERT_THAT(
+      WritePlotSvg(path, {{.epoch = 0, .train = {{"accuracy", 0.9}}, .eval = {{"accuracy", 0.9}}}},
+                   "one"),
+      IsOk());
   const std::string svg = Read(path);
   absl::StatusOr<std::vector<Element>> elements = ParseXml(svg);
   ASSERT_THAT(elements.status(), IsOk());
@@ -296,9 +306,11 @@ TEST(PlotSvgTest, NoRowsIsAValidEmptyPlot) {
 
 TEST(RunReportTest, UnwritablePathIsAnErrorNamingIt) {
   const std::string path = TempDir() + "/no/such/folder/metrics.csv";
-  EXPECT_THAT(WriteMetricsCsv(path, TwoEpochs()), StatusIs(absl::StatusCode::kNotFound, HasSubstr(path)));
-  EXPECT_THAT(WritePlotSvg(TempDir() + "/no/such/folder/plot.svg", TwoEpochs(), "t"),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr(TempDir() + "/no/such/folder/plot.svg")));
+  EXPECT_THAT(WriteMetricsCsv(path, TwoEpochs()),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(path)));
+  EXPECT_THAT(
+      WritePlotSvg(TempDir() + "/no/such/folder/plot.svg", TwoEpochs(), "t"),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr(TempDir() + "/no/such/folder/plot.svg")));
   // A folder where the file should be.
   const std::string folder = TempDir() + "/a-folder";
   fs::create_directories(folder);
