@@ -11,6 +11,12 @@
 // Last line: one JSON object with both figures, <model>_ratio_vs_pytorch (ours over PyTorch's
 // samples/s with OPENBLAS_NUM_THREADS=1 and our thread count; > 1 means Tessera is faster)
 // and <model>_ratio_vs_pytorch_best (over the faster of PyTorch's two runs).
+//
+// The distributed row: LeNet as a job on 1 tessera-ps + 2 tessera-worker processes
+// (dist_sync, batch 64 per worker, each worker one epoch over its half of the MNIST
+// training split; the daemons are built beside this program by train_bench.setup), its
+// samples/s summed over the workers' epoch events, against the one-process LeNet figure:
+// lenet_dist_overhead_ratio = one process / cluster (> 1: the cluster is slower in total).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +35,8 @@
 #include "examples/models.h"
 #include "io/mnist_iter.h"
 #include "ndarray/runtime.h"
+#include "client/job_client.h"
+#include "client/local_cluster.h"
 #include "train/module.h"
 
 namespace tessera {
@@ -156,6 +164,42 @@ double PyTorchSamplesPerSecond(const Flags& f, const std::string& model, int thr
   return value;
 }
 
+// LeNet on a local cluster of 1 server and 2 workers; the workers' summed samples/s (0 when
+// the cluster could not run: the reason goes to stderr).
+double ClusterSamplesPerSecond(const Flags& f) {
+  if (!HaveMnist(f)) return 0;
+  const std::string run_dir = (std::filesystem::temp_directory_path() / "tessera-train-bench").string();
+  auto cluster = client::LocalCluster::Start({.num_servers = 1, .num_workers = 2, .run_dir = run_dir});
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "train_bench: no local cluster: %s\n", std::string(cluster.status().message()).c_str());
+    return 0;
+  }
+  auto jobs = client::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
+  if (!jobs.ok()) return 0;
+  JobSpec spec;
+  spec.set_version(1);
+  spec.set_name("train-bench-lenet");
+  spec.set_model("lenet");
+  spec.mutable_data()->set_kind("mnist");
+  spec.mutable_data()->set_train_images(std::filesystem::absolute(f.mnist_dir + "/train-images-idx3-ubyte").string());
+  spec.mutable_data()->set_train_labels(std::filesystem::absolute(f.mnist_dir + "/train-labels-idx1-ubyte").string());
+  spec.set_batch_size(kBatch);
+  spec.set_num_epochs(1);
+  spec.set_optimizer("sgd");
+  (*spec.mutable_optimizer_params())["learning_rate"] = "0.05";
+  (*spec.mutable_optimizer_params())["momentum"] = "0.9";
+  spec.set_kvstore("dist_sync");
+  double total = 0;
+  auto outcome = (*jobs)->Run(spec, [&](int, const JobEvent& e) {
+    if (e.has_epoch()) total += e.epoch().samples_per_second();
+  });
+  if (!outcome.ok()) {
+    std::fprintf(stderr, "train_bench: the cluster job failed: %s\n", std::string(outcome.status().message()).c_str());
+    return 0;
+  }
+  return total;
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -173,6 +217,7 @@ int main(int argc, char** argv) {
   std::printf("%-6s %16s %18s %20s %8s %10s\n", "model", "tessera samp/s", "pytorch samp/s", "pytorch default",
               "ratio", "vs best");
   std::string json = "{";
+  double lenet_one_process = 0;
   for (const auto& [name, net, flat] : {std::tuple{"mlp", *mlp, true}, std::tuple{"lenet", *lenet, false}}) {
     const std::vector<io::DataBatch> batches = Batches((*rt)->get(), flags, flat);
     const double ours = TesseraSamplesPerSecond((*rt)->get(), net, batches);
@@ -182,6 +227,7 @@ int main(int argc, char** argv) {
     // On some machines PyTorch's defaults beat the setting the issue names; report both.
     const double best = std::max(torch, torch_default);
     const double ratio_best = best > 0 ? ours / best : 0;
+    if (std::string(name) == "lenet") lenet_one_process = ours;
     std::printf("%-6s %16.0f %18.0f %20.0f %8.2f %10.2f\n", name, ours, torch, torch_default, ratio, ratio_best);
     absl::StrAppendFormat(&json,
                           "%s\"%s_samples_per_s\": %.1f, \"%s_pytorch_samples_per_s\": %.1f, "
@@ -190,6 +236,12 @@ int main(int argc, char** argv) {
                           json.size() > 1 ? ", " : "", name, ours, name, torch, name, torch_default, name, ratio,
                           name, ratio_best);
   }
+  const double cluster = ClusterSamplesPerSecond(flags);
+  const double overhead = cluster > 0 ? lenet_one_process / cluster : 0;
+  std::printf("lenet on 1 server + 2 workers (dist_sync): %.0f samples/s in total, overhead ratio %.2f\n", cluster,
+              overhead);
+  absl::StrAppendFormat(&json, ", \"lenet_dist_2w1s_samples_per_s\": %.1f, \"lenet_dist_overhead_ratio\": %.3f",
+                        cluster, overhead);
   std::printf("%s, \"threads\": %d}\n", json.c_str(), threads);
   return 0;
 }

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -40,6 +42,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   // so its ports are placeholders.
   std::vector<std::string> placeholders;
   for (int s = 0; s < options.num_servers; ++s) placeholders.push_back(absl::StrCat("127.0.0.1:", s + 1));
+  // The workers share this machine's cores: each gets its share of OpenMP threads, as
+  // oversubscribed OpenMP (oneDNN's kernels) spins and runs several times slower.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string omp_threads = absl::StrCat(std::max(1, cores / options.num_workers));
   auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
     Daemon d;
     d.name = name;
@@ -49,7 +55,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     argv.push_back("--address=127.0.0.1:0");
     argv.push_back("--port_file=" + port_file);
     absl::StatusOr<std::unique_ptr<Subprocess>> p =
-        Subprocess::Start({.argv = argv, .env = {}, .stdout_path = d.log, .stderr_path = d.log});
+        Subprocess::Start({.argv = argv,
+                           .env = {{"OMP_NUM_THREADS", omp_threads}},
+                           .stdout_path = d.log,
+                           .stderr_path = d.log});
     if (!p.ok()) return p.status();
     d.process = std::move(*p);
     cluster->daemons_.push_back(std::move(d));
