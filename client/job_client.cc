@@ -1,5 +1,6 @@
 #include "client/job_client.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,7 @@ absl::StatusOr<JobOutcome> JobClient::Run(
   }
   std::mutex events_mu;
   absl::Status first_error;
+  int first_failed = -1;
   JobOutcome outcome;
   auto run_one = [&](int rank) {
     JobSpec mine = spec;
@@ -65,6 +67,7 @@ absl::StatusOr<JobOutcome> JobClient::Run(
     std::lock_guard<std::mutex> lock(events_mu);
     if (!first_error.ok()) return;  // a consequence of the first failure
     first_error = kvstore::FromGrpcStatus(status, Name(rank));
+    first_failed = rank;
     for (int other = 0; other < n; ++other) {
       if (other != rank) contexts[other].TryCancel();
     }
@@ -76,11 +79,36 @@ absl::StatusOr<JobOutcome> JobClient::Run(
     std::lock_guard<std::mutex> lock(mu_);
     running_.clear();
   }
-  if (!first_error.ok()) return first_error;
+  if (!first_error.ok()) {
+    WaitUntilIdle(first_failed);
+    return first_error;
+  }
   grpc::ClientContext context;
   const grpc::Status status = stubs_[0]->GetParams(&context, GetParamsRequest(), &outcome.params);
   if (!status.ok()) return kvstore::FromGrpcStatus(status, Name(0));
   return outcome;
+}
+
+void JobClient::WaitUntilIdle(int skip_rank) {
+  // The other workers' streams were cancelled on this side, so their Finish returned at once
+  // while their jobs may still be stopping (until the next batch, or the end of a setup step).
+  // A next Run before they have stopped would be refused with RESOURCE_EXHAUSTED. The rank
+  // that failed first is skipped: its job has ended, unless it refused this job because it
+  // runs someone else's. A worker that does not answer (dead, frozen) is not waited for.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (size_t rank = 0; rank < stubs_.size(); ++rank) {
+    if (static_cast<int>(rank) == skip_rank) continue;
+    while (absl::Now() < deadline) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1))));
+      WorkerStatus status;
+      if (!stubs_[rank]->GetStatus(&context, GetStatusRequest(), &status).ok() ||
+          status.state() == WorkerStatus::IDLE) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
 }
 
 void JobClient::Cancel() {

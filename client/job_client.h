@@ -42,7 +42,9 @@ class JobClient {
                                                             absl::Duration timeout);
 
   // Runs `spec` on every worker; `on_event(rank, event)` sees each event as it arrives
-  // (calls are serialized). Blocks until every worker is done.
+  // (calls are serialized). Blocks until every worker is done: after a failure, until the
+  // others have stopped their share of the job (or stopped answering, or 10 s have passed),
+  // so that the next Run is not refused as "one job at a time".
   absl::StatusOr<JobOutcome> Run(const JobSpec& spec,
                                  const std::function<void(int rank, const JobEvent&)>& on_event);
   // Stops a running job on every worker (Run then returns CANCELLED).
@@ -53,6 +55,8 @@ class JobClient {
  private:
   explicit JobClient(Cluster cluster) : cluster_(std::move(cluster)) {}
   std::string Name(int rank) const;
+  // After a failed Run: waits (up to 10 s) until every worker but `skip_rank` is idle.
+  void WaitUntilIdle(int skip_rank);
 
   const Cluster cluster_;
   std::vector<std::unique_ptr<Worker::Stub>> stubs_;

@@ -46,6 +46,13 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       sink(event);
     };
     absl::StatusOr<JobResult> result = RunJob(rt_, spec, track, [this] { return cancel_.load(); });
+    if (!result.ok() && !absl::IsCancelled(result.status()) && cancel_.load()) {
+      // Cancel reaches the workers of a dist_sync job at different batches: the first to
+      // stop leaves the others' round unfinished and the server fails their pulls
+      // (UNAVAILABLE). After a Cancel that is the cancel's doing, and the job ends CANCELLED
+      // as proto/worker.proto promises (keeping what happened in the message).
+      result = absl::CancelledError(absl::StrCat("cancelled; then ", result.status().ToString()));
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;

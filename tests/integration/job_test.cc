@@ -1,0 +1,462 @@
+// Training jobs end to end with real processes: the `tessera` command line (train, launch,
+// submit, status) and JobClient against `tessera-ps` and `tessera-worker` daemons on
+// loopback, on a small synthetic digit set written as IDX files (each class lights its own
+// band of rows, so an MLP learns it in two short epochs and the suite needs no MNIST download).
+//
+// Why these checks: a job must train and leave its results (metrics, plot, logs, checkpoints)
+// and no daemon behind; daemons that were already running must survive jobs that end well,
+// are cancelled, or are rejected, and serve the next one; a bad job must be refused with the
+// node, field or file named; a worker killed mid-job must fail the run within 30 s naming it,
+// without taking the other daemons down or losing the last checkpoint.
+//
+// Every wait has a deadline well inside Bazel's, so a hang fails the test with the daemons'
+// logs instead of timing the whole target out.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/job_client.h"
+#include "client/job_file.h"
+#include "client/local_cluster.h"
+#include "core/status_matchers.h"
+#include "core/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+
+namespace tessera::integration {
+namespace {
+
+namespace fs = std::filesystem;
+using tessera::testing::IsOk;
+using tessera::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const absl::Duration kCommandTimeout = absl::Seconds(180);
+const absl::Duration kJobTimeout = absl::Seconds(120);
+
+void WriteBigEndian(std::ofstream& out, uint32_t v) {
+  const char bytes[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                         static_cast<char>(v >> 8), static_cast<char>(v)};
+  out.write(bytes, 4);
+}
+
+// `n` 28x28 IDX images of 10 classes: class c lights rows [2c, 2c+3) with noise (as
+// tests/worker/worker_test.cc).
+void WriteDigits(const std::string& images, const std::string& labels, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::ofstream img(images, std::ios::binary), lab(labels, std::ios::binary);
+  WriteBigEndian(img, 0x803);
+  WriteBigEndian(img, n);
+  WriteBigEndian(img, 28);
+  WriteBigEndian(img, 28);
+  WriteBigEndian(lab, 0x801);
+  WriteBigEndian(lab, n);
+  for (int i = 0; i < n; ++i) {
+    const int c = static_cast<int>(rng() % 10);
+    lab.put(static_cast<char>(c));
+    for (int r = 0; r < 28; ++r) {
+      for (int col = 0; col < 28; ++col) {
+        const bool on = r >= 2 * c && r < 2 * c + 3;
+        img.put(static_cast<char>(on ? 200 + rng() % 56 : rng() % 40));
+      }
+    }
+  }
+}
+
+std::string TmpDir() { return ::testing::TempDir(); }
+std::string DataDir() { return TmpDir() + "/digits"; }
+std::string RunDir(const std::string& name) { return TmpDir() + "/runs/" + name; }
+
+struct Job {
+  std::string name;
+  std::string model = "mlp";
+  int epochs = 2;
+  int workers = 2, servers = 1;
+  std::string extra;  // more YAML lines
+};
+
+// Writes NAME.yaml for the synthetic digits (its run folder: RunDir(NAME)); returns its path.
+std::string WriteJob(const Job& job) {
+  const std::string d = DataDir();
+  const std::string path = absl::StrCat(TmpDir(), "/", job.name, ".yaml");
+  std::ofstream(path) << "name: " << job.name << "\n"
+                      << "network: {model: " << job.model << "}\n"
+                      << "data:\n  kind: mnist\n"
+                      << "  train_images: " << d << "/train-images\n"
+                      << "  train_labels: " << d << "/train-labels\n"
+                      << "  test_images: " << d << "/test-images\n"
+                      << "  test_labels: " << d << "/test-labels\n"
+                      << "  flat: true\n"
+                      << "batch_size: 32\n"
+                      << "epochs: " << job.epochs << "\n"
+                      << "optimizer: {name: sgd, params: {learning_rate: 0.1, momentum: 0.9}}\n"
+                      << "kvstore: dist_sync\n"
+                      << "cluster: {workers: " << job.workers << ", servers: " << job.servers
+                      << "}\n"
+                      << "seed: 1\n"
+                      << "run_dir: " << RunDir(job.name) << "\n"
+                      << job.extra;
+  return path;
+}
+
+// The JobSpec `tessera` would submit for `job`; its checkpoints go to RunDir(job.name), which
+// exists (as `tessera` creates it).
+JobSpec Spec(const Job& job) {
+  fs::create_directories(RunDir(job.name));
+  absl::StatusOr<client::JobFile> file = client::LoadJobFile(WriteJob(job));
+  EXPECT_THAT(file.status(), IsOk());
+  return file.ok() ? file->spec : JobSpec();
+}
+
+// One `tessera` command line, run to its end.
+struct Command {
+  int code = -1;  // exit code; -1 if killed or timed out
+  std::string out, err;
+  std::vector<std::string> lines;  // of out, non-empty
+};
+
+Command Tessera(const std::vector<std::string>& args) {
+  static int count = 0;
+  const std::string base = absl::StrCat(TmpDir(), "/tessera-", ++count);
+  std::vector<std::string> argv = {RunfilePath("client/tessera")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Command c;
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start({.argv = argv, .stdout_path = base + ".out", .stderr_path = base + ".err"});
+  EXPECT_THAT(p.status(), IsOk());
+  if (!p.ok()) return c;
+  absl::StatusOr<ExitStatus> exit = (*p)->Wait(kCommandTimeout);
+  if (!exit.ok()) {  // SIGTERM makes tessera cancel the job and stop its daemons
+    ADD_FAILURE() << "tessera " << absl::StrJoin(args, " ") << ": " << exit.status();
+    (void)(*p)->Signal(SIGTERM);
+    exit = (*p)->Wait(absl::Seconds(20));
+  }
+  if (exit.ok() && exit->exited) c.code = exit->code;
+  c.out = ReadFileToString(base + ".out").value_or("");
+  c.err = ReadFileToString(base + ".err").value_or("");
+  c.lines = absl::StrSplit(c.out, '\n', absl::SkipEmpty());
+  return c;
+}
+
+// The number after "KEY": in a flat JSON object; NaN if missing.
+double JsonNumber(const std::string& json, const std::string& key) {
+  const std::string tag = absl::StrCat("\"", key, "\":");
+  const size_t at = json.find(tag);
+  double value = std::nan("");
+  if (at == std::string::npos) return value;
+  const size_t begin = at + tag.size();
+  const size_t end = json.find_first_of(",}", begin);
+  if (!absl::SimpleAtod(json.substr(begin, end - begin), &value)) return std::nan("");
+  return value;
+}
+
+bool AcceptsConnections(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return connected;
+}
+
+// The daemons a run started have all gone: none of the ports in RUN_DIR/logs/*.port answers.
+void ExpectDaemonsGone(const std::string& run_dir, int num_daemons) {
+  int ports = 0;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/logs")) {
+    if (entry.path().extension() != ".port") continue;
+    int port = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(ReadFileToString(entry.path()).value_or(""), &port))
+        << entry.path();
+    EXPECT_FALSE(AcceptsConnections(port)) << entry.path() << ": port " << port << " still open";
+    ++ports;
+  }
+  EXPECT_EQ(ports, num_daemons);
+}
+
+std::string Logs(const std::string& run_dir) {
+  std::string all;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/logs", ec)) {
+    if (entry.path().extension() != ".log") continue;
+    absl::StrAppend(&all, "---- ", entry.path().string(), " ----\n",
+                    ReadFileToString(entry.path()).value_or(""));
+  }
+  return all;
+}
+
+class JobTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::create_directories(DataDir());
+    WriteDigits(DataDir() + "/train-images", DataDir() + "/train-labels", 2048, 1);
+    WriteDigits(DataDir() + "/test-images", DataDir() + "/test-labels", 500, 2);
+  }
+  void TearDown() override {
+    if (!HasFailure()) return;
+    if (!daemons_dir_.empty()) std::fprintf(stderr, "%s", Logs(daemons_dir_).c_str());
+    for (const auto& s : servers_) std::fprintf(stderr, "%s", s->AllLogs().c_str());
+  }
+  static std::string Name() {
+    return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+
+  // `workers` tessera-worker and `servers` tessera-ps daemons, as the test's own processes.
+  void StartDaemons(int workers, int servers) {
+    daemons_dir_ = TmpDir() + "/daemons/" + Name();
+    auto cluster =
+        client::LocalCluster::Start({.num_servers = servers,
+                                     .num_workers = workers,
+                                     .run_dir = daemons_dir_,
+                                     .ps_binary = RunfilePath("server/tessera-ps"),
+                                     .worker_binary = RunfilePath("worker/tessera-worker")});
+    ASSERT_THAT(cluster.status(), IsOk());
+    daemons_ = std::move(*cluster);
+    auto client = client::JobClient::Connect(daemons_->cluster(), absl::Seconds(30));
+    ASSERT_THAT(client.status(), IsOk());
+    client_ = std::move(*client);
+  }
+
+  // Runs `spec` on the daemons through `client` (default client_). `on_first_epoch` runs on
+  // this thread once worker 0 reports its first epoch (while the job goes on); past the
+  // deadline the daemons are killed so that Run returns.
+  absl::StatusOr<client::JobOutcome> RunJob(const JobSpec& spec,
+                                            client::JobClient* client = nullptr,
+                                            const std::function<void()>& on_first_epoch = nullptr) {
+    if (client == nullptr) client = client_.get();
+    std::promise<void> first_epoch;
+    bool seen = false;  // JobClient serializes event calls
+    auto run = std::async(std::launch::async, [&] {
+      absl::StatusOr<client::JobOutcome> outcome =
+          client->Run(spec, [&](int rank, const JobEvent& event) {
+            if (rank == 0 && event.has_epoch() && !seen) {
+              seen = true;
+              first_epoch.set_value();
+            }
+          });
+      if (!seen) first_epoch.set_value();  // Run's event calls are over: no race on `seen`
+      return outcome;
+    });
+    if (on_first_epoch) {
+      if (first_epoch.get_future().wait_for(absl::ToChronoSeconds(kJobTimeout)) !=
+          std::future_status::ready) {
+        ADD_FAILURE() << "no epoch event within " << kJobTimeout;
+      } else if (run.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        ADD_FAILURE() << "the job ended before its first epoch: " << run.get().status();
+        return absl::InternalError("ended early");
+      } else {
+        on_first_epoch();
+      }
+    }
+    if (run.wait_for(absl::ToChronoSeconds(kJobTimeout)) != std::future_status::ready) {
+      ADD_FAILURE() << "the job did not end within " << kJobTimeout << "; killing the daemons";
+      for (int pid : daemons_->pids()) kill(pid, SIGKILL);
+    }
+    return run.get();
+  }
+
+  // A tessera-ps of its own for another job on the same worker daemons (a server serves one
+  // job: see DISABLED_ServersTakeJobAfterJob); its address.
+  std::string NewServer() {
+    servers_.push_back(
+        std::make_unique<LocalCluster>(absl::StrCat(Name(), "-ps", servers_.size())));
+    EXPECT_THAT(
+        servers_.back()->StartServers(1, static_cast<int>(daemons_->cluster().workers.size())),
+        IsOk());
+    return servers_.back()->servers().empty() ? "" : servers_.back()->servers()[0];
+  }
+
+  std::string daemons_dir_;
+  std::unique_ptr<client::LocalCluster> daemons_;
+  std::unique_ptr<client::JobClient> client_;
+  std::vector<std::unique_ptr<LocalCluster>> servers_;  // from NewServer
+};
+
+TEST_F(JobTest, TrainRunsTheJobOnItsOwnClusterAndLeavesItsResults) {
+  const Command c = Tessera({"train", WriteJob({.name = "train-mlp"}), "--json"});
+  const std::string run = RunDir("train-mlp");
+  ASSERT_EQ(c.code, 0) << c.out << c.err << Logs(run);
+  ASSERT_FALSE(c.lines.empty());
+  const std::string& json = c.lines.back();
+  EXPECT_TRUE(absl::StartsWith(json, "{") && absl::EndsWith(json, "}")) << json;
+  EXPECT_GT(JsonNumber(json, "test_accuracy"), 0.9) << json;
+  EXPECT_EQ(JsonNumber(json, "epochs"), 2) << json;
+  std::vector<std::string> epochs;
+  for (const std::string& line : c.lines) {
+    if (absl::StartsWith(line, "epoch ")) epochs.push_back(line.substr(0, line.find(' ', 6)));
+  }
+  EXPECT_THAT(epochs, ::testing::ElementsAre("epoch 1/2", "epoch 2/2")) << c.out;
+
+  const std::vector<std::string> csv =
+      absl::StrSplit(ReadFileToString(run + "/metrics.csv").value_or(""), '\n', absl::SkipEmpty());
+  EXPECT_EQ(csv.size(), 3u) << "a header and one row per epoch";
+  for (const char* file : {"plot.svg", "logs/ps-0.log", "logs/worker-0.log", "logs/worker-1.log",
+                           "train-mlp-0001.params", "train-mlp-0002.params"}) {
+    EXPECT_TRUE(fs::exists(run + "/" + file)) << file;
+  }
+  ExpectDaemonsGone(run, 3);
+}
+
+TEST_F(JobTest, LaunchSizesTheClusterFromTheCommandLine) {
+  const Command c = Tessera(
+      {"launch", "-n", "3", "-s", "2", WriteJob({.name = "launch-mlp", .epochs = 1}), "--json"});
+  const std::string run = RunDir("launch-mlp");
+  ASSERT_EQ(c.code, 0) << c.out << c.err << Logs(run);
+  EXPECT_THAT(c.out, HasSubstr("on 3 worker(s), 2 server(s)"));
+  EXPECT_GT(JsonNumber(c.lines.back(), "test_accuracy"), 0.5) << c.out;
+  for (const char* log : {"ps-0", "ps-1", "worker-0", "worker-1", "worker-2"}) {
+    EXPECT_TRUE(fs::exists(absl::StrCat(run, "/logs/", log, ".log"))) << log;
+  }
+  ExpectDaemonsGone(run, 5);
+}
+
+TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  const std::string workers = absl::StrJoin(daemons_->cluster().workers, ",");
+  const std::string job = WriteJob({.name = "submit-mlp"});
+  for (int round = 0; round < 2; ++round) {
+    const std::string server = round == 0 ? daemons_->cluster().servers[0] : NewServer();
+    const Command c = Tessera({"submit", "--workers", workers, "--servers", server, job, "--json"});
+    ASSERT_EQ(c.code, 0) << "round " << round << ": " << c.out << c.err;
+    EXPECT_GT(JsonNumber(c.lines.back(), "test_accuracy"), 0.9) << c.out;
+
+    const Command status = Tessera({"status", "--workers", workers});
+    ASSERT_EQ(status.code, 0) << status.err;
+    ASSERT_EQ(status.lines.size(), 2u) << status.out;
+    for (int w = 0; w < 2; ++w) {
+      EXPECT_THAT(status.lines[w], AllOf(HasSubstr(absl::StrCat("worker ", w)), HasSubstr("idle"),
+                                         HasSubstr("'submit-mlp'"), HasSubstr("last result: OK")));
+    }
+    EXPECT_THAT(daemons_->CheckAlive(), IsOk());
+  }
+  EXPECT_TRUE(fs::exists(RunDir("submit-mlp") + "/submit-mlp-0002.params"));
+}
+
+TEST_F(JobTest, CancelStopsTheJobAndTheDaemonsTakeTheNext) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  const absl::StatusOr<client::JobOutcome> cancelled =
+      RunJob(Spec({.name = "cancel-mlp", .epochs = 1000}), nullptr, [&] { client_->Cancel(); });
+  EXPECT_THAT(cancelled, StatusIs(absl::StatusCode::kCancelled));
+
+  absl::StatusOr<std::vector<WorkerStatus>> statuses = client_->Status();
+  ASSERT_THAT(statuses.status(), IsOk());
+  for (const WorkerStatus& s : *statuses) {
+    EXPECT_EQ(s.state(), WorkerStatus::IDLE);
+    EXPECT_THAT(s.last_result(), HasSubstr("CANCELLED"));
+  }
+  auto next_client = client::JobClient::Connect(
+      {.workers = daemons_->cluster().workers, .servers = {NewServer()}}, absl::Seconds(30));
+  ASSERT_THAT(next_client.status(), IsOk());
+  const absl::StatusOr<client::JobOutcome> next =
+      RunJob(Spec({.name = "after-cancel", .epochs = 1}), next_client->get());
+  ASSERT_THAT(next.status(), IsOk());
+  EXPECT_GT(next->eval.at("accuracy"), 0.5);
+  EXPECT_THAT(daemons_->CheckAlive(), IsOk());
+}
+
+TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  const JobSpec good = Spec({.name = "bad-input", .epochs = 1});
+  auto expect_refused = [&](const JobSpec& spec, absl::StatusCode code, const std::string& what,
+                            client::JobClient* client = nullptr) {
+    EXPECT_THAT(RunJob(spec, client), StatusIs(code, AllOf(HasSubstr("worker "), HasSubstr(what))));
+  };
+  JobSpec spec = good;
+  spec.set_symbol_json(R"({"nodes":[{"op":"null","name":"data","inputs":[]},
+      {"op":"Frobnicate","name":"f1","inputs":[[0,0,0]]}],"arg_nodes":[0],"heads":[[1,0,0]]})");
+  expect_refused(spec, absl::StatusCode::kNotFound, "Frobnicate");
+  spec.set_symbol_json(R"({"nodes":[{"op":"null","name":"data","inputs":[]},
+      {"op":"Activation","name":"relu1","attrs":{"act_type":"relu"},"inputs":[[5,0,0]]}],"arg_nodes":[0],"heads":[[1,0,0]]})");
+  expect_refused(spec, absl::StatusCode::kInvalidArgument, "relu1");
+  spec = good;
+  spec.set_model("lenet");  // LeNet on flat (batch, 784) rows
+  expect_refused(spec, absl::StatusCode::kInvalidArgument, "network: node 'conv1'");
+  spec = good;
+  spec.mutable_data()->set_train_images(DataDir() + "/missing-images");
+  expect_refused(spec, absl::StatusCode::kNotFound, "missing-images");
+  spec = good;
+  spec.set_optimizer("sgdd");
+  // Local: a dist store would connect to the server before the optimizer is checked, and
+  // the server keeps the departed workers, which the valid job below must not meet.
+  spec.set_kvstore("local");
+  expect_refused(spec, absl::StatusCode::kInvalidArgument, "sgdd");
+  // dist_sync on workers told of no parameter servers.
+  auto no_servers =
+      client::JobClient::Connect({.workers = daemons_->cluster().workers}, absl::Seconds(30));
+  ASSERT_THAT(no_servers.status(), IsOk());
+  expect_refused(good, absl::StatusCode::kFailedPrecondition, "ps_hosts", no_servers->get());
+
+  const absl::StatusOr<client::JobOutcome> ok = RunJob(good);
+  ASSERT_THAT(ok.status(), IsOk());
+  EXPECT_GT(ok->eval.at("accuracy"), 0.5);
+  EXPECT_THAT(daemons_->CheckAlive(), IsOk());
+}
+
+// DISABLED until tessera-ps starts a fresh state per job. A server keeps one job's state -
+// its keys' values and rounds, the optimizer and which workers left - and has no notion of a
+// next job: a second job on it starts from the first one's weights (Init keeps the first
+// value), and fails when one worker pushes before the other has said Hello ("dist_sync round
+// 65 of key 5 cannot complete: worker 1 left server 0", about one run in three), or after a
+// cancelled job left a round half pushed (about one run in four).
+TEST_F(JobTest, DISABLED_ServersTakeJobAfterJob) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(RunJob(Spec({.name = "again", .epochs = 1})).status(), IsOk()) << "job " << i;
+  }
+  EXPECT_THAT(RunJob(Spec({.name = "again", .epochs = 1000}), nullptr, [&] { client_->Cancel(); }),
+              StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(RunJob(Spec({.name = "again", .epochs = 1})).status(), IsOk()) << "after the cancel";
+}
+
+TEST_F(JobTest, TrainRejectsAMisspelledFieldBeforeStartingAnything) {
+  const Command c = Tessera({"train", WriteJob({.name = "typo", .extra = "epochz: 3\n"})});
+  EXPECT_NE(c.code, 0);
+  EXPECT_THAT(c.err, AllOf(HasSubstr("epochz"), HasSubstr("epochs")));
+  EXPECT_FALSE(fs::exists(RunDir("typo") + "/logs")) << "no daemon started";
+}
+
+TEST_F(JobTest, AKilledWorkerFailsTheJobNamingItAndTheOthersSurvive) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  const std::vector<int> pids = daemons_->pids();  // ps-0, worker-0, worker-1
+  ASSERT_EQ(pids.size(), 3u);
+  absl::Time killed = absl::Now();
+  const absl::StatusOr<client::JobOutcome> result =
+      RunJob(Spec({.name = "killed", .epochs = 1000}), nullptr, [&] {
+        killed = absl::Now();
+        ASSERT_EQ(kill(pids[2], SIGKILL), 0);
+      });
+  const absl::Duration took = absl::Now() - killed;
+  EXPECT_LT(took, absl::Seconds(30));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("worker 1")));
+  // CheckAlive names the first daemon that exited, in the order ps-0, worker-0, worker-1.
+  EXPECT_THAT(daemons_->CheckAlive(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("worker-1 exited (killed by signal 9)"),
+                             Not(HasSubstr("ps-0")), Not(HasSubstr("worker-0")))));
+  EXPECT_TRUE(fs::exists(RunDir("killed") + "/killed-0001.params"));
+  std::fprintf(stderr, "the client saw the killed worker after %s: %s\n",
+               absl::FormatDuration(took).c_str(), result.status().ToString().c_str());
+}
+
+}  // namespace
+}  // namespace tessera::integration
