@@ -1,5 +1,7 @@
 #include "client/job_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -44,8 +46,11 @@ absl::StatusOr<JobOutcome> JobClient::Run(
   absl::Status first_error;
   int first_failed = -1;
   JobOutcome outcome;
+  // One identity per run: the servers start afresh for it (proto/kvstore.proto).
+  const std::string job_id = absl::StrCat(spec.name(), "-", absl::ToUnixMicros(absl::Now()), "-", getpid());
   auto run_one = [&](int rank) {
     JobSpec mine = spec;
+    mine.set_job_id(job_id);
     mine.set_rank(rank);
     mine.set_num_workers(n);
     mine.mutable_data()->set_part_index(rank);

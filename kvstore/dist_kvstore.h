@@ -46,6 +46,8 @@ struct DistKVStoreOptions {
   ClusterSpec cluster;  // this worker's rank and the servers' addresses
   // Arrays of at least this many elements are split across every server.
   int64_t bigarray_bound = kDefaultBigArrayBound;
+  // This run's identity, the same on every worker (proto/kvstore.proto, Hello.job_id).
+  std::string job_id;
   // How long to wait for the servers to come up (workers may start first).
   absl::Duration connect_timeout = absl::Seconds(60);
 };

@@ -211,6 +211,28 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   if (hello.mode() != SYNC_MODE_SYNC && hello.mode() != SYNC_MODE_ASYNC) {
     return fail(absl::InvalidArgumentError("Hello names no mode (dist_sync or dist_async)"));
   }
+  if (hello.job_id() != job_id_) {
+    const int connected = static_cast<int>(std::count_if(
+        sessions_.begin(), sessions_.end(), [](const Session* p) { return p != nullptr; }));
+    if (connected > 0) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "server ", options_.server_index, " serves job '", job_id_, "' (", connected,
+          " of its workers connected); job '", hello.job_id(), "' must wait")));
+    }
+    // A new job: nothing of the last one carries over.
+    for (auto& [id, key] : keys_) {
+      (void)key.value.WaitToWrite();
+      (void)key.merged.WaitToWrite();
+    }
+    keys_.clear();
+    optimizer_.reset();
+    optimizer_spec_.Clear();
+    mode_ = SYNC_MODE_UNSET;
+    departed_.assign(options_.num_workers, absl::OkStatus());
+    barrier_.assign(options_.num_workers, Waiter{});
+    barrier_count_ = 0;
+    job_id_ = hello.job_id();
+  }
   if (mode_ != SYNC_MODE_UNSET && hello.mode() != mode_) {
     return fail(absl::FailedPreconditionError(
         absl::StrCat("worker ", hello.rank(), " asks for ", ModeName(hello.mode()),

@@ -23,6 +23,9 @@
 //             "join"): workers with fewer batches in an epoch meet the others at the epoch's
 //             barrier instead of hanging them. When the barrier opens, every worker's round
 //             count is aligned to the key's.
+//   Jobs      Hello names the worker's job; the first Hello of another job, once no worker
+//             of the current one is connected, starts the store afresh (keys, rounds,
+//             optimizer, mode), so daemons serve job after job.
 //   A worker leaving (stream closed or keepalive timeout) in dist_sync: every request that
 //   needs it - open rounds it has not pushed into, pulls waiting on them, a barrier - is
 //   answered UNAVAILABLE naming the worker; its rank may reconnect (a new Hello) and push.
@@ -187,6 +190,7 @@ class ServerStore {
   // std::mutex, not absl::Mutex, for TSan (optimizer.h says why).
   mutable std::mutex mu_;
   SyncMode mode_ ABSL_GUARDED_BY(mu_) = SYNC_MODE_UNSET;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);  // the job being served
   std::map<int, Key> keys_ ABSL_GUARDED_BY(mu_);
   std::vector<Session*> sessions_ ABSL_GUARDED_BY(mu_);   // per rank: its live session
   std::vector<absl::Status> departed_ ABSL_GUARDED_BY(mu_);  // per rank: why it left (ok: here)

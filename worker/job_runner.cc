@@ -154,6 +154,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     options.cluster.index = spec.rank();
     options.cluster.servers.assign(spec.ps_hosts().begin(), spec.ps_hosts().end());
     options.cluster.workers.assign(std::max(1, spec.num_workers()), "");
+    options.job_id = spec.job_id().empty() ? spec.name() : spec.job_id();
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }
 

@@ -500,6 +500,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   hello.set_rank(options.cluster.index);
   hello.set_num_workers(options.cluster.num_workers());
   hello.set_mode(type == "dist_sync" ? SYNC_MODE_SYNC : SYNC_MODE_ASYNC);
+  hello.set_job_id(options.job_id);
   std::vector<std::unique_ptr<internal::ServerConnection>> servers;
   for (const std::string& address : options.cluster.servers) {
     ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,

@@ -275,8 +275,7 @@ class JobTest : public ::testing::Test {
     return run.get();
   }
 
-  // A tessera-ps of its own for another job on the same worker daemons (a server serves one
-  // job: see DISABLED_ServersTakeJobAfterJob); its address.
+  // A tessera-ps of its own for another job on the same worker daemons; its address.
   std::string NewServer() {
     servers_.push_back(
         std::make_unique<LocalCluster>(absl::StrCat(Name(), "-ps", servers_.size())));
@@ -412,13 +411,11 @@ TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
   EXPECT_THAT(daemons_->CheckAlive(), IsOk());
 }
 
-// DISABLED until tessera-ps starts a fresh state per job. A server keeps one job's state -
-// its keys' values and rounds, the optimizer and which workers left - and has no notion of a
-// next job: a second job on it starts from the first one's weights (Init keeps the first
-// value), and fails when one worker pushes before the other has said Hello ("dist_sync round
-// 65 of key 5 cannot complete: worker 1 left server 0", about one run in three), or after a
-// cancelled job left a round half pushed (about one run in four).
-TEST_F(JobTest, DISABLED_ServersTakeJobAfterJob) {
+// A server starts afresh for every job (Hello.job_id): before it did, a second job started
+// from the first one's weights and failed about one run in three ("dist_sync round 65 of key
+// 5 cannot complete: worker 1 left server 0"), or after a cancelled job left a round half
+// pushed.
+TEST_F(JobTest, ServersTakeJobAfterJob) {
   ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
   for (int i = 0; i < 3; ++i) {
     EXPECT_THAT(RunJob(Spec({.name = "again", .epochs = 1})).status(), IsOk()) << "job " << i;

@@ -171,6 +171,45 @@ TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
   EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>{120});
 }
 
+TEST_F(ServerStoreTest, ANewJobStartsAfreshOnceTheOldOnesWorkersLeft) {
+  Start(1, SYNC_MODE_SYNC);  // job "" (the fixture's Hello names none)
+  InitEverywhere(0, {5});
+  auto hello = [&](Worker& w, const std::string& job) {
+    WorkerMessage m;
+    m.set_id(99);
+    m.mutable_hello()->set_protocol_version(kKVStoreProtocolVersion);
+    m.mutable_hello()->set_num_workers(1);
+    m.mutable_hello()->set_mode(SYNC_MODE_ASYNC);
+    m.mutable_hello()->set_job_id(job);
+    return m;
+  };
+  // While job ""'s worker is connected, job "b" must wait.
+  std::vector<ServerMessage> replies;
+  std::mutex mu;
+  auto session = store_->Open([&](std::vector<ServerMessage> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& m : r) replies.push_back(std::move(m));
+  });
+  session->Handle(hello(*workers_[0], "b"));
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(replies[0].message(), HasSubstr("job 'b' must wait"));
+  workers_[0]->Close();
+  // Now it starts afresh: another mode is fine and key 0 is gone.
+  auto fresh = store_->Open([&](std::vector<ServerMessage> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& m : r) replies.push_back(std::move(m));
+  });
+  fresh->Handle(hello(*workers_[0], "b"));
+  WorkerMessage pull;
+  pull.set_id(100);
+  pull.mutable_pull()->set_key(0);
+  fresh->Handle(pull);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[1].code(), 0) << replies[1].message();
+  EXPECT_EQ(replies[2].code(), static_cast<int>(absl::StatusCode::kNotFound));
+}
+
 TEST_F(ServerStoreTest, DepartureFailsTheOpenRoundsPullsButNotFinishedOnes) {
   Start(2, SYNC_MODE_SYNC);
   InitEverywhere(0, {0});
