@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/worker/synthetic_digits.h"
 #include "server/parameter_server.h"
 #include "tests/ndarray/test_util.h"
 #include "worker/job_manager.h"
@@ -26,34 +27,7 @@ using tessera::testing::IsOk;
 using tessera::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-void WriteBigEndian(std::ofstream& out, uint32_t v) {
-  const char bytes[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                         static_cast<char>(v >> 8), static_cast<char>(v)};
-  out.write(bytes, 4);
-}
-
-// `n` 28x28 images of 10 classes: class c lights rows [2c, 2c+3) with noise.
-void WriteDigits(const std::string& images, const std::string& labels, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::ofstream img(images, std::ios::binary), lab(labels, std::ios::binary);
-  WriteBigEndian(img, 0x803);
-  WriteBigEndian(img, n);
-  WriteBigEndian(img, 28);
-  WriteBigEndian(img, 28);
-  WriteBigEndian(lab, 0x801);
-  WriteBigEndian(lab, n);
-  for (int i = 0; i < n; ++i) {
-    const int c = static_cast<int>(rng() % 10);
-    lab.put(static_cast<char>(c));
-    for (int r = 0; r < 28; ++r) {
-      for (int col = 0; col < 28; ++col) {
-        const bool on = r >= 2 * c && r < 2 * c + 3;
-        img.put(static_cast<char>(on ? 200 + rng() % 56 : rng() % 40));
-      }
-    }
-  }
-}
+using tessera::testing::WriteDigits;
 
 class WorkerTest : public ::testing::Test {
  protected:
