@@ -2,37 +2,16 @@
 
 #include <cstring>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "io/idx_file.h"
+#include "io/kwargs.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera::io {
 namespace {
 
-absl::Status BadValue(const std::string& key, const std::string& value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("MNISTIter: bad value '", value, "' for option '", key, "'"));
-}
-
-absl::Status ParseBool(const std::string& key, const std::string& value, bool* out) {
-  const std::string v = absl::AsciiStrToLower(value);
-  if (v == "1" || v == "true") {
-    *out = true;
-  } else if (v == "0" || v == "false") {
-    *out = false;
-  } else {
-    return BadValue(key, value);
-  }
-  return absl::OkStatus();
-}
-
-template <typename Int>
-absl::Status ParseInt(const std::string& key, const std::string& value, Int* out) {
-  return absl::SimpleAtoi(value, out) ? absl::OkStatus() : BadValue(key, value);
-}
+constexpr char kIter[] = "MNISTIter";
 
 }  // namespace
 
@@ -45,19 +24,19 @@ absl::StatusOr<MNISTIterOptions> MNISTIterOptions::FromKwargs(
     } else if (key == "label") {
       o.label = value;
     } else if (key == "batch_size") {
-      RETURN_IF_ERROR(ParseInt(key, value, &o.batch_size));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.batch_size));
     } else if (key == "shuffle") {
-      RETURN_IF_ERROR(ParseBool(key, value, &o.shuffle));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.shuffle));
     } else if (key == "flat") {
-      RETURN_IF_ERROR(ParseBool(key, value, &o.flat));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.flat));
     } else if (key == "seed") {
-      RETURN_IF_ERROR(ParseInt(key, value, &o.seed));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.seed));
     } else if (key == "silent") {
-      RETURN_IF_ERROR(ParseBool(key, value, &o.silent));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.silent));
     } else if (key == "num_parts") {
-      RETURN_IF_ERROR(ParseInt(key, value, &o.num_parts));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.num_parts));
     } else if (key == "part_index") {
-      RETURN_IF_ERROR(ParseInt(key, value, &o.part_index));
+      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.part_index));
     } else if (key == "last_batch_handle") {
       o.last_batch_handle = value;
     } else if (key == "data_name") {
@@ -65,7 +44,7 @@ absl::StatusOr<MNISTIterOptions> MNISTIterOptions::FromKwargs(
     } else if (key == "label_name") {
       o.label_name = value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("MNISTIter: unknown option '", key, "'"));
+      return UnknownKwarg(kIter, key);
     }
   }
   return o;
@@ -77,11 +56,7 @@ absl::StatusOr<std::unique_ptr<MNISTIter>> MNISTIter::Create(const Runtime& rt,
     return absl::InvalidArgumentError(
         absl::StrCat("MNISTIter: batch_size must be positive, got ", options.batch_size));
   }
-  if (options.num_parts < 1 || options.part_index < 0 || options.part_index >= options.num_parts) {
-    return absl::InvalidArgumentError(absl::StrCat("MNISTIter: part_index ", options.part_index,
-                                                   " is not in [0, num_parts ", options.num_parts,
-                                                   ")"));
-  }
+  RETURN_IF_ERROR(CheckPart(kIter, options.part_index, options.num_parts));
   ASSIGN_OR_RETURN(IdxFile images, IdxFile::Open(options.image, 3));
   ASSIGN_OR_RETURN(IdxFile labels, IdxFile::Open(options.label, 1));
   const int64_t count = images.dims()[0];
@@ -90,9 +65,7 @@ absl::StatusOr<std::unique_ptr<MNISTIter>> MNISTIter::Create(const Runtime& rt,
         "MNISTIter: image file '", options.image, "' has ", count, " images but label file '",
         options.label, "' has ", labels.dims()[0], " labels"));
   }
-  // Integer floor(count * k / n): MXNet's GetPart, without its double rounding.
-  const int64_t begin = count * options.part_index / options.num_parts;
-  const int64_t end = count * (options.part_index + 1) / options.num_parts;
+  const auto [begin, end] = PartOf(count, options.part_index, options.num_parts);
   if (begin == end) {
     return absl::InvalidArgumentError(absl::StrCat("MNISTIter: part ", options.part_index, " of ",
                                                    options.num_parts, " of '", options.image, "' (",
