@@ -30,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/trainer_throughput.h"
 #include "core/check.h"
 #include "engine/create_engine.h"
 #include "examples/models.h"
@@ -99,42 +100,7 @@ std::vector<io::DataBatch> Batches(const Runtime& rt, const Flags& f, bool flat)
     }
     return batches;
   }
-  std::mt19937 rng(0);
-  std::uniform_real_distribution<float> pixel(0, 1);
-  for (int b = 0; b < f.batches; ++b) {
-    std::vector<float> x(kBatch * 784), y(kBatch);
-    for (float& v : x) v = pixel(rng);
-    for (float& v : y) v = static_cast<float>(rng() % 10);
-    auto data = FromVector<float>(rt, flat ? Shape{kBatch, 784} : Shape{kBatch, 1, 28, 28}, x);
-    auto label = FromVector<float>(rt, Shape{kBatch}, y);
-    TESSERA_CHECK(data.ok() && label.ok());
-    batches.push_back({{*data}, {*label}});
-  }
-  return batches;
-}
-
-double TesseraSamplesPerSecond(const Runtime& rt, const graph::Symbol& net, const std::vector<io::DataBatch>& batches) {
-  train::Module mod(rt, net);
-  const io::DataBatch& first = batches[0];
-  TESSERA_CHECK(mod.Bind({{"data", first.data[0].shape()}}, {{"softmax_label", first.label[0].shape()}}).ok());
-  TESSERA_CHECK(mod.InitParams(train::Xavier()).ok());
-  TESSERA_CHECK(mod.InitOptimizer("local", "sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}).ok());
-  const auto pass = [&] {
-    for (const io::DataBatch& batch : batches) {
-      TESSERA_CHECK(mod.Forward(batch, true).ok());
-      TESSERA_CHECK(mod.Backward().ok());
-      TESSERA_CHECK(mod.Update().ok());
-    }
-    TESSERA_CHECK(rt.engine->WaitForAll().ok());
-  };
-  pass();  // warm-up
-  double best = 1e30;
-  for (int round = 0; round < 3; ++round) {
-    const auto start = std::chrono::steady_clock::now();
-    pass();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return static_cast<double>(batches.size()) * kBatch / best;
+  return bench::RandomBatches(rt, flat ? Shape{kBatch, 784} : Shape{kBatch, 1, 28, 28}, f.batches);
 }
 
 // Runs the PyTorch peer; returns its samples/s (0 when it could not run).
@@ -220,7 +186,7 @@ int main(int argc, char** argv) {
   double lenet_one_process = 0;
   for (const auto& [name, net, flat] : {std::tuple{"mlp", *mlp, true}, std::tuple{"lenet", *lenet, false}}) {
     const std::vector<io::DataBatch> batches = Batches((*rt)->get(), flags, flat);
-    const double ours = TesseraSamplesPerSecond((*rt)->get(), net, batches);
+    const double ours = bench::TrainerSamplesPerSecond((*rt)->get(), net, batches);
     const double torch = PyTorchSamplesPerSecond(flags, name, threads);
     const double torch_default = PyTorchSamplesPerSecond(flags, name, 0);
     const double ratio = torch > 0 ? ours / torch : 0;

@@ -2,16 +2,18 @@
 
 #include <utility>
 
+#include "core/check.h"
+
 namespace tessera::io {
 
-PrefetchingIter::PrefetchingIter(std::unique_ptr<DataIter> inner)
+PrefetchingIter::PrefetchingIter(std::unique_ptr<DataIter> inner, int depth)
     : inner_(std::move(inner)),
+      depth_(depth),
       provide_data_(inner_->provide_data()),
       provide_label_(inner_->provide_label()),
       batch_size_(inner_->batch_size()),
       thread_([this] { Loop(); }) {
-  std::unique_lock<std::mutex> lock(mu_);
-  StartFetch();
+  TESSERA_CHECK(depth >= 1);
 }
 
 PrefetchingIter::~PrefetchingIter() {
@@ -23,56 +25,56 @@ PrefetchingIter::~PrefetchingIter() {
   thread_.join();
 }
 
+bool PrefetchingIter::ShouldFetch() const {
+  return !paused_ && !ended_ && static_cast<int>(ready_.size()) < depth_;
+}
+
 void PrefetchingIter::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return requested_ || stop_; });
+    work_cv_.wait(lock, [this] { return stop_ || ShouldFetch(); });
     if (stop_) return;
-    requested_ = false;
-    // The wrapped iterator is ours until result_ is set; the caller only waits.
+    fetching_ = true;
+    // The wrapped iterator is ours until fetching_ is cleared; Reset() waits for that.
     lock.unlock();
     Fetched fetched;
     fetched.more = inner_->Next();
     if (fetched.more.ok() && *fetched.more) fetched.batch = inner_->Value();
     lock.lock();
-    result_ = std::move(fetched);
+    fetching_ = false;
+    ended_ = !fetched.more.ok() || !*fetched.more;
+    ready_.push_back(std::move(fetched));
     done_cv_.notify_one();
   }
 }
 
-void PrefetchingIter::StartFetch() {
-  requested_ = true;
-  in_flight_ = true;
-  work_cv_.notify_one();
-}
-
-PrefetchingIter::Fetched PrefetchingIter::AwaitFetch(std::unique_lock<std::mutex>& lock) {
-  done_cv_.wait(lock, [this] { return result_.has_value(); });
-  Fetched fetched = std::move(*result_);
-  result_.reset();
-  in_flight_ = false;
-  return fetched;
-}
-
 absl::StatusOr<bool> PrefetchingIter::Next() {
   std::unique_lock<std::mutex> lock(mu_);
-  // Nothing in flight after the end of an epoch or an error: fetch now, synchronously.
-  if (!in_flight_) StartFetch();
-  Fetched fetched = AwaitFetch(lock);
-  if (fetched.more.ok() && *fetched.more) {
-    batch_ = std::move(fetched.batch);
-    StartFetch();  // one batch ahead
+  // Called again after the end of an epoch or an error: ask the wrapped iterator again,
+  // as a caller of it would.
+  if (ready_.empty() && !fetching_ && ended_) {
+    ended_ = false;
+    work_cv_.notify_one();
   }
+  done_cv_.wait(lock, [this] { return !ready_.empty(); });
+  Fetched fetched = std::move(ready_.front());
+  ready_.pop_front();
+  work_cv_.notify_one();  // room for one more
+  if (fetched.more.ok() && *fetched.more) batch_ = std::move(fetched.batch);
   return fetched.more;
 }
 
 absl::Status PrefetchingIter::Reset() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (in_flight_) AwaitFetch(lock);  // a batch of the old epoch: discarded
+  paused_ = true;
+  done_cv_.wait(lock, [this] { return !fetching_; });
+  ready_.clear();  // batches of the old epoch
   batch_ = DataBatch();
-  // The thread is idle (nothing requested), so the wrapped iterator is ours here.
+  // The thread is paused between fetches, so the wrapped iterator is ours here.
   absl::Status status = inner_->Reset();
-  if (status.ok()) StartFetch();
+  paused_ = false;
+  ended_ = !status.ok();  // a failed Reset: nothing to fetch until the next Reset
+  work_cv_.notify_one();
   return status;
 }
 

@@ -1,5 +1,5 @@
 // PrefetchingIter: the same batches, order and errors as the wrapped iterator, across
-// epochs and mid-epoch resets; really one batch ahead; safe to destroy with a fetch in
+// epochs and mid-epoch resets; really `depth` batches ahead; safe to destroy with a fetch in
 // flight. Repeated to shake out races (and run under --config=tsan).
 #include "io/prefetching_iter.h"
 
@@ -68,9 +68,9 @@ class PrefetchingIterTest : public ::tessera::testing::EngineTest {
 TESSERA_INSTANTIATE_ENGINES(PrefetchingIterTest);
 
 TEST_P(PrefetchingIterTest, SameBatchesAsTheWrappedIterator) {
-  for (int repeat = 0; repeat < 10; ++repeat) {
+  for (int repeat = 0; repeat < 12; ++repeat) {
     auto reference = Make();
-    PrefetchingIter prefetching(Make());
+    PrefetchingIter prefetching(Make(), /*depth=*/1 + repeat % 4);
     EXPECT_EQ(prefetching.batch_size(), 3);
     EXPECT_EQ(prefetching.provide_data()[0].shape, (Shape{3, 3}));
     EXPECT_EQ(prefetching.provide_label()[0].name, "softmax_label");
@@ -111,6 +111,27 @@ TEST(PrefetchingIterFakeTest, FetchesOneBatchAhead) {
   EXPECT_EQ(fake->calls(), 2);  // and no more than one ahead
 }
 
+TEST(PrefetchingIterFakeTest, FetchesDepthBatchesAhead) {
+  auto owned = std::make_unique<FakeIter>(10, -1, std::chrono::milliseconds(0));
+  FakeIter* fake = owned.get();  // not owned
+  PrefetchingIter it(std::move(owned), /*depth=*/3);
+  ASSERT_THAT(it.Next(), IsOkAndHolds(true));
+  EXPECT_EQ(it.Value().index, (std::vector<int64_t>{0, 1}));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fake->calls() < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(fake->calls(), 4);  // the one taken and three waiting
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(fake->calls(), 4);
+  for (int64_t b = 1; b < 10; ++b) {
+    ASSERT_THAT(it.Next(), IsOkAndHolds(true));
+    EXPECT_EQ(it.Value().index, (std::vector<int64_t>{2 * b, 2 * b + 1}));
+  }
+  EXPECT_THAT(it.Next(), IsOkAndHolds(false));
+  EXPECT_EQ(fake->calls(), 11);  // nothing fetched past the end
+}
+
 TEST(PrefetchingIterFakeTest, ErrorsAndEndAreHandedOver) {
   PrefetchingIter it(std::make_unique<FakeIter>(5, 2, std::chrono::milliseconds(1)));
   ASSERT_THAT(it.Next(), IsOkAndHolds(true));
@@ -128,7 +149,8 @@ TEST(PrefetchingIterFakeTest, ErrorsAndEndAreHandedOver) {
 
 TEST(PrefetchingIterFakeTest, DestroyedWithAFetchInFlight) {
   for (int repeat = 0; repeat < 20; ++repeat) {
-    PrefetchingIter it(std::make_unique<FakeIter>(100, -1, std::chrono::milliseconds(repeat % 3)));
+    PrefetchingIter it(std::make_unique<FakeIter>(100, -1, std::chrono::milliseconds(repeat % 3)),
+                       /*depth=*/1 + repeat % 3);
     if (repeat % 2) {
       ASSERT_THAT(it.Next(), IsOkAndHolds(true));
     }
