@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "core/context.h"
 #include "core/status_macros.h"
+#include "io/create_data_iter.h"
 #include "kvstore/optimizer.h"
 #include "train/metric.h"
 
@@ -32,6 +33,22 @@ namespace fs = std::filesystem;
 constexpr const char* kModels[] = {"mlp", "lenet"};
 constexpr const char* kInitializers[] = {"xavier", "uniform", "normal"};
 constexpr const char* kKVStores[] = {"local", "dist_sync", "dist_async"};
+constexpr const char* kDataKinds[] = {"mnist", "csv", "imagerecord"};
+
+// The IDX-file fields of kind mnist; the other kinds read data.train / data.test instead.
+constexpr const char* kMnistFields[] = {"dir",         "train_images", "train_labels",
+                                        "test_images", "test_labels",  "flat"};
+// Iterator arguments naming files: resolved against the job file's folder like data.dir.
+constexpr const char* kIterPaths[] = {"path_imgrec", "path_imgidx", "data_csv", "label_csv"};
+// Iterator arguments the job sets (DataSpec's comment), and where from.
+constexpr std::pair<const char*, const char*> kJobSetArgs[] = {
+    {"batch_size", "batch_size"},
+    {"seed", "seed"},
+    {"shuffle", "data.shuffle"},
+    {"part_index", "each worker reads its own part"},
+    {"num_parts", "each worker reads its own part"}};
+// ...and, on the test iterator only, its last batch: padded so every sample counts once.
+constexpr const char* kJobSetTestArgs[] = {"last_batch_handle", "round_batch"};
 
 // The names tools/fetch_mnist.py writes (the standard MNIST distribution's).
 constexpr const char* kTrainImages = "train-images-idx3-ubyte";
@@ -222,6 +239,9 @@ class Parser {
   absl::StatusOr<std::string> Path(const Entry& e, const std::string& path) const {
     ASSIGN_OR_RETURN(std::string p, String(e, path));
     if (p.empty()) return Error(e, path, "must not be empty");
+    return Resolve(p);
+  }
+  std::string Resolve(const std::string& p) const {
     fs::path resolved(p);
     if (!resolved.is_absolute() && !base_dir_.empty()) resolved = fs::path(base_dir_) / resolved;
     return resolved.lexically_normal().string();
@@ -397,14 +417,51 @@ class Parser {
   absl::Status ParseData(const Entry& e, DataSpec* data) const {
     ASSIGN_OR_RETURN(Entries d, Map(e.value, e.key, "data",
                                     {"kind", "dir", "train_images", "train_labels", "test_images",
-                                     "test_labels", "flat", "shuffle"}));
+                                     "test_labels", "flat", "shuffle", "train", "test"}));
     data->set_kind("mnist");
     if (auto it = d.find("kind"); it != d.end()) {
       ASSIGN_OR_RETURN(std::string kind, String(it->second, "data.kind"));
-      if (kind != "mnist")
+      if (!OneOf(kind, kDataKinds))
         return Error(it->second, "data.kind",
-                     absl::StrCat("unknown data kind \"", kind, "\" (mnist)"));
+                     absl::StrCat("unknown data kind \"", kind, "\" (", Names(kDataKinds), ")"));
+      data->set_kind(kind);
     }
+    if (data->kind() == "mnist") {
+      for (const char* f : {"train", "test"}) {
+        if (d.contains(f)) {
+          return Error(d.at(f), Join("data", f),
+                       "only for kinds csv and imagerecord (kind mnist reads IDX files)");
+        }
+      }
+      RETURN_IF_ERROR(ParseMnistFiles(d, data));
+    } else {
+      for (const char* f : kMnistFields) {
+        if (d.contains(f)) {
+          return Error(d.at(f), Join("data", f),
+                       absl::StrCat("only for kind mnist (kind ", data->kind(),
+                                    " reads data.train and data.test)"));
+        }
+      }
+      const std::string iter = data->kind() == "csv" ? "CSVIter" : "ImageRecordIter";
+      if (!d.contains("train")) {
+        return Required(absl::StrCat("data.train (the ", iter, " arguments)"));
+      }
+      RETURN_IF_ERROR(ParseIterArgs(d.at("train"), "data.train", iter, /*test=*/false,
+                                    data->mutable_train_iter()));
+      if (auto it = d.find("test"); it != d.end()) {
+        RETURN_IF_ERROR(
+            ParseIterArgs(it->second, "data.test", iter, /*test=*/true, data->mutable_test_iter()));
+      }
+    }
+    data->set_shuffle(true);
+    if (auto it = d.find("shuffle"); it != d.end()) {
+      ASSIGN_OR_RETURN(bool shuffle, Bool(it->second, "data.shuffle"));
+      data->set_shuffle(shuffle);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseMnistFiles(const Entries& d, DataSpec* data) const {
     const char* files[] = {"train_images", "train_labels", "test_images", "test_labels"};
     if (auto it = d.find("dir"); it != d.end()) {
       for (const char* f : files) {
@@ -441,12 +498,69 @@ class Parser {
       ASSIGN_OR_RETURN(bool flat, Bool(it->second, "data.flat"));
       data->set_flat(flat);
     }
-    data->set_shuffle(true);
-    if (auto it = d.find("shuffle"); it != d.end()) {
-      ASSIGN_OR_RETURN(bool shuffle, Bool(it->second, "data.shuffle"));
-      data->set_shuffle(shuffle);
-    }
     return absl::OkStatus();
+  }
+
+  // data.train / data.test of kinds csv and imagerecord: the arguments of `iter` in MXNet's
+  // names, each checked by the iterator itself (io::CheckDataIterKwargs) so that a typo or a
+  // bad value fails here, not on every worker once the cluster is up. Values are kept as the
+  // YAML text wrote them; a list [3, 28, 28] becomes MXNet's tuple "(3,28,28)".
+  absl::Status ParseIterArgs(const Entry& e, const std::string& path, const std::string& iter,
+                             bool test,
+                             google::protobuf::Map<std::string, std::string>* out) const {
+    // Any key: the iterator says which it knows.
+    ASSIGN_OR_RETURN(Entries args, Map(e.value, e.key, path, {}));
+    io::IterKwargs kwargs;
+    for (const auto& [key, entry] : args) {
+      const std::string key_path = Join(path, key);
+      for (const auto& [arg, from] : kJobSetArgs) {
+        if (key == arg) {
+          return Error(entry, key_path, absl::StrCat("the job sets it (", from, ")"));
+        }
+      }
+      if (test && OneOf(key, kJobSetTestArgs)) {
+        return Error(entry, key_path,
+                     "the job sets it (the test iterator pads its last batch so every test "
+                     "sample counts once)");
+      }
+      ASSIGN_OR_RETURN(std::string value, IterValue(entry, key_path));
+      // "NULL" is MXNet's "no file" (label_csv); it and "" are not paths.
+      if (OneOf(key, kIterPaths) && !value.empty() && value != "NULL") value = Resolve(value);
+      if (absl::Status alone = io::CheckDataIterKwargs(iter, {{key, value}}); !alone.ok()) {
+        return Error(entry, key_path, alone.message());
+      }
+      kwargs.emplace(key, std::move(value));
+    }
+    const char* required[] = {iter == "CSVIter" ? "data_csv" : "path_imgrec", "data_shape"};
+    for (const char* key : required) {
+      if (!kwargs.contains(key)) return Error(e, Join(path, key), "required");
+    }
+    // What only the arguments together can get wrong (round_batch with last_batch_handle).
+    if (absl::Status all = io::CheckDataIterKwargs(iter, kwargs); !all.ok()) {
+      return Error(e, path, all.message());
+    }
+    for (auto& [key, value] : kwargs) (*out)[key] = std::move(value);
+    return absl::OkStatus();
+  }
+
+  // One iterator argument: a scalar as written, or a list of scalars as "(a,b,c)".
+  absl::StatusOr<std::string> IterValue(const Entry& e, const std::string& path) const {
+    if (e.value.IsScalar()) return e.value.Scalar();
+    if (e.value.IsSequence() && e.value.size() > 0) {
+      std::vector<std::string> items;
+      for (size_t i = 0; i < e.value.size(); ++i) {
+        const YAML::Node item = e.value[i];
+        if (!item.IsScalar()) {
+          return Error(item, absl::StrCat(path, "[", i, "]"),
+                       absl::StrCat("expected a number, got ", Describe(item)));
+        }
+        items.push_back(item.Scalar());
+      }
+      return absl::StrCat("(", absl::StrJoin(items, ","), ")");
+    }
+    return Error(
+        e, path,
+        absl::StrCat("expected a value or a list such as [3, 28, 28], got ", Describe(e.value)));
   }
 
   absl::Status ParseOptimizer(const Entry& e, JobSpec* spec) const {

@@ -2,8 +2,8 @@
 // submits to the workers (proto/worker.proto) plus what the launcher itself needs (cluster
 // size, run folder). The parser checks everything it can before a cluster starts: unknown
 // keys, types, ranges, and the names of the model, optimizer and its parameters, metric,
-// initializer, KVStore type and devices. Pure functions of their input (LoadJobFile and
-// network.symbol_file read files); thread-safe.
+// initializer, KVStore type, devices and data iterator arguments. Pure functions of their
+// input (LoadJobFile and network.symbol_file read files); thread-safe.
 //
 // The schema (every key but network, data, batch_size and epochs is optional; defaults
 // after '='):
@@ -17,7 +17,7 @@
 //     symbol_file: x.json   #   MXNet symbol JSON; its text goes into JobSpec.symbol_json.
 //                           #   Input "data", label "softmax_label".
 //   data:
-//     kind: mnist           # = mnist (the only kind so far)
+//     kind: mnist           # = mnist; mnist | csv | imagerecord
 //     dir: .cache/mnist     # a folder holding the IDX files tools/fetch_mnist.py writes:
 //                           #   train-images-idx3-ubyte, train-labels-idx1-ubyte,
 //                           #   t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte.
@@ -25,6 +25,16 @@
 //     # train_images: a  train_labels: b  test_images: c  test_labels: d
 //     flat: false           # = false; true: rows of 784 values (MLPs), false: 1x28x28 images
 //     shuffle: true         # = true; reshuffled every epoch from seed and epoch
+//     # kind csv / imagerecord: MXNet's CSVIter / ImageRecordIter (io/create_data_iter.h)
+//     # with these arguments in MXNet's names, instead of dir ... flat:
+//     #   train: {path_imgrec: train.rec, data_shape: [1, 28, 28], scale: 0.00392156862745098}
+//     #   test: {path_imgrec: test.rec, data_shape: [1, 28, 28], scale: 0.00392156862745098}
+//     # train is required (csv: data_csv and data_shape; imagerecord: path_imgrec and
+//     # data_shape), test optional. Values are kept as written, a list [1, 28, 28] becomes
+//     # "(1,28,28)"; path_imgrec, path_imgidx, data_csv and label_csv are paths. The job sets
+//     # batch_size, seed, shuffle (data.shuffle), part_index and num_parts itself, and the
+//     # test iterator's last_batch_handle (pad: every test sample counts once); giving them
+//     # is an error. Each argument is checked by the iterator here.
 //   batch_size: 64          # per worker, >= 1
 //   epochs: 5               # >= 1
 //   optimizer:              # = {name: sgd, params: {learning_rate: 0.01}}

@@ -5,6 +5,8 @@
 //   tessera graph inspect FILE.json [--shape NAME=D1,D2,...]...
 //   tessera graph run FILE.json [--params FILE] [--seed N] --input NAME=FILE.npy...
 //                        --output DIR
+//   tessera data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]
+//                        images (a folder of class folders, or a .lst) into OUTPUT.rec/.idx
 #include <cstdio>
 #include <map>
 #include <string>
@@ -18,6 +20,7 @@
 #include "client/train_command.h"
 #include "engine/create_engine.h"
 #include "graph/symbol_json.h"
+#include "io/image_pack.h"
 #include "ndarray/runtime.h"
 #include "ops/registry.h"
 
@@ -35,6 +38,9 @@ int Usage() {
                "            [--params FILE] [--seed N]\n"
                "                             the forward pass on .npy inputs; each output is\n"
                "                             written to DIR/<output>.npy\n"
+               "  data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]\n"
+               "                             pack images (a folder with a sub-folder per class,\n"
+               "                             or an im2rec .lst file) into OUTPUT.rec + OUTPUT.idx\n"
                "  train JOB.yaml [--json]    a training job on an embedded local cluster\n"
                "  launch -n W -s S JOB.yaml  the job on a local cluster of W workers, S servers\n"
                "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
@@ -126,6 +132,40 @@ int RunGraph(int argc, char** argv) {
   return 0;
 }
 
+int RunData(int argc, char** argv) {
+  if (argc < 5 || std::string(argv[2]) != "pack") return Usage();
+  const std::string command = "data pack";
+  tessera::io::PackOptions options;
+  options.source = argv[3];
+  options.output = argv[4];
+  auto flags = ParseFlags(argc, argv, 5, {"resize", "quality", "root", "skip_bad"});
+  if (!flags.ok()) return Fail(command, flags.status());
+  for (const auto& [name, value] : *flags) {
+    bool ok = true;
+    if (name == "resize") {
+      ok = absl::SimpleAtoi(value, &options.resize);
+    } else if (name == "quality") {
+      ok = absl::SimpleAtoi(value, &options.quality);
+    } else if (name == "root") {
+      options.root = value;
+    } else {
+      ok = absl::SimpleAtob(value, &options.skip_bad);
+    }
+    if (!ok) {
+      return Fail(command, absl::InvalidArgumentError(
+                               absl::StrCat("--", name, " '", value, "' is not a valid value")));
+    }
+  }
+  auto summary = tessera::io::PackImages(options);
+  if (!summary.ok()) return Fail(command, summary.status());
+  std::printf("packed %lld images (%llu bytes) into %s.rec and %s.idx", static_cast<long long>(summary->records),
+              static_cast<unsigned long long>(summary->bytes), options.output.c_str(), options.output.c_str());
+  if (!summary->classes.empty()) std::printf(", %zu classes", summary->classes.size());
+  if (summary->skipped_bad > 0) std::printf(", %lld undecodable skipped", static_cast<long long>(summary->skipped_bad));
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,6 +173,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "ops") return RunOps(argc, argv);
   if (command == "graph") return RunGraph(argc, argv);
+  if (command == "data") return RunData(argc, argv);
   if (command == "train" || command == "launch" || command == "submit" || command == "status") {
     return tessera::client::TrainMain(argc, argv);
   }

@@ -1,5 +1,6 @@
 #include "worker/job_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "examples/models.h"
 #include "graph/graph_def.h"
 #include "graph/symbol_json.h"
+#include "io/create_data_iter.h"
 #include "io/mnist_iter.h"
 #include "kvstore/dist_kvstore.h"
 #include "train/initializer.h"
@@ -64,11 +66,75 @@ struct Data {
   std::unique_ptr<io::DataIter> train, test;
 };
 
+// The iterator `iter_name` from a DataSpec map (at `field`, e.g. "data.train_iter") plus
+// `worker_set`, the arguments the worker takes from the JobSpec and its part, which the
+// map must not hold (nor round_batch where last_batch_handle is set: CSVIter refuses both).
+// Errors name the field, and the key when one alone is at fault; the iterator's own errors
+// (a missing file, an empty part) keep their code.
+absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(
+    const Runtime& rt, const std::string& iter_name, const std::string& field,
+    const google::protobuf::Map<std::string, std::string>& given,
+    const io::IterKwargs& worker_set) {
+  io::IterKwargs kwargs = worker_set;
+  for (const auto& [key, value] : given) {
+    const std::string key_field = absl::StrCat(field, ".", key);
+    if (worker_set.contains(key) ||
+        (key == "round_batch" && worker_set.contains("last_batch_handle"))) {
+      return FieldError(absl::StatusCode::kInvalidArgument, key_field,
+                        "the worker sets it from the job (batch_size, seed, data.shuffle, its "
+                        "data part; the test iterator pads its last batch)");
+    }
+    if (absl::Status alone = io::CheckDataIterKwargs(iter_name, {{key, value}}); !alone.ok()) {
+      return FieldError(absl::StatusCode::kInvalidArgument, key_field, alone.message());
+    }
+    kwargs.emplace(key, value);
+  }
+  kwargs.emplace("silent", "1");  // job events report progress; a job may still say "0"
+  absl::StatusOr<std::unique_ptr<io::DataIter>> iter = io::CreateDataIter(rt, iter_name, kwargs);
+  if (!iter.ok()) return FieldError(iter.status().code(), field, iter.status().message());
+  return iter;
+}
+
 absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
   const DataSpec& d = spec.data();
-  if (d.kind() != "mnist") {
+  const std::string iter_name = d.kind() == "csv"           ? "CSVIter"
+                                : d.kind() == "imagerecord" ? "ImageRecordIter"
+                                                            : "";
+  if (d.kind() != "mnist" && iter_name.empty()) {
     return FieldError(absl::StatusCode::kInvalidArgument, "data.kind",
-                      absl::StrCat("unknown data kind '", d.kind(), "' (mnist)"));
+                      absl::StrCat("unknown data kind '", d.kind(), "' (mnist, csv, imagerecord)"));
+  }
+  Data data;
+  if (!iter_name.empty()) {
+    if (d.train_iter().empty()) {
+      return FieldError(
+          absl::StatusCode::kInvalidArgument, "data.train_iter",
+          absl::StrCat("required for kind '", d.kind(), "' (the ", iter_name, " arguments)"));
+    }
+    const io::IterKwargs train_set = {{"batch_size", absl::StrCat(spec.batch_size())},
+                                      {"seed", absl::StrCat(spec.seed())},
+                                      {"shuffle", d.shuffle() ? "1" : "0"},
+                                      {"part_index", absl::StrCat(d.part_index())},
+                                      {"num_parts", absl::StrCat(std::max(1, d.num_parts()))}};
+    ASSIGN_OR_RETURN(data.train,
+                     BuildIter(rt, iter_name, "data.train_iter", d.train_iter(), train_set));
+    if (!d.test_iter().empty()) {
+      const io::IterKwargs test_set = {{"batch_size", absl::StrCat(spec.batch_size())},
+                                       {"seed", absl::StrCat(spec.seed())},
+                                       {"shuffle", "0"},
+                                       {"part_index", "0"},
+                                       {"num_parts", "1"},
+                                       {"last_batch_handle", "pad"}};  // each sample once
+      ASSIGN_OR_RETURN(data.test,
+                       BuildIter(rt, iter_name, "data.test_iter", d.test_iter(), test_set));
+    }
+    return data;
+  }
+
+  if (!d.train_iter().empty() || !d.test_iter().empty()) {
+    return FieldError(absl::StatusCode::kInvalidArgument,
+                      d.train_iter().empty() ? "data.test_iter" : "data.train_iter",
+                      "only for kinds csv and imagerecord");
   }
   io::MNISTIterOptions options;
   options.image = d.train_images();
@@ -80,7 +146,6 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
   options.silent = true;
   options.num_parts = std::max(1, d.num_parts());
   options.part_index = d.part_index();
-  Data data;
   ASSIGN_OR_RETURN(data.train, io::MNISTIter::Create(rt, options));
   if (!d.test_images().empty()) {
     options.image = d.test_images();

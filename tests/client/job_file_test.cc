@@ -205,6 +205,77 @@ data:
   EXPECT_EQ(job->spec.data().train_images(), "../shared/train-images");
 }
 
+TEST(JobFileTest, CsvJobParses) {
+  absl::StatusOr<JobFile> job = Parse(R"(network: {model: mlp}
+batch_size: 16
+epochs: 1
+data:
+  kind: csv
+  train:
+    data_csv: csv/train-data.csv
+    label_csv: /abs/train-label.csv
+    data_shape: [784]
+    dtype: float32
+    skip_bad: true
+  test:
+    data_csv: ../test.csv
+    data_shape: (784,)
+  shuffle: false
+)",
+                                      "/jobs/digits");
+  ASSERT_THAT(job.status(), IsOk());
+  const DataSpec& d = job->spec.data();
+  EXPECT_EQ(d.kind(), "csv");
+  EXPECT_FALSE(d.shuffle());
+  EXPECT_THAT(
+      d.train_iter(),
+      UnorderedElementsAre(Pair("data_csv", "/jobs/digits/csv/train-data.csv"),
+                           Pair("label_csv", "/abs/train-label.csv"), Pair("data_shape", "(784)"),
+                           Pair("dtype", "float32"), Pair("skip_bad", "true")));
+  EXPECT_THAT(d.test_iter(), UnorderedElementsAre(Pair("data_csv", "/jobs/test.csv"),
+                                                  Pair("data_shape", "(784,)")));
+  EXPECT_EQ(d.train_images(), "");
+  EXPECT_FALSE(d.flat());
+}
+
+TEST(JobFileTest, ImageRecordJobParses) {
+  absl::StatusOr<JobFile> job = Parse(R"(network: {model: lenet}
+batch_size: 16
+epochs: 1
+data:
+  kind: imagerecord
+  train: {path_imgrec: rec/train.rec, path_imgidx: ./rec/train.idx, data_shape: [3, 28, 28],
+          scale: 0.00392156862745098, rand_crop: 1, mean_r: 123.68, label_width: 1}
+  test: {path_imgrec: /data/test.rec, data_shape: '(3,28,28)', prefetch_buffer: 0}
+)",
+                                      "/jobs/img");
+  ASSERT_THAT(job.status(), IsOk());
+  const DataSpec& d = job->spec.data();
+  EXPECT_EQ(d.kind(), "imagerecord");
+  EXPECT_TRUE(d.shuffle());  // the default, as for mnist
+  // Values as the YAML text wrote them, the list as MXNet's tuple.
+  EXPECT_THAT(d.train_iter(),
+              UnorderedElementsAre(Pair("path_imgrec", "/jobs/img/rec/train.rec"),
+                                   Pair("path_imgidx", "/jobs/img/rec/train.idx"),
+                                   Pair("data_shape", "(3,28,28)"),
+                                   Pair("scale", "0.00392156862745098"), Pair("rand_crop", "1"),
+                                   Pair("mean_r", "123.68"), Pair("label_width", "1")));
+  EXPECT_THAT(d.test_iter(),
+              UnorderedElementsAre(Pair("path_imgrec", "/data/test.rec"),
+                                   Pair("data_shape", "(3,28,28)"), Pair("prefetch_buffer", "0")));
+  // No test set: fine. No base_dir: paths stay relative.
+  job = Parse(R"(network: {model: lenet}
+batch_size: 16
+epochs: 1
+data: {kind: imagerecord, train: {path_imgrec: train.rec, data_shape: [1, 28, 28]}}
+)",
+              "");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_THAT(job->spec.data().train_iter(), UnorderedElementsAre(Pair("path_imgrec", "train.rec"),
+                                                                  Pair("data_shape", "(1,28,28)")));
+  EXPECT_TRUE(job->spec.data().test_iter().empty());
+}
+
 TEST(JobFileTest, SymbolFileIsReadRelativeToBaseDir) {
   const std::string dir = TempDir() + "/symbols";
   fs::create_directories(dir);
@@ -328,7 +399,95 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"FlatNotABool", Replace("data", "data: {dir: d, flat: maybe}"),
                   "data.flat: expected true or false, got \"maybe\""},
         ErrorCase{"UnknownDataKind", Replace("data", "data: {kind: cifar, dir: d}"),
-                  "data.kind: unknown data kind \"cifar\""},
+                  "data.kind: unknown data kind \"cifar\" (mnist, csv, imagerecord)"},
+        ErrorCase{"MnistWithTrain", Replace("data", "data: {dir: d, train: {data_csv: a}}"),
+                  "data.train: only for kinds csv and imagerecord"},
+        ErrorCase{"MnistWithTest", Replace("data", "data: {dir: d, test: {data_csv: a}}"),
+                  "data.test: only for kinds csv and imagerecord"},
+        ErrorCase{"CsvWithDir", Replace("data", "data: {kind: csv, dir: d, train: {}}"),
+                  "data.dir: only for kind mnist"},
+        ErrorCase{"ImageRecordWithFlat",
+                  Replace("data", "data: {kind: imagerecord, flat: true, train: {}}"),
+                  "data.flat: only for kind mnist"},
+        ErrorCase{"ImageRecordWithTrainImages",
+                  Replace("data", "data: {kind: imagerecord, train_images: a}"),
+                  "data.train_images: only for kind mnist"},
+        ErrorCase{"CsvTrainMissing", Replace("data", "data: {kind: csv}"),
+                  "job.yaml: data.train (the CSVIter arguments): required"},
+        ErrorCase{"CsvDataCsvMissing", Replace("data", "data: {kind: csv, train: {data_shape: 4}}"),
+                  "job.yaml:4: data.train.data_csv: required"},
+        ErrorCase{"ImageRecordDataShapeMissing",
+                  Replace("data", "data:\n  kind: imagerecord\n  train: {path_imgrec: a.rec}"),
+                  "job.yaml:6: data.train.data_shape: required"},
+        ErrorCase{"ImageRecordTestPathMissing",
+                  Replace("data",
+                          "data:\n  kind: imagerecord\n"
+                          "  train: {path_imgrec: a.rec, data_shape: [1, 2, 2]}\n"
+                          "  test: {data_shape: [1, 2, 2]}"),
+                  "job.yaml:7: data.test.path_imgrec: required"},
+        ErrorCase{"UnknownIterArg",
+                  Replace("data",
+                          "data:\n  kind: imagerecord\n  train:\n"
+                          "    path_imgrec: a.rec\n    data_shape: [1, 28, 28]\n"
+                          "    rand_crap: 1"),
+                  "job.yaml:9: data.train.rand_crap: ImageRecordIter: unknown option 'rand_crap'"},
+        ErrorCase{"BadIterValue",
+                  Replace("data",
+                          "data:\n  kind: imagerecord\n"
+                          "  train: {path_imgrec: a.rec, data_shape: [1, 2, 2]}\n"
+                          "  test: {path_imgrec: b.rec, data_shape: [1, 2, 2], scale: big}"),
+                  "data.test.scale: ImageRecordIter: bad value 'big' for option 'scale'"},
+        ErrorCase{"BadShape",
+                  Replace("data", "data: {kind: csv, train: {data_csv: a, data_shape: [2, x]}}"),
+                  "data.train.data_shape: CSVIter: bad value '(2,x)' for option 'data_shape'"},
+        ErrorCase{"IterArgMap",
+                  Replace("data", "data: {kind: csv, train: {data_csv: {a: 1}, data_shape: 2}}"),
+                  "data.train.data_csv: expected a value or a list such as [3, 28, 28], got a map"},
+        ErrorCase{"IterArgNull",
+                  Replace("data",
+                          "data: {kind: csv, train: {data_csv: a, data_shape: 2, "
+                          "label_csv: }}"),
+                  "data.train.label_csv: expected a value or a list such as [3, 28, 28], got "
+                  "nothing"},
+        ErrorCase{"IterArgNestedList",
+                  Replace("data", "data: {kind: csv, train: {data_csv: a, data_shape: [[2], 3]}}"),
+                  "data.train.data_shape[0]: expected a number, got a list"},
+        ErrorCase{"IterArgsNotAMap", Replace("data", "data: {kind: imagerecord, train: a.rec}"),
+                  "data.train: expected a map, got \"a.rec\""},
+        ErrorCase{"IterArgsTogether",
+                  Replace("data",
+                          "data: {kind: csv, train: {data_csv: a, data_shape: 2, "
+                          "round_batch: true, last_batch_handle: pad}}"),
+                  "data.train: CSVIter: give round_batch (MXNet's) or last_batch_handle, not both"},
+        ErrorCase{"JobSetBatchSize",
+                  Replace("data",
+                          "data: {kind: csv, train: {data_csv: a, data_shape: 2, "
+                          "batch_size: 8}}"),
+                  "data.train.batch_size: the job sets it (batch_size)"},
+        ErrorCase{
+            "JobSetSeed",
+            Replace("data", "data: {kind: csv, train: {data_csv: a, data_shape: 2, seed: 1}}"),
+            "data.train.seed: the job sets it (seed)"},
+        ErrorCase{"JobSetShuffle",
+                  Replace("data",
+                          "data: {kind: csv, train: {data_csv: a, data_shape: 2, "
+                          "shuffle: true}}"),
+                  "data.train.shuffle: the job sets it (data.shuffle)"},
+        ErrorCase{"JobSetPartIndex",
+                  Replace("data",
+                          "data: {kind: imagerecord, train: {path_imgrec: a, "
+                          "data_shape: [1, 2, 2], part_index: 0}}"),
+                  "data.train.part_index: the job sets it"},
+        ErrorCase{"JobSetNumParts",
+                  Replace("data",
+                          "data: {kind: imagerecord, train: {path_imgrec: a, "
+                          "data_shape: [1, 2, 2]}, test: {num_parts: 2}}"),
+                  "data.test.num_parts: the job sets it"},
+        ErrorCase{"JobSetTestLastBatch",
+                  Replace("data",
+                          "data: {kind: csv, train: {data_csv: a, data_shape: 2}, "
+                          "test: {data_csv: b, data_shape: 2, last_batch_handle: discard}}"),
+                  "data.test.last_batch_handle: the job sets it (the test iterator pads"},
         ErrorCase{"UnknownKVStore", With("kvstore: dist"),
                   "kvstore: unknown KVStore type \"dist\""},
         ErrorCase{"LocalWithWorkers", With("kvstore: local\ncluster: {workers: 2}"),

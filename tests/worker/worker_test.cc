@@ -1,7 +1,8 @@
 // The worker side of a job: RunJob (a whole job in-process), JobManager (one job at a
 // time, cancel, parameters) and the gRPC Worker service on a loopback port, on a small
-// synthetic digit set written as real IDX files (each class lights its own band of rows,
-// so a few epochs learn it). The full MNIST runs are in tests/train and tests/integration.
+// synthetic digit set written as real IDX files, CSV files and a RecordIO pack of PNGs
+// (each class lights its own band of rows, so a few epochs learn it). The full MNIST runs
+// are in tests/train and tests/integration.
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -9,13 +10,17 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/worker/synthetic_digits.h"
+#include "io/image_codec.h"
+#include "io/image_record.h"
+#include "io/recordio.h"
 #include "server/parameter_server.h"
 #include "tests/ndarray/test_util.h"
+#include "tests/worker/synthetic_digits.h"
 #include "worker/job_manager.h"
 #include "worker/job_runner.h"
 #include "worker/worker_service.h"
@@ -23,11 +28,53 @@
 namespace tessera::worker {
 namespace {
 
+using tessera::testing::Digits;
 using tessera::testing::IsOk;
+using tessera::testing::kDigitPixels;
+using tessera::testing::kDigitSide;
+using tessera::testing::MakeDigits;
 using tessera::testing::StatusIs;
+using tessera::testing::WriteDigits;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using tessera::testing::WriteDigits;
+
+// The digits as a RecordIO pack of 28x28 gray PNG image records (id = position, one label),
+// as im2rec packs them, with its .idx when `index` is not empty.
+void WriteDigitRecords(const Digits& d, const std::string& rec, const std::string& index) {
+  auto writer = io::RecordIOWriter::Open(rec);
+  ASSERT_THAT(writer, IsOk());
+  std::vector<io::RecordIndexEntry> entries;
+  for (size_t i = 0; i < d.labels.size(); ++i) {
+    io::Image image{.height = kDigitSide, .width = kDigitSide, .channels = 1};
+    image.pixels.assign(d.pixels.begin() + i * kDigitPixels,
+                        d.pixels.begin() + (i + 1) * kDigitPixels);
+    absl::StatusOr<std::string> png = io::EncodePng(image);
+    ASSERT_THAT(png, IsOk());
+    auto offset =
+        (*writer)->Write(io::PackImageRecord({static_cast<float>(d.labels[i])}, i, 0, *png));
+    ASSERT_THAT(offset, IsOk());
+    entries.push_back({.key = i, .offset = *offset});
+  }
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  if (!index.empty()) {
+    ASSERT_THAT(io::WriteRecordIndex(index, entries), IsOk());
+  }
+}
+
+// The digits as CSVIter reads them: a line of 784 values in [0, 1] per image, and a label
+// file of one value per line.
+void WriteDigitCsv(const Digits& d, const std::string& data, const std::string& labels) {
+  std::ofstream out(data), lab(labels);
+  for (size_t i = 0; i < d.labels.size(); ++i) {
+    for (int p = 0; p < kDigitPixels; ++p) {
+      if (p > 0) out << ',';
+      out << d.pixels[i * kDigitPixels + p] / 255.0f;
+    }
+    out << '\n';
+    lab << static_cast<int>(d.labels[i]) << '\n';
+  }
+  ASSERT_TRUE(out.good() && lab.good());
+}
 
 class WorkerTest : public ::testing::Test {
  protected:
@@ -35,6 +82,12 @@ class WorkerTest : public ::testing::Test {
     dir_ = new std::string(::testing::TempDir());
     WriteDigits(*dir_ + "/train-images", *dir_ + "/train-labels", 512, 1);
     WriteDigits(*dir_ + "/test-images", *dir_ + "/test-labels", 200, 2);
+    // The same images and labels again, as the other kinds read them.
+    const Digits train = MakeDigits(512, 1), test = MakeDigits(200, 2);
+    WriteDigitRecords(train, *dir_ + "/train.rec", *dir_ + "/train.idx");
+    WriteDigitRecords(test, *dir_ + "/test.rec", "");
+    WriteDigitCsv(train, *dir_ + "/train-data.csv", *dir_ + "/train-label.csv");
+    WriteDigitCsv(test, *dir_ + "/test-data.csv", *dir_ + "/test-label.csv");
   }
   void SetUp() override { owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded); }
 
@@ -56,6 +109,45 @@ class WorkerTest : public ::testing::Test {
     (*spec.mutable_optimizer_params())["learning_rate"] = "0.1";
     (*spec.mutable_optimizer_params())["momentum"] = "0.9";
     spec.set_batch_event_every(4);
+    return spec;
+  }
+  // MlpJob on the RecordIO pack: (B, 1, 28, 28) images, which the MLP's first
+  // FullyConnected flattens, scaled to [0, 1] as the IDX iterator does.
+  static JobSpec RecordJob() {
+    JobSpec spec = MlpJob();
+    spec.set_name("mlp-rec-test");
+    DataSpec* data = spec.mutable_data();
+    data->Clear();
+    data->set_kind("imagerecord");
+    data->set_shuffle(true);
+    auto& train = *data->mutable_train_iter();
+    train["path_imgrec"] = *dir_ + "/train.rec";
+    train["path_imgidx"] = *dir_ + "/train.idx";
+    train["data_shape"] = "(1,28,28)";
+    train["scale"] = "0.00392156862745098";
+    train["preprocess_threads"] = "2";
+    auto& test = *data->mutable_test_iter();
+    test["path_imgrec"] = *dir_ + "/test.rec";  // no index: records found by scanning
+    test["data_shape"] = "(1,28,28)";
+    test["scale"] = "0.00392156862745098";
+    return spec;
+  }
+  // MlpJob on the CSV files: (B, 784) rows.
+  static JobSpec CsvJob() {
+    JobSpec spec = MlpJob();
+    spec.set_name("mlp-csv-test");
+    DataSpec* data = spec.mutable_data();
+    data->Clear();
+    data->set_kind("csv");
+    data->set_shuffle(true);
+    auto& train = *data->mutable_train_iter();
+    train["data_csv"] = *dir_ + "/train-data.csv";
+    train["label_csv"] = *dir_ + "/train-label.csv";
+    train["data_shape"] = "(784)";
+    auto& test = *data->mutable_test_iter();
+    test["data_csv"] = *dir_ + "/test-data.csv";
+    test["label_csv"] = *dir_ + "/test-label.csv";
+    test["data_shape"] = "(784,)";
     return spec;
   }
   const Runtime& rt() const { return owned_->get(); }
@@ -122,6 +214,100 @@ TEST_F(WorkerTest, BadJobsNameTheFieldNodeOrFile) {
   spec = MlpJob();
   spec.set_model("resnet");
   EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("network.model")));
+}
+
+// Epoch events, and batch events per epoch, of a job run to the end.
+struct Counted {
+  absl::StatusOr<JobResult> result = absl::UnknownError("not run");
+  int epochs = 0, batches = 0;
+};
+Counted RunCounted(const Runtime& rt, const JobSpec& spec) {
+  Counted c;
+  c.result = RunJob(rt, spec, [&](const JobEvent& e) {
+    c.epochs += e.has_epoch();
+    c.batches += e.has_batch();
+  });
+  return c;
+}
+
+TEST_F(WorkerTest, AnImageRecordJobTrains) {
+  Counted run = RunCounted(rt(), RecordJob());
+  ASSERT_THAT(run.result, IsOk());
+  EXPECT_GE(run.result->eval.at("accuracy"), 0.9);
+  EXPECT_EQ(run.epochs, 3);
+  EXPECT_EQ(run.batches, 3 * (512 / 32 / 4));
+
+  // The worker's part reaches the iterator: half of the indexed records, 8 batches of 32.
+  JobSpec half = RecordJob();
+  half.set_num_epochs(1);
+  half.set_batch_event_every(1);
+  half.mutable_data()->set_part_index(1);
+  half.mutable_data()->set_num_parts(2);
+  run = RunCounted(rt(), half);
+  ASSERT_THAT(run.result, IsOk());
+  EXPECT_EQ(run.batches, 256 / 32);
+}
+
+TEST_F(WorkerTest, ACsvJobTrains) {
+  Counted run = RunCounted(rt(), CsvJob());
+  ASSERT_THAT(run.result, IsOk());
+  EXPECT_GE(run.result->eval.at("accuracy"), 0.9);
+  EXPECT_EQ(run.epochs, 3);
+  EXPECT_EQ(run.batches, 3 * (512 / 32 / 4));
+}
+
+TEST_F(WorkerTest, BadIteratorArgumentsNameTheFieldKeyOrFile) {
+  auto run = [&](const JobSpec& spec) {
+    return RunJob(rt(), spec, [](const JobEvent&) {}).status();
+  };
+  JobSpec spec = RecordJob();
+  (*spec.mutable_data()->mutable_train_iter())["rand_crap"] = "1";
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  AllOf(HasSubstr("data.train_iter.rand_crap"),
+                                        HasSubstr("unknown option 'rand_crap'"))));
+  spec = RecordJob();
+  (*spec.mutable_data()->mutable_test_iter())["data_shape"] = "(1,28,x)";
+  EXPECT_THAT(run(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data.test_iter.data_shape")));
+  spec = RecordJob();
+  (*spec.mutable_data()->mutable_train_iter())["path_imgrec"] = *dir_ + "/missing.rec";
+  spec.mutable_data()->mutable_train_iter()->erase("path_imgidx");
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kNotFound,
+                                  AllOf(HasSubstr("data.train_iter"), HasSubstr("missing.rec"))));
+  spec = CsvJob();
+  (*spec.mutable_data()->mutable_test_iter())["label_csv"] = *dir_ + "/missing-label.csv";
+  EXPECT_THAT(run(spec),
+              StatusIs(absl::StatusCode::kNotFound,
+                       AllOf(HasSubstr("data.test_iter"), HasSubstr("missing-label.csv"))));
+  // What the worker sets from the job.
+  for (const char* key : {"batch_size", "seed", "shuffle", "part_index", "num_parts"}) {
+    spec = CsvJob();
+    (*spec.mutable_data()->mutable_train_iter())[key] = "1";
+    EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(HasSubstr(absl::StrCat("data.train_iter.", key)),
+                                          HasSubstr("the worker sets it"))));
+  }
+  spec = RecordJob();
+  (*spec.mutable_data()->mutable_test_iter())["last_batch_handle"] = "discard";
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("data.test_iter.last_batch_handle")));
+  // ...which the training iterator may have.
+  spec = CsvJob();
+  (*spec.mutable_data()->mutable_train_iter())["last_batch_handle"] = "discard";
+  spec.set_num_epochs(1);
+  EXPECT_THAT(run(spec), IsOk());
+  spec = RecordJob();
+  spec.mutable_data()->clear_train_iter();
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  AllOf(HasSubstr("data.train_iter"), HasSubstr("required"))));
+  spec = RecordJob();
+  spec.mutable_data()->set_kind("cifar");
+  EXPECT_THAT(run(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("data.kind"), HasSubstr("(mnist, csv, imagerecord)"))));
+  spec = MlpJob();
+  (*spec.mutable_data()->mutable_test_iter())["data_csv"] = "x.csv";
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data.test_iter")));
 }
 
 TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
