@@ -204,7 +204,9 @@ TEST_P(ImageRecordIterTest, ShuffleAndAugmentationAreDeterministicAcrossThreadsA
     auto it = ImageRecordIter::Create(rt(), o);
     ASSERT_THAT(it, IsOk());
     for (int epoch = 0; epoch < 2; ++epoch) {
-      if (epoch > 0) ASSERT_THAT((*it)->Reset(), IsOk());
+      if (epoch > 0) {
+        ASSERT_THAT((*it)->Reset(), IsOk());
+      }
       std::vector<Batch> got = ReadEpoch(**it);
       std::vector<int64_t> ids = Ids(got, /*with_pad=*/false);
       std::sort(ids.begin(), ids.end());

@@ -504,7 +504,8 @@ TEST(ImageRecordTest, SeveralLabelsFollowTheHeader) {
 }
 
 TEST(ImageRecordTest, NoLabelsUnpackAsOneZero) {
-  auto unpacked = UnpackImageRecord(PackImageRecord({}, 1, 2, "x"));
+  const std::string record = PackImageRecord({}, 1, 2, "x");  // `image` views into it
+  auto unpacked = UnpackImageRecord(record);
   ASSERT_THAT(unpacked, IsOk());
   EXPECT_THAT(unpacked->labels, ElementsAre(0.0f));
   EXPECT_EQ(unpacked->image, "x");
