@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "client/job_file.h"
 #include "client/local_cluster.h"
+#include "client/progress.h"
 #include "client/run_report.h"
 #include "core/daemon.h"
 #include "core/status_macros.h"
@@ -84,12 +85,21 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   std::fprintf(options.out, "tessera: job '%s' on %zu worker(s), %zu server(s); run folder %s\n",
                spec.name().c_str(), cluster.workers.size(), cluster.servers.size(), job.run_dir.c_str());
   std::vector<EpochRow> rows;
+  int64_t batches_per_epoch = 0;  // from worker 0's Started event
   absl::StatusOr<JobOutcome> outcome = client->Run(spec, [&](int rank, const JobEvent& event) {
     if (rank != 0) return;
+    if (event.has_started()) batches_per_epoch = event.started().batches_per_epoch();
     if (event.has_batch() && options.progress) {
-      std::fprintf(options.out, "\r  epoch %d  batch %d  %.0f samples/s  %s   ", event.batch().epoch() + 1,
-                   event.batch().batch(), event.batch().samples_per_second(),
-                   Metrics({event.batch().metrics().begin(), event.batch().metrics().end()}).c_str());
+      const JobEvent::Batch& b = event.batch();
+      const std::string line =
+          ProgressLine({.epoch = b.epoch() + 1,
+                        .num_epochs = spec.num_epochs(),
+                        .batch = b.batch(),
+                        .batches_per_epoch = batches_per_epoch,
+                        .samples_per_second = b.samples_per_second(),
+                        .metrics = Metrics({b.metrics().begin(), b.metrics().end()})});
+      // \x1b[K clears what a longer previous line left.
+      std::fprintf(options.out, "\r%s\x1b[K", line.c_str());
       std::fflush(options.out);
     }
     if (event.has_epoch()) {
@@ -97,7 +107,7 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
       EpochRow row{e.epoch() + 1, {e.train().begin(), e.train().end()}, {e.eval().begin(), e.eval().end()},
                    e.seconds(), e.samples_per_second()};
       std::fprintf(options.out, "%sepoch %d/%d  train: %s  test: %s  %.1f s  %.0f samples/s/worker\n",
-                   options.progress ? "\r" : "", row.epoch, spec.num_epochs(), Metrics(row.train).c_str(),
+                   options.progress ? "\r\x1b[K" : "", row.epoch, spec.num_epochs(), Metrics(row.train).c_str(),
                    Metrics(row.eval).c_str(), row.seconds, row.samples_per_second);
       std::fflush(options.out);
       summary.train = row.train;

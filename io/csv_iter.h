@@ -94,6 +94,7 @@ class CSVIter final : public DataIter {
   std::vector<DataDesc> provide_data() const override { return inner_->provide_data(); }
   std::vector<DataDesc> provide_label() const override { return inner_->provide_label(); }
   int batch_size() const override { return inner_->batch_size(); }
+  int64_t num_batches() const override { return inner_->num_batches(); }
 
   // Samples loaded for this part, and the bad lines of this part skipped under skip_bad.
   int64_t num_samples() const { return inner_->num_samples(); }

@@ -50,6 +50,10 @@ class DataIter {
   virtual std::vector<DataDesc> provide_data() const = 0;
   virtual std::vector<DataDesc> provide_label() const = 0;
   virtual int batch_size() const = 0;
+  // Batches one epoch yields, for progress displays; -1 when the iterator cannot tell in
+  // advance. An estimate where epochs differ: roll_over's carried samples, skipped bad
+  // records.
+  virtual int64_t num_batches() const { return -1; }
 };
 
 }  // namespace tessera::io

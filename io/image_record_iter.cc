@@ -78,6 +78,11 @@ class ImageBatchLoader final : public DataIter {
     return {{o_.label_name, LabelShape(o_.batch_size), DType::kFloat32}};
   }
   int batch_size() const override { return o_.batch_size; }
+  // Before bad records are skipped.
+  int64_t num_batches() const override {
+    const int64_t total = static_cast<int64_t>(offsets_.size()), b = o_.batch_size;
+    return o_.last_batch_handle == "pad" ? (total + b - 1) / b : total / b;
+  }
 
  private:
   Shape DataShape(int64_t rows) const {

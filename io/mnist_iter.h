@@ -65,6 +65,7 @@ class MNISTIter final : public DataIter {
   std::vector<DataDesc> provide_data() const override { return inner_->provide_data(); }
   std::vector<DataDesc> provide_label() const override { return inner_->provide_label(); }
   int batch_size() const override { return inner_->batch_size(); }
+  int64_t num_batches() const override { return inner_->num_batches(); }
 
   // This part's samples: [first_sample(), first_sample() + num_samples()) of the file.
   int64_t first_sample() const { return first_; }

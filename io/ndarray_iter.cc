@@ -184,6 +184,11 @@ absl::StatusOr<std::vector<NDArray>> NDArrayIter::Gather(const std::vector<HostA
   return out;
 }
 
+int64_t NDArrayIter::num_batches() const {
+  const int64_t b = options_.batch_size;
+  return last_batch_ == LastBatch::kPad ? (num_samples_ + b - 1) / b : num_samples_ / b;
+}
+
 std::vector<DataDesc> NDArrayIter::Describe(const std::vector<HostArray>& arrays) const {
   std::vector<DataDesc> out;
   for (const HostArray& a : arrays) {

@@ -82,6 +82,9 @@ class NDArrayIter final : public DataIter {
   std::vector<DataDesc> provide_data() const override { return Describe(data_); }
   std::vector<DataDesc> provide_label() const override { return Describe(label_); }
   int batch_size() const override { return options_.batch_size; }
+  // pad: ceil(N / B); discard and roll_over: floor(N / B) (roll_over's epochs that use
+  // carried samples yield one more).
+  int64_t num_batches() const override;
 
   int64_t num_samples() const { return num_samples_; }
   // Epochs started so far minus one: 0 after creation, +1 per Reset().

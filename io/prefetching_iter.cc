@@ -12,6 +12,7 @@ PrefetchingIter::PrefetchingIter(std::unique_ptr<DataIter> inner, int depth)
       provide_data_(inner_->provide_data()),
       provide_label_(inner_->provide_label()),
       batch_size_(inner_->batch_size()),
+      num_batches_(inner_->num_batches()),
       thread_([this] { Loop(); }) {
   TESSERA_CHECK(depth >= 1);
 }

@@ -11,8 +11,8 @@
 //
 // Ownership: owns the wrapped iterator. It is used by one thread at a time, handed over
 // under a mutex: the background thread while fetching_, else Reset() on the caller's
-// thread (provide_* are read once, up front). Thread safety: the PrefetchingIter itself is
-// used by one thread at a time, as any DataIter.
+// thread (provide_*, batch_size and num_batches are read once, up front). Thread safety:
+// the PrefetchingIter itself is used by one thread at a time, as any DataIter.
 #ifndef TESSERA_IO_PREFETCHING_ITER_H_
 #define TESSERA_IO_PREFETCHING_ITER_H_
 
@@ -44,6 +44,7 @@ class PrefetchingIter final : public DataIter {
   std::vector<DataDesc> provide_data() const override { return provide_data_; }
   std::vector<DataDesc> provide_label() const override { return provide_label_; }
   int batch_size() const override { return batch_size_; }
+  int64_t num_batches() const override { return num_batches_; }
   int depth() const { return depth_; }
 
  private:
@@ -60,6 +61,7 @@ class PrefetchingIter final : public DataIter {
   const int depth_;
   const std::vector<DataDesc> provide_data_, provide_label_;
   const int batch_size_;
+  const int64_t num_batches_;
   DataBatch batch_;  // the caller's current batch; only the caller's thread touches it
 
   // std::mutex, not absl::Mutex: Debian's Abseil is not built with ThreadSanitizer, which

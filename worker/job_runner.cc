@@ -264,7 +264,15 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   const Clock::time_point start = Clock::now();
   {
     JobEvent event;
-    event.mutable_started()->set_rank(spec.rank());
+    JobEvent::Started* started = event.mutable_started();
+    started->set_rank(spec.rank());
+    const std::map<std::string, NDArray> args = module.executors().front()->arg_dict();
+    int64_t parameters = 0;
+    for (const std::string& name : module.param_names()) {
+      if (auto it = args.find(name); it != args.end()) parameters += it->second.Size();
+    }
+    started->set_parameters(parameters);
+    started->set_batches_per_epoch(std::max<int64_t>(0, data.train->num_batches()));
     sink(event);
   }
   RETURN_IF_ERROR(module.Fit(data.train.get(), data.test.get(), fit));

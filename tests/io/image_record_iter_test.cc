@@ -133,6 +133,7 @@ TEST_P(ImageRecordIterTest, BatchesHoldCentreCropsNormalizedWithTheirLabels) {
   ASSERT_THAT(it, IsOk());
   EXPECT_EQ((*it)->provide_data()[0].shape, (Shape{4, 3, 6, 8}));
   EXPECT_EQ((*it)->provide_label()[0].shape, (Shape{4}));
+  EXPECT_EQ((*it)->num_batches(), 3);
   const std::vector<Batch> epoch = ReadEpoch(**it);
   ASSERT_EQ(epoch.size(), 3u);
   EXPECT_EQ(Ids(epoch), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1}));
@@ -159,6 +160,7 @@ TEST_P(ImageRecordIterTest, BatchesHoldCentreCropsNormalizedWithTheirLabels) {
   o.last_batch_handle = "discard";
   auto discard = ImageRecordIter::Create(rt(), o);
   ASSERT_THAT(discard, IsOk());
+  EXPECT_EQ((*discard)->num_batches(), 2);
   EXPECT_EQ(Ids(ReadEpoch(**discard)), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 

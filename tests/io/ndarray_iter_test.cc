@@ -60,6 +60,7 @@ TEST(PermutationTest, GoldenValuesAndProperties) {
 TEST_P(NDArrayIterTest, PadWrapsAroundAndCountsPadding) {
   auto it = Make(10, Opts(4, "pad"));
   ASSERT_NE(it, nullptr);
+  EXPECT_EQ(it->num_batches(), 3);
   for (int epoch = 0; epoch < 2; ++epoch) {
     auto batches = Epoch(*it);
     ASSERT_EQ(batches.size(), 3u);
@@ -78,6 +79,7 @@ TEST_P(NDArrayIterTest, PadWrapsAroundAndCountsPadding) {
 TEST_P(NDArrayIterTest, DiscardDropsTheIncompleteBatch) {
   auto it = Make(10, Opts(4, "discard"));
   ASSERT_NE(it, nullptr);
+  EXPECT_EQ(it->num_batches(), 2);
   for (int epoch = 0; epoch < 2; ++epoch) {
     auto batches = Epoch(*it);
     ASSERT_EQ(batches.size(), 2u);
@@ -89,6 +91,7 @@ TEST_P(NDArrayIterTest, DiscardDropsTheIncompleteBatch) {
 TEST_P(NDArrayIterTest, RollOverStartsTheNextEpochWithTheLeftovers) {
   auto it = Make(10, Opts(4, "roll_over"));
   ASSERT_NE(it, nullptr);
+  EXPECT_EQ(it->num_batches(), 2);  // the estimate: epoch 1 below yields 3
   auto e0 = Epoch(*it);
   ASSERT_EQ(e0.size(), 2u);
   EXPECT_THAT(e0[1].ids, ElementsAre(4, 5, 6, 7));

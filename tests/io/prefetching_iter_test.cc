@@ -72,6 +72,7 @@ TEST_P(PrefetchingIterTest, SameBatchesAsTheWrappedIterator) {
     auto reference = Make();
     PrefetchingIter prefetching(Make(), /*depth=*/1 + repeat % 4);
     EXPECT_EQ(prefetching.batch_size(), 3);
+    EXPECT_EQ(prefetching.num_batches(), 4);  // 11 samples, "pad"
     EXPECT_EQ(prefetching.provide_data()[0].shape, (Shape{3, 3}));
     EXPECT_EQ(prefetching.provide_label()[0].name, "softmax_label");
     for (int epoch = 0; epoch < 3; ++epoch) {

@@ -164,7 +164,10 @@ TEST_F(WorkerTest, AJobTrainsAndReportsStartedBatchesEpochsAndFinished) {
   EXPECT_GT(result->eval.at("accuracy"), 0.9);
   EXPECT_TRUE(result->arg_params.count("fc1_weight"));
   ASSERT_GE(events.size(), 5u);
-  EXPECT_TRUE(events.front().has_started());
+  ASSERT_TRUE(events.front().has_started());
+  EXPECT_EQ(events.front().started().batches_per_epoch(), 512 / 32);
+  // 784-128-64-10: weights and biases.
+  EXPECT_EQ(events.front().started().parameters(), 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10);
   EXPECT_TRUE(events.back().has_finished());
   EXPECT_EQ(events.back().finished().eval().at("accuracy"), result->eval.at("accuracy"));
   int epochs = 0, batches = 0;
