@@ -20,9 +20,10 @@ std::string SiblingBinary(const std::string& relative) {
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
-  if (options.num_servers < 1 || options.num_workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("a local cluster needs at least one server and one worker, got ",
-                                                   options.num_servers, " and ", options.num_workers));
+  // No servers is a cluster for kvstore "local" jobs.
+  if (options.num_servers < 0 || options.num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a local cluster needs at least one worker and no negative server count, got ",
+                                                   options.num_servers, " server(s) and ", options.num_workers, " worker(s)"));
   }
   const std::string ps = options.ps_binary.empty() ? SiblingBinary("server/tessera-ps") : options.ps_binary;
   const std::string worker =

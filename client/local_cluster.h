@@ -21,7 +21,7 @@
 namespace tessera::client {
 
 struct LocalClusterOptions {
-  int num_servers = 1;
+  int num_servers = 1;  // 0: for jobs with kvstore "local"
   int num_workers = 2;
   std::string run_dir;  // logs and port files go under it (created if missing)
   // The daemons; default: next to this program's bazel-bin folder

@@ -64,6 +64,7 @@ struct Job {
   std::string model = "mlp";
   int epochs = 2;
   int workers = 2, servers = 1;
+  std::string kvstore = "dist_sync";
   std::string extra;  // more YAML lines
 };
 
@@ -82,7 +83,7 @@ std::string WriteJob(const Job& job) {
                       << "batch_size: 32\n"
                       << "epochs: " << job.epochs << "\n"
                       << "optimizer: {name: sgd, params: {learning_rate: 0.1, momentum: 0.9}}\n"
-                      << "kvstore: dist_sync\n"
+                      << "kvstore: " << job.kvstore << "\n"
                       << "cluster: {workers: " << job.workers << ", servers: " << job.servers
                       << "}\n"
                       << "seed: 1\n"
@@ -300,6 +301,22 @@ TEST_F(JobTest, LaunchSizesTheClusterFromTheCommandLine) {
     EXPECT_TRUE(fs::exists(absl::StrCat(run, "/logs/", log, ".log"))) << log;
   }
   ExpectDaemonsGone(run, 5);
+}
+
+TEST_F(JobTest, ALocalKVStoreJobRunsWithoutServers) {
+  const Command c = Tessera({"train",
+                             WriteJob({.name = "train-local",
+                                       .epochs = 1,
+                                       .workers = 1,
+                                       .servers = 0,
+                                       .kvstore = "local"}),
+                             "--json"});
+  const std::string run = RunDir("train-local");
+  ASSERT_EQ(c.code, 0) << c.out << c.err << Logs(run);
+  EXPECT_THAT(c.out, HasSubstr("on 1 worker(s), 0 server(s)"));
+  EXPECT_GT(JsonNumber(c.lines.back(), "test_accuracy"), 0.5) << c.out;
+  EXPECT_FALSE(fs::exists(run + "/logs/ps-0.log"));
+  ExpectDaemonsGone(run, 1);
 }
 
 TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
