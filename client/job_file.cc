@@ -20,8 +20,10 @@
 #include "absl/strings/str_join.h"
 #include "core/context.h"
 #include "core/status_macros.h"
+#include "examples/models.h"
 #include "io/create_data_iter.h"
 #include "kvstore/optimizer.h"
+#include "train/initializer.h"
 #include "train/metric.h"
 
 namespace tessera::client {
@@ -29,11 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Keep in step with worker/job_runner.cc, which builds these.
-constexpr const char* kModels[] = {"mlp", "lenet"};
-constexpr const char* kInitializers[] = {"xavier", "uniform", "normal"};
+// The KVStore types a job may name (the local_* variants are picked by "local").
 constexpr const char* kKVStores[] = {"local", "dist_sync", "dist_async"};
-constexpr const char* kDataKinds[] = {"mnist", "csv", "imagerecord"};
 
 // The IDX-file fields of kind mnist; the other kinds read data.train / data.test instead.
 constexpr const char* kMnistFields[] = {"dir",         "train_images", "train_labels",
@@ -291,10 +290,8 @@ class Parser {
     spec.set_initializer("xavier");
     if (auto it = top.find("initializer"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string init, String(it->second, "initializer"));
-      if (!OneOf(init, kInitializers)) {
-        return Error(
-            it->second, "initializer",
-            absl::StrCat("unknown initializer \"", init, "\" (", Names(kInitializers), ")"));
+      if (absl::Status known = train::CreateInitializer(init).status(); !known.ok()) {
+        return Error(it->second, "initializer", known.message());
       }
       spec.set_initializer(init);
     }
@@ -393,9 +390,10 @@ class Parser {
     if (model) {
       const Entry& m = network.at("model");
       ASSIGN_OR_RETURN(std::string name, String(m, "network.model"));
-      if (!OneOf(name, kModels)) {
+      const std::vector<std::string> models = examples::BuiltinModelNames();
+      if (std::find(models.begin(), models.end(), name) == models.end()) {
         return Error(m, "network.model",
-                     absl::StrCat("unknown built-in model \"", name, "\" (", Names(kModels), ")"));
+                     absl::StrCat("unknown built-in model '", name, "' (", absl::StrJoin(models, ", "), ")"));
       }
       spec->set_model(name);
       return absl::OkStatus();
@@ -421,9 +419,9 @@ class Parser {
     data->set_kind("mnist");
     if (auto it = d.find("kind"); it != d.end()) {
       ASSIGN_OR_RETURN(std::string kind, String(it->second, "data.kind"));
-      if (!OneOf(kind, kDataKinds))
-        return Error(it->second, "data.kind",
-                     absl::StrCat("unknown data kind \"", kind, "\" (", Names(kDataKinds), ")"));
+      if (absl::Status known = io::DataIterForKind(kind).status(); !known.ok()) {
+        return Error(it->second, "data.kind", known.message());
+      }
       data->set_kind(kind);
     }
     if (data->kind() == "mnist") {
@@ -442,7 +440,7 @@ class Parser {
                                     " reads data.train and data.test)"));
         }
       }
-      const std::string iter = data->kind() == "csv" ? "CSVIter" : "ImageRecordIter";
+      ASSIGN_OR_RETURN(const std::string iter, io::DataIterForKind(data->kind()));
       if (!d.contains("train")) {
         return Required(absl::StrCat("data.train (the ", iter, " arguments)"));
       }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 
 namespace tessera::examples {
@@ -43,6 +44,15 @@ absl::StatusOr<Symbol> LeNet(int num_classes) {
   ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "tanh"}}, {x}, "tanh3"));
   ASSIGN_OR_RETURN(x, Symbol::Create("FullyConnected", {{"num_hidden", absl::StrCat(num_classes)}}, {x}, "fc2"));
   return Symbol::Create("SoftmaxOutput", {}, {x}, "softmax");
+}
+
+std::vector<std::string> BuiltinModelNames() { return {"mlp", "lenet"}; }
+
+absl::StatusOr<graph::Symbol> BuiltinModel(const std::string& name) {
+  if (name == "mlp") return MlpWithWidths({128, 64});
+  if (name == "lenet") return LeNet();
+  return absl::InvalidArgumentError(absl::StrCat("unknown built-in model '", name, "' (",
+                                                 absl::StrJoin(BuiltinModelNames(), ", "), ")"));
 }
 
 }  // namespace tessera::examples

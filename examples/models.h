@@ -3,6 +3,7 @@
 #ifndef TESSERA_EXAMPLES_MODELS_H_
 #define TESSERA_EXAMPLES_MODELS_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,12 @@ absl::StatusOr<graph::Symbol> MlpWithWidths(const std::vector<int>& hidden, int 
 // LeNet for 1x28x28 inputs: conv(5x5, 20) tanh maxpool(2) conv(5x5, 50) tanh maxpool(2)
 // flatten fc(500) tanh fc(num_classes) SoftmaxOutput.
 absl::StatusOr<graph::Symbol> LeNet(int num_classes = 10);
+
+// The built-in models jobs name (proto/worker.proto JobSpec.model): "mlp" is
+// MlpWithWidths({128, 64}), "lenet" is LeNet(). INVALID_ARGUMENT for another name, listing
+// these.
+std::vector<std::string> BuiltinModelNames();
+absl::StatusOr<graph::Symbol> BuiltinModel(const std::string& name);
 
 }  // namespace tessera::examples
 

@@ -20,6 +20,16 @@ absl::Status UnknownIter(absl::string_view name) {
 
 }  // namespace
 
+std::vector<std::string> DataKinds() { return {"mnist", "csv", "imagerecord"}; }
+
+absl::StatusOr<std::string> DataIterForKind(absl::string_view kind) {
+  if (kind == "mnist") return "MNISTIter";
+  if (kind == "csv") return "CSVIter";
+  if (kind == "imagerecord") return "ImageRecordIter";
+  return absl::InvalidArgumentError(absl::StrCat("unknown data kind '", kind, "' (",
+                                                 absl::StrJoin(DataKinds(), ", "), ")"));
+}
+
 absl::Status CheckDataIterKwargs(absl::string_view name, const IterKwargs& kwargs) {
   if (name == "MNISTIter") return MNISTIterOptions::FromKwargs(kwargs).status();
   if (name == "CSVIter") return CSVIterOptions::FromKwargs(kwargs).status();

@@ -24,6 +24,12 @@ using IterKwargs = std::map<std::string, std::string>;
 // The names above.
 std::vector<std::string> DataIterNames();
 
+// The data kinds of jobs (proto/worker.proto DataSpec.kind) and the iterators they name:
+// "mnist" MNISTIter, "csv" CSVIter, "imagerecord" ImageRecordIter. INVALID_ARGUMENT for
+// another kind, listing these.
+std::vector<std::string> DataKinds();
+absl::StatusOr<std::string> DataIterForKind(absl::string_view kind);
+
 // Parses the options only (no file is opened): INVALID_ARGUMENT for an unknown iterator
 // name, an unknown keyword or a bad value, naming them.
 absl::Status CheckDataIterKwargs(absl::string_view name, const IterKwargs& kwargs);

@@ -90,4 +90,14 @@ std::string Mixed::ToString() const {
   return absl::StrCat("Mixed(", absl::StrJoin(parts, ", "), ")");
 }
 
+std::vector<std::string> InitializerNames() { return {"xavier", "uniform", "normal"}; }
+
+absl::StatusOr<std::shared_ptr<const Initializer>> CreateInitializer(const std::string& name) {
+  if (name.empty() || name == "xavier") return std::make_shared<Xavier>();
+  if (name == "uniform") return std::make_shared<Uniform>();
+  if (name == "normal") return std::make_shared<Normal>();
+  return absl::InvalidArgumentError(absl::StrCat("unknown initializer '", name, "' (",
+                                                 absl::StrJoin(InitializerNames(), ", "), ")"));
+}
+
 }  // namespace tessera::train

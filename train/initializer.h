@@ -97,6 +97,12 @@ class Mixed : public Initializer {
   std::vector<std::shared_ptr<const CompiledRule>> rules_;
 };
 
+// Initializers by the names jobs use (proto/worker.proto JobSpec.initializer), with their
+// default arguments: "xavier" (also for ""), "uniform", "normal". INVALID_ARGUMENT for
+// another name, listing these.
+std::vector<std::string> InitializerNames();
+absl::StatusOr<std::shared_ptr<const Initializer>> CreateInitializer(const std::string& name);
+
 }  // namespace tessera::train
 
 #endif  // TESSERA_TRAIN_INITIALIZER_H_

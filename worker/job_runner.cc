@@ -37,14 +37,8 @@ absl::StatusOr<graph::Symbol> BuildNetwork(const JobSpec& spec) {
     case JobSpec::kGraph: net = graph::FromGraphDef(spec.graph()); break;
     case JobSpec::kSymbolJson: net = graph::SymbolFromJson(spec.symbol_json()); break;
     case JobSpec::kModel:
-      if (spec.model() == "mlp") {
-        net = examples::MlpWithWidths({128, 64});
-      } else if (spec.model() == "lenet") {
-        net = examples::LeNet();
-      } else {
-        return FieldError(absl::StatusCode::kInvalidArgument, "network.model",
-                          absl::StrCat("unknown built-in model '", spec.model(), "' (mlp, lenet)"));
-      }
+      net = examples::BuiltinModel(spec.model());
+      if (!net.ok()) return FieldError(net.status().code(), "network.model", net.status().message());
       break;
     default:
       return FieldError(absl::StatusCode::kInvalidArgument, "network",
@@ -52,14 +46,6 @@ absl::StatusOr<graph::Symbol> BuildNetwork(const JobSpec& spec) {
   }
   if (!net.ok()) return InNetwork(net.status());
   return net;
-}
-
-absl::StatusOr<std::shared_ptr<const train::Initializer>> BuildInitializer(const std::string& name) {
-  if (name.empty() || name == "xavier") return std::make_shared<train::Xavier>();
-  if (name == "uniform") return std::make_shared<train::Uniform>();
-  if (name == "normal") return std::make_shared<train::Normal>();
-  return FieldError(absl::StatusCode::kInvalidArgument, "initializer",
-                    absl::StrCat("unknown initializer '", name, "' (xavier, uniform, normal)"));
 }
 
 struct Data {
@@ -97,13 +83,10 @@ absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(
 
 absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
   const DataSpec& d = spec.data();
-  const std::string iter_name = d.kind() == "csv"           ? "CSVIter"
-                                : d.kind() == "imagerecord" ? "ImageRecordIter"
-                                                            : "";
-  if (d.kind() != "mnist" && iter_name.empty()) {
-    return FieldError(absl::StatusCode::kInvalidArgument, "data.kind",
-                      absl::StrCat("unknown data kind '", d.kind(), "' (mnist, csv, imagerecord)"));
-  }
+  absl::StatusOr<std::string> kind_iter = io::DataIterForKind(d.kind());
+  if (!kind_iter.ok()) return FieldError(kind_iter.status().code(), "data.kind", kind_iter.status().message());
+  // Kind mnist keeps its IDX fields; the others are made from their iterator arguments.
+  const std::string iter_name = d.kind() == "mnist" ? "" : *kind_iter;
   Data data;
   if (!iter_name.empty()) {
     if (d.train_iter().empty()) {
@@ -191,7 +174,11 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     contexts.push_back(*ctx);
   }
   if (contexts.empty()) contexts.push_back(Context::CPU());
-  ASSIGN_OR_RETURN(std::shared_ptr<const train::Initializer> initializer, BuildInitializer(spec.initializer()));
+  absl::StatusOr<std::shared_ptr<const train::Initializer>> initializer =
+      train::CreateInitializer(spec.initializer());
+  if (!initializer.ok()) {
+    return FieldError(initializer.status().code(), "initializer", initializer.status().message());
+  }
   ASSIGN_OR_RETURN(Data data, BuildData(rt, spec));
 
   train::Module module(rt, net, {.contexts = contexts});
@@ -209,7 +196,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     fit.optimizer_params.assign(spec.optimizer_params().begin(), spec.optimizer_params().end());
     std::sort(fit.optimizer_params.begin(), fit.optimizer_params.end());  // a map has no order
   }
-  fit.initializer = initializer;
+  fit.initializer = *initializer;
   fit.seed = spec.seed();
   if (spec.rank() == 0) fit.checkpoint_prefix = spec.checkpoint_prefix();
   fit.should_stop = should_stop;
