@@ -41,7 +41,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 #include "core/subprocess.h"
@@ -165,8 +164,6 @@ class Servers {
   static absl::StatusOr<Servers> Start(const Flags& flags, int num_servers, int num_workers) {
     Servers s;
     const bool processes = !flags.in_process && std::filesystem::exists(flags.ps_binary);
-    std::vector<std::string> dummy;  // only the count and the index matter: --address is given
-    for (int i = 0; i < num_servers; ++i) dummy.push_back(absl::StrCat("127.0.0.1:", 1 + i));
     for (int i = 0; i < num_servers; ++i) {
       if (!processes) {
         kvstore::ServerStoreOptions options;
@@ -182,7 +179,7 @@ class Servers {
       std::remove(port_file.c_str());
       SubprocessOptions options{
           .argv = {flags.ps_binary, "--address=127.0.0.1:0", absl::StrCat("--index=", i),
-                   absl::StrCat("--ps_hosts=", absl::StrJoin(dummy, ",")),
+                   absl::StrCat("--num_servers=", num_servers),
                    absl::StrCat("--num_workers=", num_workers),
                    absl::StrCat("--port_file=", port_file)},
           .stdout_path = TempPath(absl::StrCat("ps", i, ".log")),

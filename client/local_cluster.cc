@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
 namespace tessera::client {
@@ -39,10 +38,6 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", logs.string(), ": ", ec.message()));
 
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
-  // The servers listen on free ports (--address ...:0); --ps_hosts only gives their count,
-  // so its ports are placeholders.
-  std::vector<std::string> placeholders;
-  for (int s = 0; s < options.num_servers; ++s) placeholders.push_back(absl::StrCat("127.0.0.1:", s + 1));
   // The workers share this machine's cores: each gets its share of OpenMP threads, as
   // oversubscribed OpenMP (oneDNN's kernels) spins and runs several times slower.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -74,7 +69,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   };
   for (int s = 0; s < options.num_servers; ++s) {
     absl::Status st = start(absl::StrCat("ps-", s),
-                            {ps, absl::StrCat("--index=", s), "--ps_hosts=" + absl::StrJoin(placeholders, ","),
+                            {ps, absl::StrCat("--index=", s), absl::StrCat("--num_servers=", options.num_servers),
                              absl::StrCat("--num_workers=", options.num_workers)});
     if (!st.ok()) return st;
   }

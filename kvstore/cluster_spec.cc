@@ -112,10 +112,12 @@ absl::StatusOr<Role> ResolveRole(const ClusterSpecFlags& flags, const EnvLookup&
   return Invalid(*role, "unknown role, expected worker or server");
 }
 
-// The servers: an explicit list, else the DMLC rule (server i at ROOT_URI:ROOT_PORT+i).
+// The servers: an explicit list, else (a server only) a count from --num_servers, else the
+// DMLC rule (server i at ROOT_URI:ROOT_PORT+i).
 absl::StatusOr<std::vector<std::string>> ResolveServers(const ClusterSpecFlags& flags,
-                                                        const EnvLookup& env) {
-  std::optional<Setting> num_server = LookupEnv(env, "DMLC_NUM_SERVER");
+                                                        const EnvLookup& env, Role role) {
+  std::optional<Setting> num_server =
+      Lookup(IntFlag(flags.num_servers), "--num_servers", env, {"DMLC_NUM_SERVER"});
   std::optional<int> count;
   if (num_server.has_value()) {
     ASSIGN_OR_RETURN(count, ParseInt(*num_server, 1, kMaxProcesses));
@@ -126,10 +128,18 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(const ClusterSpecFlags& 
     ASSIGN_OR_RETURN(std::vector<std::string> servers, ParseHostList(*hosts));
     if (count.has_value() && *count != static_cast<int>(servers.size())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("DMLC_NUM_SERVER=", *count, " disagrees with the ", servers.size(),
+          absl::StrCat(num_server->source, "=", *count, " disagrees with the ", servers.size(),
                        " servers in ", hosts->source, "='", hosts->value, "'"));
     }
     return servers;
+  }
+  if (flags.num_servers.has_value()) {
+    if (role != Role::kServer) {
+      return absl::InvalidArgumentError(
+          "--num_servers alone is for servers: a worker needs the servers' addresses "
+          "(--ps_hosts or TESSERA_PS_HOSTS)");
+    }
+    return std::vector<std::string>(*count);
   }
 
   std::optional<Setting> uri = LookupEnv(env, "DMLC_PS_ROOT_URI");
@@ -226,8 +236,10 @@ const char* RoleName(Role role) { return role == Role::kServer ? "server" : "wor
 
 std::string ClusterSpec::DebugString() const {
   std::string out = absl::StrCat(RoleName(role), " ", index, " of ",
-                                 role == Role::kServer ? num_servers() : num_workers(),
-                                 ", servers [", absl::StrJoin(servers, ", "), "]");
+                                 role == Role::kServer ? num_servers() : num_workers());
+  const bool server_addresses =
+      std::any_of(servers.begin(), servers.end(), [](const std::string& s) { return !s.empty(); });
+  if (server_addresses) absl::StrAppend(&out, ", servers [", absl::StrJoin(servers, ", "), "]");
   bool worker_addresses =
       std::any_of(workers.begin(), workers.end(), [](const std::string& w) { return !w.empty(); });
   if (worker_addresses) {
@@ -250,7 +262,7 @@ absl::StatusOr<ClusterSpec> ResolveClusterSpec(const ClusterSpecFlags& flags,
                                                const EnvLookup& env) {
   ClusterSpec spec;
   ASSIGN_OR_RETURN(spec.role, ResolveRole(flags, env));
-  ASSIGN_OR_RETURN(spec.servers, ResolveServers(flags, env));
+  ASSIGN_OR_RETURN(spec.servers, ResolveServers(flags, env, spec.role));
   ASSIGN_OR_RETURN(spec.workers, ResolveWorkers(flags, env));
   const int role_count = spec.role == Role::kServer ? spec.num_servers() : spec.num_workers();
   ASSIGN_OR_RETURN(spec.index, ResolveIndex(flags, env, spec.role, spec.num_workers(), role_count));

@@ -15,10 +15,14 @@
 //                                                          DMLC_NUM_SERVER (rule below)
 //   workers       --worker_hosts   TESSERA_WORKER_HOSTS    -
 //   worker count  --num_workers    TESSERA_NUM_WORKERS     DMLC_NUM_WORKER
+//   server count  --num_servers    -                       DMLC_NUM_SERVER
 //
 // Host lists are comma-separated "host:port" entries, in index order; an IPv6 host is written
 // in brackets ("[::1]:9000"). Roles are "worker" or "server". Without an address list, the
 // worker count gives the size of `workers` (entries empty): workers need not listen yet.
+// Likewise a server given only --num_servers gets that many empty `servers` entries: it needs
+// the count (keys are split across the servers) but not the others' addresses. A worker
+// always needs the addresses.
 // When both a list and a count are given they must agree: DMLC_NUM_SERVER must equal the
 // length of the server list, and the first worker count given must equal the length of the
 // worker list. DMLC_NUM_* come from the launcher that really started the processes, so a
@@ -89,7 +93,9 @@ const char* RoleName(Role role);
 struct ClusterSpec {
   Role role = Role::kWorker;
   int index = 0;                     // this process's rank among the processes of its role
-  std::vector<std::string> servers;  // "host:port" of every parameter server, in index order
+  // "host:port" of every parameter server, in index order ("" each on a server given only
+  // their count)
+  std::vector<std::string> servers;
   std::vector<std::string> workers;  // "host:port" of every worker, or "" each if not known
 
   int num_servers() const { return static_cast<int>(servers.size()); }
@@ -101,13 +107,15 @@ struct ClusterSpec {
 };
 
 // Values from a daemon's command-line flags; they win over the environment. Unset: nullopt.
-// Error messages call them --role, --index, --ps_hosts, --worker_hosts, --num_workers.
+// Error messages call them --role, --index, --ps_hosts, --worker_hosts, --num_workers,
+// --num_servers.
 struct ClusterSpecFlags {
   std::optional<std::string> role;
   std::optional<std::string> ps_hosts;      // comma-separated host:port list
   std::optional<std::string> worker_hosts;  // comma-separated host:port list
   std::optional<int> index;
   std::optional<int> num_workers;  // the worker count alone, when their addresses are unknown
+  std::optional<int> num_servers;  // the server count alone (servers only)
 };
 
 // Looks an environment variable up; nullopt if unset.

@@ -34,6 +34,8 @@ ABSL_FLAG(std::optional<std::string>, ps_hosts, std::nullopt,
           "comma-separated host:port of every server (TESSERA_PS_HOSTS)");
 ABSL_FLAG(std::optional<std::string>, worker_hosts, std::nullopt,
           "comma-separated host:port of every worker (TESSERA_WORKER_HOSTS)");
+ABSL_FLAG(std::optional<int>, num_servers, std::nullopt,
+          "the number of servers, when --ps_hosts is not given (then --address is required)");
 ABSL_FLAG(std::optional<int>, num_workers, std::nullopt,
           "number of workers when their addresses are not given (TESSERA_NUM_WORKERS)");
 
@@ -63,12 +65,17 @@ int main(int argc, char** argv) {
   flags.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
   flags.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
   flags.num_workers = absl::GetFlag(FLAGS_num_workers);
+  flags.num_servers = absl::GetFlag(FLAGS_num_servers);
   absl::StatusOr<tessera::kvstore::ClusterSpec> spec = tessera::kvstore::ResolveClusterSpec(flags);
   if (!spec.ok()) return Fail(spec.status());
 
   std::string address = absl::GetFlag(FLAGS_address);
   if (address.empty()) {
     const std::string& mine = spec->servers[spec->index];
+    if (mine.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--address is required when the servers' addresses are not given (--num_servers)"));
+    }
     address = absl::StrCat("127.0.0.1:", mine.substr(mine.rfind(':') + 1));
   }
   tessera::kvstore::ServerStoreOptions options;

@@ -41,17 +41,13 @@ absl::StatusOr<Subprocess*> LocalCluster::Start(const std::string& name,
 }
 
 absl::Status LocalCluster::StartServers(int num_servers, int num_workers) {
-  // The daemons need the server count and their index from --ps_hosts, not the ports in
-  // it (they listen on --address): placeholders, since a port must be 1..65535 there.
-  std::vector<std::string> placeholders;
-  for (int i = 0; i < num_servers; ++i) placeholders.push_back(absl::StrCat("127.0.0.1:", 1 + i));
   std::vector<std::string> port_files;
   for (int i = 0; i < num_servers; ++i) {
     port_files.push_back(absl::StrCat(dir_, "/ps", i, ".port"));
     server_at_.push_back(processes_.size());
     RETURN_IF_ERROR(Start(absl::StrCat("ps", i),
                           {RunfilePath("server/tessera-ps"), absl::StrCat("--index=", i),
-                           "--ps_hosts=" + absl::StrJoin(placeholders, ","),
+                           absl::StrCat("--num_servers=", num_servers),
                            absl::StrCat("--num_workers=", num_workers), "--address=127.0.0.1:0",
                            "--port_file=" + port_files.back()},
                           {})

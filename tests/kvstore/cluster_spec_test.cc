@@ -74,6 +74,43 @@ TEST(ClusterSpecTest, WorkerCountWithoutAddresses) {
   EXPECT_EQ(spec->DebugString(), "server 0 of 1, servers [a:1], 3 workers");
 }
 
+TEST(ClusterSpecTest, ServerCountWithoutAddresses) {
+  // A server that listens on --address needs the count and its index, not the others'
+  // addresses.
+  ClusterSpecFlags flags;
+  flags.role = "server";
+  flags.index = 1;
+  flags.num_servers = 3;
+  flags.num_workers = 2;
+  absl::StatusOr<ClusterSpec> spec = Resolve({}, flags);
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_THAT(spec->servers, ElementsAre("", "", ""));
+  EXPECT_EQ(spec->DebugString(), "server 1 of 3, 2 workers");
+
+  // With a list as well, the two must agree.
+  spec = Resolve({{"TESSERA_PS_HOSTS", "a:1,b:2"}}, flags);
+  EXPECT_THAT(spec, StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("--num_servers=3 disagrees with the 2 servers in "
+                                       "TESSERA_PS_HOSTS='a:1,b:2'")));
+  flags.index = 2;
+  spec = Resolve({{"TESSERA_PS_HOSTS", "a:1,b:2,c:3"}}, flags);
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_THAT(spec->servers, ElementsAre("a:1", "b:2", "c:3"));
+
+  // A worker needs the addresses; an index beyond the count is an error.
+  flags.role = "worker";
+  flags.index = 0;
+  EXPECT_THAT(Resolve({}, flags),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs the servers' addresses")));
+  flags.role = "server";
+  flags.index = 3;
+  EXPECT_THAT(Resolve({}, flags), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--index")));
+  flags.index = 0;
+  flags.num_servers = 0;
+  EXPECT_THAT(Resolve({}, flags),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--num_servers='0'")));
+}
+
 TEST(ClusterSpecTest, FlagsOverrideTesseraOverridesDmlc) {
   const Env env = {{"TESSERA_ROLE", "server"},      {"TESSERA_INDEX", "1"},
                    {"TESSERA_PS_HOSTS", "a:1,b:2"}, {"TESSERA_NUM_WORKERS", "5"},
