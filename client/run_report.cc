@@ -12,6 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "engine/create_engine.h"
+#include "ndarray/runtime.h"
+#include "ndarray/serialization.h"
 
 namespace tessera::client {
 namespace {
@@ -293,6 +297,27 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
   }
   svg += "</g>\n</svg>\n";
   return WriteFileAtomically(path, svg);
+}
+
+absl::Status WriteParams(const std::string& path, const GetParamsReply& params) {
+  // Arrays need a runtime; the synchronous engine is enough for a copy into a file.
+  engine::EngineOptions engine;
+  engine.kind = engine::EngineOptions::Kind::kNaive;
+  ASSIGN_OR_RETURN(std::unique_ptr<OwnedRuntime> rt,
+                   OwnedRuntime::Create(engine, engine::StorageOptions{}, 0));
+  std::map<std::string, NDArray> arrays;
+  for (const auto& [prefix, tensors] :
+       {std::pair{"arg:", &params.arg_params()}, std::pair{"aux:", &params.aux_params()}}) {
+    for (const auto& [name, tensor] : *tensors) {
+      absl::StatusOr<NDArray> array = FromTensorProto(rt->get(), tensor);
+      if (!array.ok()) {
+        return absl::Status(array.status().code(),
+                            absl::StrCat("parameter ", name, ": ", array.status().message()));
+      }
+      arrays.emplace(absl::StrCat(prefix, name), *std::move(array));
+    }
+  }
+  return SaveArrays(path, arrays);
 }
 
 }  // namespace tessera::client

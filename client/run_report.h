@@ -1,6 +1,6 @@
 // The run report `tessera train` leaves in a job's run folder: metrics.csv (one row per
 // epoch) and plot.svg (the metrics per epoch as line plots), written from the workers'
-// epoch events. Plain functions, no state; thread-safe as long as two calls do not write
+// epoch events, and the final parameters. Plain functions, no state; thread-safe as long as two calls do not write
 // the same path.
 #ifndef TESSERA_CLIENT_RUN_REPORT_H_
 #define TESSERA_CLIENT_RUN_REPORT_H_
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "proto/worker.pb.h"
 
 namespace tessera::client {
 
@@ -37,6 +38,12 @@ absl::Status WriteMetricsCsv(const std::string& path, const std::vector<EpochRow
 // No rows, or rows without metrics: a valid SVG saying so. Errors name the path.
 absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows,
                           const std::string& title);
+
+// The parameters a job ended with (worker 0's GetParams), in MXNet's .params format with
+// "arg:NAME" / "aux:NAME" keys (ndarray/serialization.h), so they land on the machine that
+// ran `tessera` whatever file systems the workers checkpoint to. Errors name the path or
+// the parameter.
+absl::Status WriteParams(const std::string& path, const GetParamsReply& params);
 
 }  // namespace tessera::client
 

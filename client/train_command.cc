@@ -38,7 +38,8 @@ std::string SummaryJson(const TrainSummary& s, const std::string& job) {
   std::vector<std::string> fields = {absl::StrCat("\"job\":\"", job, "\""),
                                      absl::StrCat("\"epochs\":", s.epochs),
                                      absl::StrCat("\"seconds\":", JsonNumber(s.seconds)),
-                                     absl::StrCat("\"run_dir\":\"", s.run_dir, "\"")};
+                                     absl::StrCat("\"run_dir\":\"", s.run_dir, "\""),
+                                     absl::StrCat("\"params\":\"", s.params, "\"")};
   for (const auto& [name, value] : s.eval) {
     fields.push_back(absl::StrCat("\"test_", name, "\":", JsonNumber(value)));
   }
@@ -131,6 +132,8 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
     }
     return status;
   }
+  summary.params = (std::filesystem::path(job.run_dir) / (spec.name() + "-final.params")).string();
+  RETURN_IF_ERROR(WriteParams(summary.params, outcome->params));
   summary.eval = outcome->eval;
   summary.epochs = static_cast<int>(rows.size());
   summary.seconds = outcome->seconds;

@@ -41,6 +41,7 @@ struct TrainSummary {
   int epochs = 0;
   double seconds = 0;
   std::string run_dir;
+  std::string params;  // RUN_DIR/NAME-final.params: worker 0's parameters at the end
 };
 
 // Runs the job; the status names the worker or daemon that failed.

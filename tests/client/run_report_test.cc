@@ -14,6 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "core/status_matchers.h"
+#include "ndarray/ndarray.h"
+#include "ndarray/runtime.h"
+#include "ndarray/serialization.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -319,6 +322,39 @@ TEST(RunReportTest, UnwritablePathIsAnErrorNamingIt) {
   EXPECT_THAT(std::string(over_folder.message()), HasSubstr(folder));
   EXPECT_FALSE(fs::exists(folder + ".tmp"));
   EXPECT_TRUE(fs::is_directory(folder));
+}
+
+TEST(WriteParamsTest, WritesMXNetKeysThatLoadBack) {
+  auto rt = OwnedRuntime::Create(0);
+  ASSERT_THAT(rt, IsOk());
+  GetParamsReply params;
+  auto weight = FromVector<float>((*rt)->get(), Shape{2, 3}, {1, 2, 3, 4, 5, 6});
+  auto mean = FromVector<float>((*rt)->get(), Shape{3}, {0.5f, 0.25f, 0.125f});
+  ASSERT_THAT(weight, IsOk());
+  ASSERT_THAT(mean, IsOk());
+  ASSERT_THAT(ToTensorProto(*weight, &(*params.mutable_arg_params())["fc1_weight"]), IsOk());
+  ASSERT_THAT(ToTensorProto(*mean, &(*params.mutable_aux_params())["bn_moving_mean"]), IsOk());
+  const std::string path = ::testing::TempDir() + "/final.params";
+  ASSERT_THAT(WriteParams(path, params), IsOk());
+
+  auto loaded = LoadArrayMap((*rt)->get(), path);
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ(loaded->at("arg:fc1_weight").shape(), (Shape{2, 3}));
+  const auto values = [&](const std::string& key) {
+    absl::StatusOr<std::vector<float>> v = loaded->at(key).AsVector<float>();
+    EXPECT_THAT(v, IsOk());
+    return v.value_or(std::vector<float>());
+  };
+  EXPECT_EQ(values("arg:fc1_weight"), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(values("aux:bn_moving_mean"), (std::vector<float>{0.5f, 0.25f, 0.125f}));
+
+  (*params.mutable_arg_params())["broken"].add_shape(-1);
+  EXPECT_THAT(WriteParams(path, params),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parameter broken")));
+  const absl::Status unwritable = WriteParams("/nonexistent-dir/x.params", GetParamsReply());
+  EXPECT_FALSE(unwritable.ok());
+  EXPECT_THAT(unwritable.message(), HasSubstr("/nonexistent-dir/x.params"));
 }
 
 }  // namespace

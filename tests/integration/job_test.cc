@@ -284,7 +284,8 @@ TEST_F(JobTest, TrainRunsTheJobOnItsOwnClusterAndLeavesItsResults) {
       absl::StrSplit(ReadFileToString(run + "/metrics.csv").value_or(""), '\n', absl::SkipEmpty());
   EXPECT_EQ(csv.size(), 3u) << "a header and one row per epoch";
   for (const char* file : {"plot.svg", "logs/ps-0.log", "logs/worker-0.log", "logs/worker-1.log",
-                           "train-mlp-0001.params", "train-mlp-0002.params"}) {
+                           "train-mlp-0001.params", "train-mlp-0002.params",
+                           "train-mlp-final.params"}) {
     EXPECT_TRUE(fs::exists(run + "/" + file)) << file;
   }
   ExpectDaemonsGone(run, 3);
