@@ -1,5 +1,6 @@
 #include "engine/resource.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -7,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera::engine {
@@ -140,15 +142,8 @@ absl::StatusOr<Resource> ResourceManager::Request(Context ctx, const ResourceReq
         "unknown resource type ", static_cast<int>(request.type), " for ", ctx.ToString()));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = devices_.find(ctx);
-  if (it == devices_.end()) {
-    // A zero-byte allocation makes Storage check the device (negative ids, missing GPUs)
-    // without allocating, so a bad context fails here and not inside an operator.
-    absl::StatusOr<StorageHandle> probe = storage_->Alloc(0, ctx);
-    if (!probe.ok()) return probe.status();
-    it = devices_.emplace(ctx, DeviceResources{}).first;
-  }
-  DeviceResources& device = it->second;
+  ASSIGN_OR_RETURN(DeviceResources * found, Device(ctx));
+  DeviceResources& device = *found;
   ResourceState* state = nullptr;
   if (request.type == ResourceRequest::kRandom) {
     if (device.random == nullptr) device.random = NewState(ResourceRequest::kRandom, ctx);
@@ -161,6 +156,22 @@ absl::StatusOr<Resource> ResourceManager::Request(Context ctx, const ResourceReq
     }
     state = device.temp_spaces[device.next_temp_space++ % device.temp_spaces.size()];
   }
+  return HandleOf(state);
+}
+
+absl::StatusOr<ResourceManager::DeviceResources*> ResourceManager::Device(Context ctx) {
+  auto it = devices_.find(ctx);
+  if (it == devices_.end()) {
+    // A zero-byte allocation makes Storage check the device (negative ids, missing GPUs)
+    // without allocating, so a bad context fails here and not inside an operator.
+    absl::StatusOr<StorageHandle> probe = storage_->Alloc(0, ctx);
+    if (!probe.ok()) return probe.status();
+    it = devices_.emplace(ctx, DeviceResources{}).first;
+  }
+  return &it->second;
+}
+
+Resource ResourceManager::HandleOf(ResourceState* state) {
   Resource resource;
   resource.type = state->type;
   resource.var = state->var;
@@ -168,6 +179,39 @@ absl::StatusOr<Resource> ResourceManager::Request(Context ctx, const ResourceReq
   resource.ctx = state->ctx;
   resource.state_ = state;
   return resource;
+}
+
+absl::StatusOr<Resource> ResourceManager::RequestPrivateTempSpace(Context ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(Device(ctx).status());
+  return HandleOf(NewState(ResourceRequest::kTempSpace, ctx));
+}
+
+void ResourceManager::ReleasePrivateTempSpace(const Resource& resource) {
+  std::shared_ptr<ResourceState> state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(states_.begin(), states_.end(),
+                           [&](const auto& s) { return s.get() == resource.state_; });
+    TESSERA_CHECK(it != states_.end());
+    state = std::move(*it);
+    states_.erase(it);
+  }
+  // The deletion runs after every function using the buffer, and the function keeps the
+  // state alive until then.
+  Storage* storage = storage_;
+  const VarHandle var = state->var;
+  const Context ctx = state->ctx;
+  absl::Status deleted = engine_->DeleteVariable(
+      [storage, state](RunContext) {
+        storage->DirectFree(state->space);
+        return absl::OkStatus();
+      },
+      ctx, var);
+  if (!deleted.ok()) {
+    spdlog::error("ResourceManager: deleting the variable of private temp space {} on {}: {}",
+                  resource.id, ctx.ToString(), deleted.ToString());
+  }
 }
 
 absl::Status ResourceManager::SeedRandom(uint64_t seed) {

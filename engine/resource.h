@@ -15,7 +15,11 @@
 //
 // Temp space: `temp_space_copies` buffers per device, handed out round-robin so that up to
 // that many operators on one device can use scratch space concurrently. Each starts empty
-// and grows through Storage on the first get_space() that needs more.
+// and grows through Storage on the first get_space() that needs more. An executor takes a
+// private buffer instead (RequestPrivateTempSpace): functions queue on a resource's variable
+// in push order, so a shared buffer lets one executor's function that waits on another
+// process (a dist_sync pull) hold back every other executor's functions behind it - two
+// dist_sync workers in one process deadlocked that way.
 //
 // Ownership: the manager owns every resource; a Resource is a cheap handle, valid while its
 // manager lives. The Engine and Storage passed in are not owned and must outlive it.
@@ -106,6 +110,14 @@ class ResourceManager {
   // created later use `seed` too. Returns at once; errors are push-time misuse only.
   absl::Status SeedRandom(uint64_t seed);
 
+  // A kTempSpace resource of the caller's own (see the top of this file), until
+  // ReleasePrivateTempSpace: its buffer is freed once every function using it has run.
+  // Errors as Request.
+  absl::StatusOr<Resource> RequestPrivateTempSpace(Context ctx);
+  // `resource` must come from RequestPrivateTempSpace of this manager and not be used for
+  // new functions afterwards.
+  void ReleasePrivateTempSpace(const Resource& resource);
+
   int temp_space_copies() const { return temp_space_copies_; }
 
   // Reads TESSERA_TEMP_SPACE_COPIES: unset or empty is 1; anything but an integer >= 1 is
@@ -122,6 +134,9 @@ class ResourceManager {
 
   resource_internal::ResourceState* NewState(ResourceRequest::Type type, Context ctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `ctx`'s entry, created (after Storage accepted the device) on first use.
+  absl::StatusOr<DeviceResources*> Device(Context ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static Resource HandleOf(resource_internal::ResourceState* state);
 
   Engine* const engine_;    // not owned
   Storage* const storage_;  // not owned

@@ -64,6 +64,15 @@ Executor::~Executor() {
     }
     if (n->owns_op) (void)rt_.engine->DeleteVariable(nullptr, ctx_, n->op_var);
   }
+  for (const auto& [ctx, temp] : temp_spaces_) rt_.resources->ReleasePrivateTempSpace(temp);
+}
+
+absl::StatusOr<engine::Resource> Executor::TempSpace(Context ctx) {
+  auto it = temp_spaces_.find(ctx);
+  if (it != temp_spaces_.end()) return it->second;
+  ASSIGN_OR_RETURN(engine::Resource temp, rt_.resources->RequestPrivateTempSpace(ctx));
+  temp_spaces_.emplace(ctx, temp);
+  return temp;
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Bind(
@@ -223,9 +232,12 @@ absl::Status Executor::BuildNode(uint32_t id) {
   std::vector<engine::Resource> resources;
   for (const engine::ResourceRequest& r : node.kind == ExecNodeKind::kBackward ? node.op->BackwardResource(in_shapes)
                                                                       : node.op->ForwardResource(in_shapes)) {
-    ASSIGN_OR_RETURN(engine::Resource res, rt_.resources->Request(node.ctx, r));
-    resources.push_back(res);
-    mutate_vars.push_back(res.var);
+    absl::StatusOr<engine::Resource> res = r.type == engine::ResourceRequest::kTempSpace
+                                               ? TempSpace(node.ctx)
+                                               : rt_.resources->Request(node.ctx, r);
+    if (!res.ok()) return res.status();
+    resources.push_back(*res);
+    mutate_vars.push_back(res->var);
   }
   std::vector<TBlob> aux = blobs(fnode.aux);
   for (uint32_t e : fnode.aux) {

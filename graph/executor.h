@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph/exec_graph.h"
@@ -109,6 +110,8 @@ class Executor {
   absl::Status AllocateEntries();
   absl::Status BuildNode(uint32_t id);
   absl::Status RunNodes(uint32_t begin, uint32_t end, bool is_train);
+  // This executor's own scratch buffer on `ctx` (engine/resource.h says why not a shared one).
+  absl::StatusOr<engine::Resource> TempSpace(Context ctx);
 
   Runtime rt_;
   Symbol symbol_;
@@ -124,6 +127,7 @@ class Executor {
   std::vector<NDArray> entries_;  // per exec entry: a view into a slot or a bound array
   std::vector<NDArray> outputs_;
   std::vector<std::unique_ptr<NodeState>> nodes_;
+  absl::flat_hash_map<Context, engine::Resource> temp_spaces_;  // private; released at the end
   bool trained_forward_ = false;
 };
 

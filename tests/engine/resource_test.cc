@@ -313,6 +313,48 @@ TEST_P(ResourceTest, DestructorWaitsThenFreesBuffersAndDeletesVariables) {
   EXPECT_THAT(engine_->WaitForAll(), IsOk());
 }
 
+TEST_P(ResourceTest, PrivateTempSpaceIsItsOwnAndFreedAfterItsLastUse) {
+  ResourceManager manager(engine_.get(), storage_.get(), 0, 1);
+  absl::StatusOr<Resource> shared = manager.Request(Context::CPU(0), kTempSpace);
+  absl::StatusOr<Resource> mine = manager.RequestPrivateTempSpace(Context::CPU(0));
+  absl::StatusOr<Resource> yours = manager.RequestPrivateTempSpace(Context::CPU(0));
+  ASSERT_THAT(shared, IsOk());
+  ASSERT_THAT(mine, IsOk());
+  ASSERT_THAT(yours, IsOk());
+  EXPECT_EQ(mine->type, ResourceRequest::kTempSpace);
+  EXPECT_FALSE(mine->var == shared->var);
+  EXPECT_FALSE(mine->var == yours->var);
+  EXPECT_NE(mine->id, yours->id);
+  // Not handed out by Request: the shared copy stays the only one.
+  absl::StatusOr<Resource> again = manager.Request(Context::CPU(0), kTempSpace);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_TRUE(again->var == shared->var);
+
+  // Released while a function still uses it: the buffer outlives that function.
+  std::atomic<bool> finished{false};
+  ASSERT_THAT(engine_->PushSync(
+                  [&, r = *mine](RunContext) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                    absl::StatusOr<void*> space = r.get_space(1 << 20);
+                    if (!space.ok()) return space.status();
+                    std::memset(*space, 3, 1 << 20);
+                    finished = true;
+                    return absl::OkStatus();
+                  },
+                  Context::CPU(), {}, {mine->var}),
+              IsOk());
+  manager.ReleasePrivateTempSpace(*mine);
+  EXPECT_THAT(engine_->WaitForAll(), IsOk());
+  EXPECT_TRUE(finished.load());
+  EXPECT_EQ(storage_->Stats(Context::CPU(0)).bytes_in_use, 0u);
+  EXPECT_FALSE(engine_->PushSync([](RunContext) { return absl::OkStatus(); }, Context::CPU(), {},
+                                 {mine->var})
+                   .ok());
+  // `yours` is never released: the manager's destructor frees it with the others.
+  RunWith(*yours, [&] { ASSERT_THAT(yours->get_space(4096), IsOk()); });
+  EXPECT_THAT(manager.RequestPrivateTempSpace(Context::CPU(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, ResourceTest,
                          ::testing::Values(EngineOptions::Kind::kNaive,
                                            EngineOptions::Kind::kThreaded),

@@ -2,7 +2,9 @@
 // graphs against finite differences, grad_req semantics, Reshape, device groups and errors.
 #include "graph/executor.h"
 
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <random>
 #include <set>
 
@@ -376,6 +378,34 @@ TEST_F(ExecutorTest, BindErrorsNameTheArgument) {
   EXPECT_THAT((*no_grad)->Backward(), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(Executor::SimpleBind(rt(), *net, Context::CPU(), {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data")));
+}
+
+// Two executors on one runtime do not queue on each other's scratch buffer: executor A's
+// forward waits for an input that an unfinished function (a stand-in for a dist_sync pull)
+// holds, and executor B's forward, pushed after it, still completes. With one temp-space
+// variable shared by both, B's FullyConnected queued behind A's and two dist_sync workers in
+// one process deadlocked.
+TEST_F(ExecutorTest, ExecutorsDoNotWaitOnEachOthersScratchSpace) {
+  const Symbol net = Op("FullyConnected", {{"num_hidden", "3"}}, {Symbol::Variable("x")}, "fc");
+  auto a = Bind(net, {{"x", Shape{2, 4}}});
+  auto b = Bind(net, {{"x", Shape{2, 4}}});
+  std::promise<engine::CallbackOnComplete> blocked;
+  ASSERT_THAT(rt().engine->PushAsync(
+                  [&blocked](engine::RunContext, engine::CallbackOnComplete done) {
+                    blocked.set_value(std::move(done));  // completed by the test, later
+                  },
+                  Context::CPU(), {}, {a->arg_dict().at("x").var()}, engine::FnProperty::kNormal,
+                  0, "held_input"),
+              IsOk());
+  engine::CallbackOnComplete finish_blocker = blocked.get_future().get();
+  ASSERT_THAT(a->Forward(/*is_train=*/false), IsOk());
+  ASSERT_THAT(b->Forward(/*is_train=*/false), IsOk());
+  auto b_done = std::async(std::launch::async, [&] { return b->outputs()[0].WaitToRead(); });
+  const bool b_finished = b_done.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  finish_blocker(absl::OkStatus());  // lets A run (and B, had it been stuck behind A)
+  EXPECT_TRUE(b_finished) << "executor B waited for executor A's held input";
+  EXPECT_THAT(b_done.get(), IsOk());
+  EXPECT_THAT(a->outputs()[0].WaitToRead(), IsOk());
 }
 
 }  // namespace

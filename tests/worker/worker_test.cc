@@ -318,12 +318,9 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
   options.num_workers = 2;
   auto ps = server::ParameterServer::Start("127.0.0.1:0", options);
   ASSERT_THAT(ps, IsOk());
-  // A runtime per worker, as separate processes have (declared first: the results' arrays
-  // live in them). Two dist_sync workers sharing one engine hung about one run in six.
-  std::vector<std::unique_ptr<OwnedRuntime>> runtimes;
-  for (int rank = 0; rank < 2; ++rank) {
-    runtimes.push_back(tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded));
-  }
+  // Both workers share the fixture's runtime. They deadlocked one run in four while their
+  // executors shared the device's temp-space variable (a forward waiting for its pull held
+  // the other worker's forward behind it; executors now have their own).
   std::vector<absl::StatusOr<JobResult>> results(2, absl::UnknownError("not run"));
   std::vector<std::thread> workers;
   for (int rank = 0; rank < 2; ++rank) {
@@ -336,7 +333,7 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
       spec.mutable_data()->set_part_index(rank);
       spec.mutable_data()->set_num_parts(2);
       spec.set_batch_size(16);
-      results[rank] = RunJob(runtimes[rank]->get(), spec, [](const JobEvent&) {});
+      results[rank] = RunJob(rt(), spec, [](const JobEvent&) {});
     });
   }
   for (auto& t : workers) t.join();
