@@ -228,52 +228,29 @@ absl::StatusOr<Part> LoadPart(const CsvFile& data, const CsvFile* label, PartRan
 
 absl::StatusOr<CSVIterOptions> CSVIterOptions::FromKwargs(
     const std::map<std::string, std::string>& kwargs) {
-  if (kwargs.count("round_batch") != 0 && kwargs.count("last_batch_handle") != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kIter, ": give round_batch (MXNet's) or last_batch_handle, not both"));
-  }
   CSVIterOptions o;
-  for (const auto& [key, value] : kwargs) {
-    if (key == "data_csv") {
-      o.data_csv = value;
-    } else if (key == "data_shape") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.data_shape));
-    } else if (key == "label_csv") {
-      o.label_csv = value == "NULL" ? "" : value;
-    } else if (key == "label_shape") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.label_shape));
-    } else if (key == "batch_size") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.batch_size));
-    } else if (key == "shuffle") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.shuffle));
-    } else if (key == "seed") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.seed));
-    } else if (key == "round_batch") {
-      bool round = true;
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &round));
-      o.last_batch_handle = round ? "pad" : "discard";
-    } else if (key == "last_batch_handle") {
-      o.last_batch_handle = value;
-    } else if (key == "num_parts") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.num_parts));
-    } else if (key == "part_index") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.part_index));
-    } else if (key == "dtype") {
-      auto dtype = value == "None" ? DType::kFloat32 : ParseDType(value);
-      if (!dtype.ok()) return BadKwarg(kIter, key, value, "expected float32, int32 or int64");
-      o.dtype = *dtype;
-    } else if (key == "data_name") {
-      o.data_name = value;
-    } else if (key == "label_name") {
-      o.label_name = value;
-    } else if (key == "skip_bad") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.skip_bad));
-    } else if (key == "silent") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.silent));
-    } else {
-      return UnknownKwarg(kIter, key);
-    }
-  }
+  RETURN_IF_ERROR(KwargParser(kIter)
+                      .BatchingOptions(&o)
+                      .Field("data_csv", &o.data_csv)
+                      .Field("data_shape", &o.data_shape)
+                      .Custom("label_csv",
+                              [&o](const std::string& value) {
+                                o.label_csv = value == "NULL" ? "" : value;  // MXNet's "none"
+                                return absl::OkStatus();
+                              })
+                      .Field("label_shape", &o.label_shape)
+                      .Custom("dtype",
+                              [&o](const std::string& value) {
+                                auto dtype = value == "None" ? DType::kFloat32 : ParseDType(value);
+                                if (!dtype.ok()) {
+                                  return BadKwarg(kIter, "dtype", value,
+                                                  "expected float32, int32 or int64");
+                                }
+                                o.dtype = *dtype;
+                                return absl::OkStatus();
+                              })
+                      .Field("skip_bad", &o.skip_bad)
+                      .Parse(kwargs));
   return o;
 }
 

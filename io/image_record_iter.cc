@@ -242,9 +242,6 @@ absl::StatusOr<bool> ImageBatchLoader::Next() {
   return true;
 }
 
-// "mean_g" -> 1: the channel a per-channel option names by its last letter.
-int ChannelOf(const std::string& key) { return key.back() == 'r' ? 0 : key.back() == 'g' ? 1 : 2; }
-
 absl::Status CheckOptions(const ImageRecordIterOptions& o) {
   if (o.path_imgrec.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(kIter, ": path_imgrec is required"));
@@ -284,59 +281,24 @@ absl::Status CheckOptions(const ImageRecordIterOptions& o) {
 absl::StatusOr<ImageRecordIterOptions> ImageRecordIterOptions::FromKwargs(
     const std::map<std::string, std::string>& kwargs) {
   ImageRecordIterOptions o;
-  for (const auto& [key, value] : kwargs) {
-    if (key == "path_imgrec") {
-      o.path_imgrec = value;
-    } else if (key == "path_imgidx") {
-      o.path_imgidx = value;
-    } else if (key == "data_shape") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.data_shape));
-    } else if (key == "label_width") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.label_width));
-    } else if (key == "batch_size") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.batch_size));
-    } else if (key == "shuffle") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.shuffle));
-    } else if (key == "seed") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.seed));
-    } else if (key == "num_parts") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.num_parts));
-    } else if (key == "part_index") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.part_index));
-    } else if (key == "resize") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.resize));
-    } else if (key == "rand_crop") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.rand_crop));
-    } else if (key == "rand_mirror") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.rand_mirror));
-    } else if (key == "mean_r" || key == "mean_g" || key == "mean_b") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.mean[ChannelOf(key)]));
-    } else if (key == "std_r" || key == "std_g" || key == "std_b") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.std[ChannelOf(key)]));
-    } else if (key == "scale") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.scale));
-    } else if (key == "preprocess_threads") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.preprocess_threads));
-    } else if (key == "prefetch_buffer") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.prefetch_buffer));
-    } else if (key == "round_batch") {
-      bool round = true;
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &round));
-      o.last_batch_handle = round ? "pad" : "discard";
-    } else if (key == "last_batch_handle") {
-      o.last_batch_handle = value;
-    } else if (key == "skip_bad") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.skip_bad));
-    } else if (key == "data_name") {
-      o.data_name = value;
-    } else if (key == "label_name") {
-      o.label_name = value;
-    } else if (key == "silent") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.silent));
-    } else {
-      return UnknownKwarg(kIter, key);
-    }
+  KwargParser parser(kIter);
+  parser.BatchingOptions(&o)
+      .Field("path_imgrec", &o.path_imgrec)
+      .Field("path_imgidx", &o.path_imgidx)
+      .Field("data_shape", &o.data_shape)
+      .Field("label_width", &o.label_width)
+      .Field("resize", &o.resize)
+      .Field("rand_crop", &o.rand_crop)
+      .Field("rand_mirror", &o.rand_mirror)
+      .Field("scale", &o.scale)
+      .Field("preprocess_threads", &o.preprocess_threads)
+      .Field("prefetch_buffer", &o.prefetch_buffer)
+      .Field("skip_bad", &o.skip_bad);
+  for (int c = 0; c < 3; ++c) {
+    const std::string channel(1, "rgb"[c]);
+    parser.Field("mean_" + channel, &o.mean[c]).Field("std_" + channel, &o.std[c]);
   }
+  RETURN_IF_ERROR(parser.Parse(kwargs));
   return o;
 }
 

@@ -73,6 +73,19 @@ absl::Status ParseKwarg(absl::string_view iter, absl::string_view key, absl::str
   return absl::OkStatus();
 }
 
+absl::Status KwargParser::Parse(const std::map<std::string, std::string>& kwargs) const {
+  if (kwargs.count("round_batch") != 0 && kwargs.count("last_batch_handle") != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(iter_, ": give round_batch (MXNet's) or last_batch_handle, not both"));
+  }
+  for (const auto& [key, value] : kwargs) {
+    auto it = fields_.find(key);
+    if (it == fields_.end()) return UnknownKwarg(iter_, key);
+    if (absl::Status s = it->second(value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPart(absl::string_view iter, int part_index, int num_parts) {
   if (num_parts < 1 || part_index < 0 || part_index >= num_parts) {
     return absl::InvalidArgumentError(absl::StrCat(iter, ": part_index ", part_index,

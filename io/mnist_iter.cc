@@ -18,35 +18,12 @@ constexpr char kIter[] = "MNISTIter";
 absl::StatusOr<MNISTIterOptions> MNISTIterOptions::FromKwargs(
     const std::map<std::string, std::string>& kwargs) {
   MNISTIterOptions o;
-  for (const auto& [key, value] : kwargs) {
-    if (key == "image") {
-      o.image = value;
-    } else if (key == "label") {
-      o.label = value;
-    } else if (key == "batch_size") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.batch_size));
-    } else if (key == "shuffle") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.shuffle));
-    } else if (key == "flat") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.flat));
-    } else if (key == "seed") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.seed));
-    } else if (key == "silent") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.silent));
-    } else if (key == "num_parts") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.num_parts));
-    } else if (key == "part_index") {
-      RETURN_IF_ERROR(ParseKwarg(kIter, key, value, &o.part_index));
-    } else if (key == "last_batch_handle") {
-      o.last_batch_handle = value;
-    } else if (key == "data_name") {
-      o.data_name = value;
-    } else if (key == "label_name") {
-      o.label_name = value;
-    } else {
-      return UnknownKwarg(kIter, key);
-    }
-  }
+  RETURN_IF_ERROR(KwargParser(kIter)
+                      .BatchingOptions(&o)
+                      .Field("image", &o.image)
+                      .Field("label", &o.label)
+                      .Field("flat", &o.flat)
+                      .Parse(kwargs));
   return o;
 }
 
