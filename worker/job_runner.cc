@@ -12,7 +12,6 @@
 #include "graph/graph_def.h"
 #include "graph/symbol_json.h"
 #include "io/create_data_iter.h"
-#include "io/mnist_iter.h"
 #include "kvstore/dist_kvstore.h"
 #include "train/initializer.h"
 #include "train/module.h"
@@ -52,15 +51,16 @@ struct Data {
   std::unique_ptr<io::DataIter> train, test;
 };
 
-// The iterator `iter_name` from a DataSpec map (at `field`, e.g. "data.train_iter") plus
-// `worker_set`, the arguments the worker takes from the JobSpec and its part, which the
-// map must not hold (nor round_batch where last_batch_handle is set: CSVIter refuses both).
-// Errors name the field, and the key when one alone is at fault; the iterator's own errors
-// (a missing file, an empty part) keep their code.
-absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(
-    const Runtime& rt, const std::string& iter_name, const std::string& field,
-    const google::protobuf::Map<std::string, std::string>& given,
-    const io::IterKwargs& worker_set) {
+// The iterator `iter_name` from the arguments a job gives (at `field`, e.g.
+// "data.train_iter") plus `worker_set`, the arguments the worker takes from the JobSpec and
+// its part, which the job must not give (nor round_batch where last_batch_handle is set:
+// CSVIter refuses both). Errors name the field, and the key when one alone is at fault; the
+// iterator's own errors (a missing file, an empty part) keep their code.
+absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(const Runtime& rt,
+                                                        const std::string& iter_name,
+                                                        const std::string& field,
+                                                        const io::IterKwargs& given,
+                                                        const io::IterKwargs& worker_set) {
   io::IterKwargs kwargs = worker_set;
   for (const auto& [key, value] : given) {
     const std::string key_field = absl::StrCat(field, ".", key);
@@ -83,61 +83,47 @@ absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(
 
 absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
   const DataSpec& d = spec.data();
-  absl::StatusOr<std::string> kind_iter = io::DataIterForKind(d.kind());
-  if (!kind_iter.ok()) return FieldError(kind_iter.status().code(), "data.kind", kind_iter.status().message());
-  // Kind mnist keeps its IDX fields; the others are made from their iterator arguments.
-  const std::string iter_name = d.kind() == "mnist" ? "" : *kind_iter;
+  absl::StatusOr<std::string> iter_name = io::DataIterForKind(d.kind());
+  if (!iter_name.ok()) {
+    return FieldError(iter_name.status().code(), "data.kind", iter_name.status().message());
+  }
+  // What the job gives each iterator: kind mnist names its IDX files in fields of its own,
+  // the other kinds give the iterator's arguments.
+  io::IterKwargs train(d.train_iter().begin(), d.train_iter().end());
+  io::IterKwargs test(d.test_iter().begin(), d.test_iter().end());
+  std::string train_field = "data.train_iter", test_field = "data.test_iter";
+  if (d.kind() == "mnist") {
+    if (!train.empty() || !test.empty()) {
+      return FieldError(absl::StatusCode::kInvalidArgument,
+                        train.empty() ? "data.test_iter" : "data.train_iter",
+                        "only for kinds csv and imagerecord");
+    }
+    const std::string flat = d.flat() ? "1" : "0";
+    train = {{"image", d.train_images()}, {"label", d.train_labels()}, {"flat", flat}};
+    if (!d.test_images().empty()) {
+      test = {{"image", d.test_images()}, {"label", d.test_labels()}, {"flat", flat}};
+    }
+    train_field = test_field = "data";
+  } else if (train.empty()) {
+    return FieldError(
+        absl::StatusCode::kInvalidArgument, "data.train_iter",
+        absl::StrCat("required for kind '", d.kind(), "' (the ", *iter_name, " arguments)"));
+  }
   Data data;
-  if (!iter_name.empty()) {
-    if (d.train_iter().empty()) {
-      return FieldError(
-          absl::StatusCode::kInvalidArgument, "data.train_iter",
-          absl::StrCat("required for kind '", d.kind(), "' (the ", iter_name, " arguments)"));
-    }
-    const io::IterKwargs train_set = {{"batch_size", absl::StrCat(spec.batch_size())},
-                                      {"seed", absl::StrCat(spec.seed())},
-                                      {"shuffle", d.shuffle() ? "1" : "0"},
-                                      {"part_index", absl::StrCat(d.part_index())},
-                                      {"num_parts", absl::StrCat(std::max(1, d.num_parts()))}};
-    ASSIGN_OR_RETURN(data.train,
-                     BuildIter(rt, iter_name, "data.train_iter", d.train_iter(), train_set));
-    if (!d.test_iter().empty()) {
-      const io::IterKwargs test_set = {{"batch_size", absl::StrCat(spec.batch_size())},
-                                       {"seed", absl::StrCat(spec.seed())},
-                                       {"shuffle", "0"},
-                                       {"part_index", "0"},
-                                       {"num_parts", "1"},
-                                       {"last_batch_handle", "pad"}};  // each sample once
-      ASSIGN_OR_RETURN(data.test,
-                       BuildIter(rt, iter_name, "data.test_iter", d.test_iter(), test_set));
-    }
-    return data;
-  }
-
-  if (!d.train_iter().empty() || !d.test_iter().empty()) {
-    return FieldError(absl::StatusCode::kInvalidArgument,
-                      d.train_iter().empty() ? "data.test_iter" : "data.train_iter",
-                      "only for kinds csv and imagerecord");
-  }
-  io::MNISTIterOptions options;
-  options.image = d.train_images();
-  options.label = d.train_labels();
-  options.batch_size = spec.batch_size();
-  options.shuffle = d.shuffle();
-  options.flat = d.flat();
-  options.seed = spec.seed();
-  options.silent = true;
-  options.num_parts = std::max(1, d.num_parts());
-  options.part_index = d.part_index();
-  ASSIGN_OR_RETURN(data.train, io::MNISTIter::Create(rt, options));
-  if (!d.test_images().empty()) {
-    options.image = d.test_images();
-    options.label = d.test_labels();
-    options.shuffle = false;
-    options.num_parts = 1;
-    options.part_index = 0;
-    options.last_batch_handle = "pad";  // every test sample counts once
-    ASSIGN_OR_RETURN(data.test, io::MNISTIter::Create(rt, options));
+  const io::IterKwargs train_set = {{"batch_size", absl::StrCat(spec.batch_size())},
+                                    {"seed", absl::StrCat(spec.seed())},
+                                    {"shuffle", d.shuffle() ? "1" : "0"},
+                                    {"part_index", absl::StrCat(d.part_index())},
+                                    {"num_parts", absl::StrCat(std::max(1, d.num_parts()))}};
+  ASSIGN_OR_RETURN(data.train, BuildIter(rt, *iter_name, train_field, train, train_set));
+  if (!test.empty()) {
+    const io::IterKwargs test_set = {{"batch_size", absl::StrCat(spec.batch_size())},
+                                     {"seed", absl::StrCat(spec.seed())},
+                                     {"shuffle", "0"},
+                                     {"part_index", "0"},
+                                     {"num_parts", "1"},
+                                     {"last_batch_handle", "pad"}};  // each sample once
+    ASSIGN_OR_RETURN(data.test, BuildIter(rt, *iter_name, test_field, test, test_set));
   }
   return data;
 }
