@@ -17,6 +17,7 @@
 #include "client/run_report.h"
 #include "core/daemon.h"
 #include "core/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::client {
 namespace {
@@ -32,21 +33,16 @@ std::string Metrics(const std::map<std::string, double>& values) {
   return absl::StrJoin(parts, ", ");
 }
 
-std::string JsonNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
-
+// One line, keys in this order; strings escaped and non-finite numbers null by nlohmann.
 std::string SummaryJson(const TrainSummary& s, const std::string& job) {
-  std::vector<std::string> fields = {absl::StrCat("\"job\":\"", job, "\""),
-                                     absl::StrCat("\"epochs\":", s.epochs),
-                                     absl::StrCat("\"seconds\":", JsonNumber(s.seconds)),
-                                     absl::StrCat("\"run_dir\":\"", s.run_dir, "\""),
-                                     absl::StrCat("\"params\":\"", s.params, "\"")};
-  for (const auto& [name, value] : s.eval) {
-    fields.push_back(absl::StrCat("\"test_", name, "\":", JsonNumber(value)));
-  }
-  for (const auto& [name, value] : s.train) {
-    fields.push_back(absl::StrCat("\"train_", name, "\":", JsonNumber(value)));
-  }
-  return absl::StrCat("{", absl::StrJoin(fields, ","), "}");
+  nlohmann::ordered_json json = {{"job", job},
+                                 {"epochs", s.epochs},
+                                 {"seconds", s.seconds},
+                                 {"run_dir", s.run_dir},
+                                 {"params", s.params}};
+  for (const auto& [name, value] : s.eval) json["test_" + name] = value;
+  for (const auto& [name, value] : s.train) json["train_" + name] = value;
+  return json.dump();
 }
 
 }  // namespace
