@@ -28,7 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/trainer_throughput.h"
@@ -40,34 +42,13 @@
 #include "io/recordio.h"
 #include "ndarray/runtime.h"
 
+ABSL_FLAG(int, small_images, 4096, "32x32 JPEGs to generate (at least one batch, 128)");
+ABSL_FLAG(int, large_images, 1024, "224x224 JPEGs to generate (at least one batch, 128)");
+
 namespace tessera {
 namespace {
 
 constexpr int kBatch = 128;
-
-struct Flags {
-  int small_images = 4096;
-  int large_images = 1024;
-};
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](const std::string& name) -> const char* {
-      return arg.rfind(name + "=", 0) == 0 ? argv[i] + name.size() + 1 : nullptr;
-    };
-    if (const char* v = value("--small_images")) {
-      TESSERA_CHECK(absl::SimpleAtoi(v, &f.small_images) && f.small_images >= kBatch);
-    } else if (const char* v = value("--large_images")) {
-      TESSERA_CHECK(absl::SimpleAtoi(v, &f.large_images) && f.large_images >= kBatch);
-    } else {
-      std::fprintf(stderr, "usage: io_bench [--small_images=N] [--large_images=N]\n");
-      std::exit(2);
-    }
-  }
-  return f;
-}
 
 // A side x side RGB image: a seeded colour gradient with a few shapes and pixel noise.
 io::Image SyntheticImage(std::mt19937& rng, int side) {
@@ -164,7 +145,14 @@ std::pair<double, double> IterImagesPerSecond(const Runtime& rt, const std::stri
 
 int main(int argc, char** argv) {
   using namespace tessera;  // NOLINT(build/namespaces)
-  const Flags flags = ParseFlags(argc, argv);
+  absl::SetProgramUsageMessage("io_bench: ImageRecordIter images/s against LeNet training");
+  absl::ParseCommandLine(argc, argv);
+  const int small_images = absl::GetFlag(FLAGS_small_images);
+  const int large_images = absl::GetFlag(FLAGS_large_images);
+  if (small_images < kBatch || large_images < kBatch) {
+    std::fprintf(stderr, "io_bench: --small_images and --large_images must be at least %d\n", kBatch);
+    return 2;
+  }
   auto rt = OwnedRuntime::Create(0);
   TESSERA_CHECK(rt.ok());
   const std::filesystem::path dir =
@@ -175,7 +163,7 @@ int main(int argc, char** argv) {
     const char* name;
     int count, side, crop;
   };
-  const Set sets[] = {{"small", flags.small_images, 32, 28}, {"large", flags.large_images, 224, 196}};
+  const Set sets[] = {{"small", small_images, 32, 28}, {"large", large_images, 224, 196}};
   std::printf("%-6s %7s %9s %9s %14s %14s %8s\n", "set", "images", "jpeg", "crop", "1 thread img/s",
               "2 threads img/s", "scaling");
   std::string json = "{";

@@ -27,6 +27,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,37 +43,31 @@
 #include "client/local_cluster.h"
 #include "train/module.h"
 
+ABSL_FLAG(std::string, mnist_dir, ".cache/mnist", "the MNIST IDX files (random data without)");
+ABSL_FLAG(int, batches, 100, "batches of 64 per timed pass");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "the Python that runs the PyTorch peer");
+ABSL_FLAG(std::string, script, "bench/train_bench_pytorch.py", "the PyTorch peer");
+
 namespace tessera {
 namespace {
 
 constexpr int kBatch = 64;
 
 struct Flags {
-  std::string mnist_dir = ".cache/mnist";
-  int batches = 100;
-  std::string python = "/usr/bin/python3";
-  std::string script = "bench/train_bench_pytorch.py";
+  std::string mnist_dir;
+  int batches = 0;
+  std::string python;
+  std::string script;
 };
 
 Flags ParseFlags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](const std::string& name) -> const char* {
-      return arg.rfind(name + "=", 0) == 0 ? argv[i] + name.size() + 1 : nullptr;
-    };
-    if (const char* v = value("--mnist_dir")) {
-      f.mnist_dir = v;
-    } else if (const char* v = value("--batches")) {
-      TESSERA_CHECK(absl::SimpleAtoi(v, &f.batches) && f.batches > 0);
-    } else if (const char* v = value("--python")) {
-      f.python = v;
-    } else if (const char* v = value("--script")) {
-      f.script = v;
-    } else {
-      std::fprintf(stderr, "usage: train_bench [--mnist_dir=DIR] [--batches=N] [--python=PATH] [--script=PATH]\n");
-      std::exit(2);
-    }
+  absl::SetProgramUsageMessage("train_bench: Module training samples/s against PyTorch");
+  absl::ParseCommandLine(argc, argv);
+  Flags f{absl::GetFlag(FLAGS_mnist_dir), absl::GetFlag(FLAGS_batches), absl::GetFlag(FLAGS_python),
+          absl::GetFlag(FLAGS_script)};
+  if (f.batches < 1) {
+    std::fprintf(stderr, "train_bench: --batches must be at least 1\n");
+    std::exit(2);
   }
   return f;
 }
