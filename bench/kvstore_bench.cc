@@ -43,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
+#include "core/file.h"
 #include "core/subprocess.h"
 #include "kvstore/dist_kvstore.h"
 #include "ndarray/ndarray.h"

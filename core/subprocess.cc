@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/file.h"
 
 extern char** environ;
 
@@ -176,23 +177,6 @@ absl::Status Subprocess::Signal(int signo) {
 bool Subprocess::running() {
   absl::StatusOr<bool> ended = Reap(WNOHANG);
   return ended.ok() && !*ended;
-}
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open '", path, "'"));
-  absl::Cleanup close_fd = [fd] { close(fd); };
-  std::string content;
-  char buffer[1 << 16];
-  while (true) {
-    ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n == 0) return content;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
-    }
-    content.append(buffer, n);
-  }
 }
 
 absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout) {

@@ -92,9 +92,6 @@ class Subprocess {
   std::optional<ExitStatus> exit_status_;  // set once reaped
 };
 
-// Reads a whole file. NOT_FOUND naming the path if it does not exist.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
-
 // Polls until `path` exists, is non-empty and ends with '\n' (a writer that ends with a
 // newline has then written it completely), and returns its content. DEADLINE_EXCEEDED naming
 // the path (and what it last held) after `timeout`. Used to wait for a daemon's port file.

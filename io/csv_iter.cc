@@ -1,11 +1,7 @@
 #include "io/csv_iter.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <system_error>
@@ -16,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 #include "io/kwargs.h"
 #include "spdlog/spdlog.h"
@@ -84,25 +81,9 @@ absl::StatusOr<int64_t> ValuesPerLine(const Shape& shape, absl::string_view opti
 absl::StatusOr<CsvFile> ReadCsv(const std::string& path, const char* option, const Shape& shape) {
   CsvFile file{path, option, shape, 0, {}};
   ASSIGN_OR_RETURN(file.width, ValuesPerLine(shape, option));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (f != nullptr) {
-    struct stat st;
-    if (fstat(fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode)) {
-      file.text.resize(st.st_size);
-      file.text.resize(std::fread(file.text.data(), 1, file.text.size(), f.get()));
-    }
-    // Then to the end: pipes have no size, and a file may have grown.
-    char chunk[1 << 16];
-    while (const size_t got = std::fread(chunk, 1, sizeof(chunk), f.get())) {
-      file.text.append(chunk, got);
-    }
-  }
-  if (f == nullptr || std::ferror(f.get())) {
-    const int err = errno;
-    const std::string message =
-        absl::StrCat(kIter, ": cannot read '", path, "': ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
-  }
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return Annotate(text.status(), kIter);
+  file.text = *std::move(text);
   return file;
 }
 

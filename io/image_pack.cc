@@ -1,8 +1,6 @@
 #include "io/image_pack.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 #include "io/image_augment.h"
 #include "io/image_codec.h"
@@ -43,32 +42,11 @@ bool IsPng(absl::string_view bytes) {
   return absl::StartsWith(bytes, absl::string_view("\x89PNG\r\n\x1a\n", 8));
 }
 
-absl::Status FileError(absl::string_view action, absl::string_view what, const fs::path& path) {
-  const int err = errno;
-  const std::string message =
-      absl::StrCat("cannot ", action, " ", what, " '", path.string(), "': ", std::strerror(err));
-  return err == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
-}
-
+// The whole file, errors saying what it is ("image list", "image").
 absl::StatusOr<std::string> ReadFile(absl::string_view what, const fs::path& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return FileError("open", what, path);
-  std::string bytes;
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes.append(buffer, got);
-  const bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed) return FileError("read", what, path);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path.string());
+  if (!bytes.ok()) return Annotate(bytes.status(), what);
   return bytes;
-}
-
-absl::Status WriteFile(absl::string_view what, const fs::path& path, absl::string_view text) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) return FileError("open", what, path);
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  if (std::fclose(file) != 0 || !written) return FileError("write", what, path);
-  return absl::OkStatus();
 }
 
 // The entries of `dir` sorted by name, so that packing does not depend on the file system's
@@ -226,7 +204,7 @@ absl::StatusOr<PackSummary> PackImages(const PackOptions& options) {
   }
   RETURN_IF_ERROR(writer->Close());
   RETURN_IF_ERROR(WriteRecordIndex(options.output + ".idx", index));
-  if (folder) RETURN_IF_ERROR(WriteFile("image list", options.output + ".lst", list));
+  if (folder) RETURN_IF_ERROR(Annotate(WriteStringToFile(options.output + ".lst", list), "image list"));
   summary.bytes = fs::file_size(rec_path, ec);
   if (ec) {
     return absl::UnavailableError(

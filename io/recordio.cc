@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 
 namespace tessera::io {
@@ -69,21 +70,6 @@ absl::Status ReadFull(int fd, const std::string& path, uint64_t offset, char* ou
     n -= got;
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFileToString(absl::string_view what, const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return OpenError(what, path);
-  std::string text;
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, got);
-  const bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed) {
-    return absl::UnavailableError(absl::StrCat("cannot read ", what, " '", path, "'"));
-  }
-  return text;
 }
 
 }  // namespace
@@ -275,10 +261,11 @@ absl::StatusOr<std::vector<uint64_t>> ScanRecordOffsets(const std::string& path,
 // Index
 
 absl::StatusOr<std::vector<RecordIndexEntry>> ReadRecordIndex(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFileToString("RecordIO index", path));
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return Annotate(text.status(), "RecordIO index");
   std::vector<RecordIndexEntry> entries;
   int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);  // as MXNet's line.strip()
     if (line.empty()) continue;
@@ -299,11 +286,7 @@ absl::Status WriteRecordIndex(const std::string& path,
                               const std::vector<RecordIndexEntry>& entries) {
   std::string text;
   for (const RecordIndexEntry& e : entries) absl::StrAppend(&text, e.key, "\t", e.offset, "\n");
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) return OpenError("RecordIO index", path);
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  if (std::fclose(file) != 0 || !written) return WriteError("RecordIO index", path);
-  return absl::OkStatus();
+  return Annotate(WriteStringToFile(path, text), "RecordIO index");
 }
 
 }  // namespace tessera::io

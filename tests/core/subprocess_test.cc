@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "core/subprocess.h"
 
 #include <errno.h>

@@ -35,6 +35,7 @@
 #include "client/job_file.h"
 #include "client/local_cluster.h"
 #include "core/status_matchers.h"
+#include "core/file.h"
 #include "core/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

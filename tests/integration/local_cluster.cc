@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 
 namespace tessera::integration {

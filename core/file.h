@@ -1,0 +1,23 @@
+// Whole-file reads and writes. Errors name the path, with the code absl::ErrnoToStatus gives
+// the errno (NOT_FOUND for a missing file); callers add what the file is to the message.
+#ifndef TESSERA_CORE_FILE_H_
+#define TESSERA_CORE_FILE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+// Creates or truncates `path`.
+absl::Status WriteStringToFile(const std::string& path, absl::string_view text);
+
+// `status` with "<what>: " in front of its message, keeping its code (OK stays OK).
+absl::Status Annotate(const absl::Status& status, absl::string_view what);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_FILE_H_
