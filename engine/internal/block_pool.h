@@ -28,15 +28,7 @@ class OprBlockPool {
 
   // Resets `b` (dropping the function and what it captured) and keeps it for reuse.
   static void Delete(OprBlock* b) {
-    b->opr = nullptr;
-    b->prebuilt = false;
-    b->profiling = false;
-    b->priority = 0;
-    b->rejected.reset();
-    b->stream = nullptr;
-    b->start_ns = 0;
-    b->nodes.clear();
-    b->one_shot.Reset();
+    b->Reset();
     Cache& cache = LocalCache();
     cache.blocks.push_back(b);
     if (cache.blocks.size() >= 2 * kBatch) Shared().GiveBatch(&cache.blocks);

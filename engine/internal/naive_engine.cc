@@ -86,7 +86,7 @@ void NaiveEngine::Run(const Opr& opr, Context ctx, bool profiling) {
     }
   }
   std::shared_ptr<ErrorRecord> error = OutcomeError(opr, status, std::move(inherited));
-  for (Var* v : opr.mutate_vars) v->error = error;
+  for (Var* v : opr.mutate_vars) v->set_error(error);
 }
 
 absl::Status NaiveEngine::PushAsync(AsyncFn fn, Context ctx,

@@ -29,14 +29,16 @@ using VarList = absl::InlinedVector<Var*, 4>;
 
 class Opr {
  public:
+  // The fields every push sets first: a one-shot Opr sits right behind its OprBlock's
+  // header, and these then share the block's first cache lines (see OprBlock).
+  FnProperty prop = FnProperty::kNormal;
+  // Engine-internal functions (waits, deletions) run even when a variable carries an error.
+  bool runs_despite_errors = false;
+  const char* name = nullptr;
   Engine::SyncFn sync_fn;    // exactly one of the two is set
   Engine::AsyncFn async_fn;
   internal::VarList const_vars;  // disjoint from mutate_vars, no duplicates
   internal::VarList mutate_vars;
-  FnProperty prop = FnProperty::kNormal;
-  const char* name = nullptr;
-  // Engine-internal functions (waits, deletions) run even when a variable carries an error.
-  bool runs_despite_errors = false;
 
   // Pre-built operators only.
   std::atomic<uint32_t> generation{1};
@@ -47,26 +49,33 @@ class Opr {
 
   const char* display_name() const { return name != nullptr ? name : "(unnamed function)"; }
 
+  // Back to empty. Writes only what is set (see OprBlockPool::Delete for why).
   void Reset() {
-    sync_fn = nullptr;
-    async_fn = nullptr;
-    const_vars.clear();
-    mutate_vars.clear();
-    name = nullptr;
-    runs_despite_errors = false;
-    deleted.store(false, std::memory_order_relaxed);
+    if (sync_fn) sync_fn = nullptr;
+    if (async_fn) async_fn = nullptr;
+    if (!const_vars.empty()) const_vars.clear();
+    if (!mutate_vars.empty()) mutate_vars.clear();
+    if (name != nullptr) name = nullptr;
+    if (runs_despite_errors) runs_despite_errors = false;
+    if (deleted.load(std::memory_order_relaxed)) deleted.store(false, std::memory_order_relaxed);
   }
 };
 
 namespace internal {
 
+// Field order matters: a block is filled on a pushing thread, run and recycled on a
+// worker, and reused on a pushing thread again, so every cache line both sides write
+// travels between the cores twice per function. The header and the one-shot function's
+// hot fields come first, so a push with no variables touches the first two lines only;
+// what most pushes leave alone comes last.
 struct OprBlock {
   std::atomic<int> wait{0};
-  Opr* opr = nullptr;  // == &one_shot, or a pooled pre-built operator we hold a ref on
-  Context ctx;
   int priority = 0;
   bool profiling = false;
   bool prebuilt = false;
+  Context ctx;
+  Opr* opr = nullptr;  // == &one_shot, or a pooled pre-built operator we hold a ref on
+  Opr one_shot;
   // Set when a variable was deleted by another thread between validation and append.
   std::shared_ptr<ErrorRecord> rejected;
   // GPU stream the function ran on (threaded engine, GPU contexts).
@@ -74,7 +83,19 @@ struct OprBlock {
   int64_t start_ns = 0;
   // One node per variable: const vars first, then mutate vars.
   absl::InlinedVector<VarNode, 4> nodes;
-  Opr one_shot;
+
+  // Back to a fresh block, writing only the fields that were set (see above).
+  void Reset() {
+    opr = nullptr;
+    if (prebuilt) prebuilt = false;
+    if (profiling) profiling = false;
+    if (priority != 0) priority = 0;
+    if (rejected != nullptr) rejected.reset();
+    if (stream != nullptr) stream = nullptr;
+    if (start_ns != 0) start_ns = 0;
+    if (!nodes.empty()) nodes.clear();
+    one_shot.Reset();
+  }
 };
 
 // True when `h` names a live variable of the engine `owner`.
@@ -111,8 +132,9 @@ inline absl::Status ResolveVars(const void* owner, const char* fn_name,
     }
     return false;
   };
-  out_const->clear();
-  out_mutate->clear();
+  // Cleared only when not empty: these may sit in a recycled block (see OprBlock).
+  if (!out_const->empty()) out_const->clear();
+  if (!out_mutate->empty()) out_mutate->clear();
   for (VarHandle h : mutate_vars) {
     if (!contains(*out_mutate, h.var)) out_mutate->push_back(h.var);
   }

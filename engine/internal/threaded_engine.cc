@@ -81,18 +81,18 @@ ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(option
   int cpu_workers = options.cpu_workers > 0
                         ? options.cpu_workers
                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
-  cpu_queue_ = std::make_unique<Queue>(options.spin_us);
-  cpu_priority_queue_ = std::make_unique<Queue>(options.spin_us);
+  const int cpu_priority_workers = std::max(1, options.cpu_priority_workers);
+  const int gpu_workers = std::max(1, options.gpu_workers_per_device);
+  const int gpu_copy_workers = std::max(1, options.gpu_copy_workers_per_device);
+  cpu_queue_ = std::make_unique<Queue>(options.spin_us, cpu_workers);
+  cpu_priority_queue_ = std::make_unique<Queue>(options.spin_us, cpu_priority_workers);
   StartPool(cpu_queue_.get(), cpu_workers, Context::CPU(), false);
-  StartPool(cpu_priority_queue_.get(), std::max(1, options.cpu_priority_workers), Context::CPU(),
-            false);
+  StartPool(cpu_priority_queue_.get(), cpu_priority_workers, Context::CPU(), false);
   for (int d = 0; d < num_gpus(); ++d) {
-    gpu_queues_.push_back(std::make_unique<Queue>(options.spin_us));
-    gpu_copy_queues_.push_back(std::make_unique<Queue>(options.spin_us));
-    StartPool(gpu_queues_.back().get(), std::max(1, options.gpu_workers_per_device),
-              Context::GPU(d), true);
-    StartPool(gpu_copy_queues_.back().get(), std::max(1, options.gpu_copy_workers_per_device),
-              Context::GPU(d), true);
+    gpu_queues_.push_back(std::make_unique<Queue>(options.spin_us, gpu_workers));
+    gpu_copy_queues_.push_back(std::make_unique<Queue>(options.spin_us, gpu_copy_workers));
+    StartPool(gpu_queues_.back().get(), gpu_workers, Context::GPU(d), true);
+    StartPool(gpu_copy_queues_.back().get(), gpu_copy_workers, Context::GPU(d), true);
   }
 }
 
@@ -109,11 +109,12 @@ ThreadedEngine::~ThreadedEngine() {
 
 void ThreadedEngine::StartPool(Queue* queue, int threads, Context ctx, bool owns_stream) {
   for (int i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, queue, ctx, owns_stream] { WorkerLoop(queue, ctx, owns_stream); });
+    threads_.emplace_back(
+        [this, queue, i, ctx, owns_stream] { WorkerLoop(queue, i, ctx, owns_stream); });
   }
 }
 
-void ThreadedEngine::WorkerLoop(Queue* queue, Context ctx, bool owns_stream) {
+void ThreadedEngine::WorkerLoop(Queue* queue, int index, Context ctx, bool owns_stream) {
   void* stream = nullptr;
   absl::Status stream_status;
   if (owns_stream) {
@@ -127,7 +128,7 @@ void ThreadedEngine::WorkerLoop(Queue* queue, Context ctx, bool owns_stream) {
       spdlog::error("engine: no stream for {}: {}", ctx.ToString(), stream_status.ToString());
     }
   }
-  while (OprBlock* b = queue->Pop()) {
+  while (OprBlock* b = queue->Pop(index)) {
     if (!stream_status.ok()) {
       Complete(b, stream_status, nullptr);
     } else {
@@ -222,9 +223,13 @@ void ThreadedEngine::Schedule(OprBlock* b, bool is_deletion) {
   const Opr& opr = *b->opr;
   const size_t nc = opr.const_vars.size();
   const size_t n = nc + opr.mutate_vars.size();
+  pushed_.fetch_add(1, std::memory_order_seq_cst);
+  if (n == 0) {  // nothing to wait for (and no block field to touch)
+    Dispatch(b);
+    return;
+  }
   b->nodes.resize(n);  // sized once: nodes are linked into variable queues by address
   b->wait.store(static_cast<int>(n) + 1, std::memory_order_relaxed);
-  pending_.fetch_add(1, std::memory_order_relaxed);
 
   int granted = 1;  // the push's own count
   {
@@ -260,7 +265,7 @@ void ThreadedEngine::Execute(OprBlock* b, void* stream) {
     Complete(b, absl::OkStatus(), std::move(inherited));
     return;
   }
-  b->stream = stream;
+  if (stream != nullptr) b->stream = stream;  // null already: see OprBlock
   if (absl::Status s = WaitForGpuInputs(b, stream); !s.ok()) {
     Complete(b, s, nullptr);
     return;
@@ -298,7 +303,7 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
   ReadyList ready;
   for (VarNode& node : b->nodes) {
     if (!node.appended) continue;
-    if (node.write) node.var->error = error;  // before Release hands the variable on
+    if (node.write) node.var->set_error(error);  // before Release hands the variable on
     if (deletion) {
       {
         std::lock_guard<SpinLock> guard(node.var->lock);
@@ -313,8 +318,9 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
   OprBlockPool::Delete(b);
   for (OprBlock* r : ready) Grant(r);
   // seq_cst pairs with WaitForAll's increment of all_waiters_: one of the two sees the other.
-  if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-      all_waiters_.load(std::memory_order_seq_cst) > 0) {
+  const int64_t completed = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (all_waiters_.load(std::memory_order_seq_cst) > 0 &&
+      pushed_.load(std::memory_order_seq_cst) == completed) {
     std::lock_guard<std::mutex> guard(wait_mu_);
     wait_cv_.notify_all();
   }
@@ -393,7 +399,7 @@ absl::Status ThreadedEngine::WaitForAll() {
   }
   // Help while waiting, as oneTBB's waiting thread does: the caller runs queued CPU work
   // instead of sleeping while a worker would have to get to it.
-  while (pending_.load(std::memory_order_acquire) != 0) {
+  while (!Idle()) {
     OprBlock* b = cpu_queue_->TryPopNow();
     if (b == nullptr) break;
     Execute(b, nullptr);
@@ -401,7 +407,7 @@ absl::Status ThreadedEngine::WaitForAll() {
   all_waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock<std::mutex> lock(wait_mu_);
-    wait_cv_.wait(lock, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
+    wait_cv_.wait(lock, [&] { return Idle(); });
   }
   all_waiters_.fetch_sub(1, std::memory_order_seq_cst);
   absl::Status gpu_status;

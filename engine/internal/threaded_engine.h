@@ -66,7 +66,8 @@ class ThreadedEngine final : public EngineBase {
   static void OnAsyncComplete(Engine* engine, void* param, absl::Status status);
   // Stores the outcome, releases the variables, and dispatches what became ready.
   void Complete(OprBlock* b, absl::Status status, std::shared_ptr<ErrorRecord> inherited);
-  void WorkerLoop(Queue* queue, Context ctx, bool owns_stream);
+  // The loop of worker `index` of `queue`.
+  void WorkerLoop(Queue* queue, int index, Context ctx, bool owns_stream);
   void StartPool(Queue* queue, int threads, Context ctx, bool owns_stream);
 
   // GPU ordering (no-ops without CUDA or GPUs).
@@ -83,8 +84,19 @@ class ThreadedEngine final : public EngineBase {
 
   std::mutex push_mu_;  // orders pushes that name several variables
 
-  // Functions pushed and not yet completed; WaitForAll sleeps until it is 0.
-  alignas(64) std::atomic<int64_t> pending_{0};
+  // Every function pushed has completed. Completions are read first: a push counted after
+  // that read cannot make stale counts look equal, so equal counts mean that at the moment
+  // of the first read nothing was pending.
+  bool Idle() const {
+    const int64_t completed = completed_.load(std::memory_order_seq_cst);
+    return pushed_.load(std::memory_order_seq_cst) == completed;
+  }
+
+  // Functions pushed and completed; WaitForAll sleeps until they are equal. Two counters
+  // on their own cache lines rather than one pending count: pushers and workers then each
+  // write only their own line (one shared counter cost a line transfer per function).
+  alignas(64) std::atomic<int64_t> pushed_{0};
+  alignas(64) std::atomic<int64_t> completed_{0};
   alignas(64) std::atomic<int> all_waiters_{0};
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;

@@ -53,29 +53,37 @@ struct VarNode {
 
 }  // namespace internal
 
-class Var {
+// Two cache lines: the dependency queue, which the pushing thread and the workers both
+// write, and the rest, which they mostly read. (On one line, every worker's look at
+// `error` missed while a pusher appended to the queue: engine_bench, chain workload.)
+class alignas(64) Var {
  public:
   internal::SpinLock lock;
-  // Bumped (under `lock`) each time the slot is recycled. Atomic so that the unlocked
-  // validity check at push time is race-free.
-  std::atomic<uint32_t> generation{1};
-  // DeleteVariable was called; further pushes are rejected.
-  std::atomic<bool> deleted{false};
-
   // Dependency queue of the threaded engine: uses waiting behind the running ones.
   internal::VarNode* head = nullptr;
   internal::VarNode* tail = nullptr;
   int running_reads = 0;
   bool running_write = false;
 
+  // Bumped (under `lock`) each time the slot is recycled. Atomic so that the unlocked
+  // validity check at push time is race-free.
+  alignas(64) std::atomic<uint32_t> generation{1};
+  // DeleteVariable was called; further pushes are rejected.
+  std::atomic<bool> deleted{false};
+
   // Set once a GPU function touched the variable (threaded engine with CUDA only).
   std::atomic<internal::GpuVarState*> gpu{nullptr};
 
+  // Written by the functions that mutate the variable: only when it changes, so that the
+  // line stays shared while nothing fails.
   std::shared_ptr<ErrorRecord> error;
 
   // An unreported failure carried by this variable, or null.
   ErrorRecord* pending_error() const {
     return error != nullptr && error->pending() ? error.get() : nullptr;
+  }
+  void set_error(const std::shared_ptr<ErrorRecord>& e) {
+    if (error != e) error = e;
   }
 
   Var* next_free = nullptr;  // VarPool free list

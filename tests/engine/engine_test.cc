@@ -387,6 +387,77 @@ TEST(ThreadedEngineTest, PrioritiesAreHonouredWhenThePoolIsSaturated) {
       << "functions ran out of priority order";
 }
 
+// Workers take batches of ready functions; one that blocks must not keep its batch-mates
+// from the other workers. Function 0 waits for function 1, pushed right after it: they
+// are ready together and usually land in one worker's batch.
+TEST(ThreadedEngineTest, ABlockedFunctionDoesNotHoldItsBatchMatesHostage) {
+  for (int round = 0; round < 20; ++round) {
+    auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 2);
+    Gate hold, second_ran;
+    std::atomic<bool> timed_out{false};
+    // Both workers busy, so a backlog builds up and each takes a batch when released.
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_THAT(engine->PushSync([&](RunContext) { hold.Wait(); return Ok(); }, Context::CPU(),
+                                   {}, {}), IsOk());
+    }
+    ASSERT_THAT(engine->PushSync([&](RunContext) {
+                  if (!second_ran.WaitFor(10000)) timed_out = true;
+                  return Ok();
+                }, Context::CPU(), {}, {}), IsOk());
+    ASSERT_THAT(engine->PushSync([&](RunContext) { second_ran.Open(); return Ok(); },
+                                 Context::CPU(), {}, {}), IsOk());
+    for (int i = 0; i < 30; ++i) {
+      ASSERT_THAT(engine->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {}, {}),
+                  IsOk());
+    }
+    hold.Open();
+    ASSERT_THAT(engine->WaitForAll(), IsOk());
+    ASSERT_FALSE(timed_out) << "round " << round << ": function 1 never ran while 0 blocked";
+  }
+}
+
+// A function pushed with a higher priority while a worker runs a batch goes before the
+// rest of that batch.
+TEST(ThreadedEngineTest, AMoreUrgentFunctionOvertakesABufferedBatch) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
+  Gate hold, first_running, release_first;
+  std::mutex mu;
+  std::vector<int> order;
+  auto record = [&](int id) {
+    std::lock_guard<std::mutex> g(mu);
+    order.push_back(id);
+  };
+  ASSERT_THAT(engine->PushSync([&](RunContext) { hold.Wait(); return Ok(); }, Context::CPU(), {},
+                               {}), IsOk());
+  ASSERT_THAT(engine->PushSync([&](RunContext) {
+                record(0);
+                first_running.Open();
+                release_first.Wait();
+                return Ok();
+              }, Context::CPU(), {}, {}), IsOk());
+  for (int i = 1; i < 10; ++i) {
+    ASSERT_THAT(engine->PushSync([&, i](RunContext) { record(i); return Ok(); }, Context::CPU(),
+                                 {}, {}), IsOk());
+  }
+  hold.Open();
+  first_running.Wait();  // the worker took functions 0..9 as one batch and runs 0
+  ASSERT_THAT(engine->PushSync([&](RunContext) { record(100); return Ok(); }, Context::CPU(), {},
+                               {}, FnProperty::kNormal, /*priority=*/5), IsOk());
+  release_first.Open();
+  // Not WaitForAll: the waiting thread would help run the queue, a second consumer.
+  for (int i = 0; i < 10000; ++i) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (order.size() == 11u) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_THAT(engine->WaitForAll(), IsOk());
+  ASSERT_EQ(order.size(), 11u);
+  EXPECT_EQ(order[0], 0);
+  EXPECT_EQ(order[1], 100) << "the urgent function waited behind the buffered batch";
+}
+
 TEST(ThreadedEngineTest, PrioritizedQueueBypassesABusyPool) {
   auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
   Gate release, prioritized_ran;
