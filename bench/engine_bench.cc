@@ -7,7 +7,8 @@
 //                                                                into one per round
 // One engine push both declares a dependency and runs the function, so the TBB graphs
 // are timed from construction to the end of execution. Each workload runs `--repeats`
-// times, ours and oneTBB's alternating; the best time of each counts. Prints a table, then one JSON object as the last line.
+// times, ours and oneTBB's alternating; the best time of each counts. Prints a table,
+// then one JSON object as the last line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -49,7 +49,7 @@ class Opr {
 
   const char* display_name() const { return name != nullptr ? name : "(unnamed function)"; }
 
-  // Back to empty. Writes only what is set (see OprBlockPool::Delete for why).
+  // Back to empty. Writes only what is set (see OprBlock for why).
   void Reset() {
     if (sync_fn) sync_fn = nullptr;
     if (async_fn) async_fn = nullptr;

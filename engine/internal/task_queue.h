@@ -178,25 +178,9 @@ class TaskQueue {
       const size_t share = std::clamp<size_t>(size / buffers_.size(), 1, kMaxBatch);
       n = static_cast<int>(std::min(share, top->items.size()));
       priority = top->priority;
-      for (int i = 0; i < n; ++i) {
-        batch[i] = top->items.front();
-        top->items.pop_front();
-      }
-      size_.fetch_sub(n, std::memory_order_seq_cst);
-      AfterPop(top);
+      PopFront(top, n, batch);
     }
-    if (n > 1) {
-      {
-        std::lock_guard<SpinLock> guard(self.lock);
-        std::copy(batch + 1, batch + n, self.items);
-        self.priority = priority;
-        self.head = 0;
-        self.tail = n - 1;
-        self.count.store(n - 1, std::memory_order_seq_cst);
-      }
-      // A sleeping peer may take part of the batch (see the header).
-      if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeOne();
-    }
+    Keep(self, batch + 1, n - 1, priority);
     return batch[0];
   }
 
@@ -218,17 +202,25 @@ class TaskQueue {
         std::copy(victim.items + victim.tail, victim.items + victim.tail + k, taken);
         victim.count.store(victim.tail - victim.head, std::memory_order_relaxed);
       }
-      if (k > 1) {
-        std::lock_guard<SpinLock> guard(self.lock);
-        std::copy(taken + 1, taken + k, self.items);
-        self.priority = priority;
-        self.head = 0;
-        self.tail = k - 1;
-        self.count.store(k - 1, std::memory_order_seq_cst);
-      }
+      Keep(self, taken + 1, k - 1, priority);
       return taken[0];
     }
     return nullptr;
+  }
+
+  // Fills this worker's (empty) buffer with `n` items of `priority`, in order.
+  void Keep(Buffer& self, T* const* items, int n, int priority) {
+    if (n == 0) return;
+    {
+      std::lock_guard<SpinLock> guard(self.lock);
+      std::copy(items, items + n, self.items);
+      self.priority = priority;
+      self.head = 0;
+      self.tail = n;
+      self.count.store(n, std::memory_order_seq_cst);
+    }
+    // A sleeping peer may take part of them (see the header).
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeOne();
   }
 
   // The front of the top bucket if its priority is above `floor`.
@@ -237,11 +229,19 @@ class TaskQueue {
     if (size_.load(std::memory_order_relaxed) == 0) return nullptr;
     Bucket* top = TopBucket();
     if (top->priority <= floor) return nullptr;
-    T* item = top->items.front();
-    top->items.pop_front();
-    size_.fetch_sub(1, std::memory_order_seq_cst);
-    AfterPop(top);
+    T* item;
+    PopFront(top, 1, &item);
     return item;
+  }
+
+  // Moves the first `n` items of `top` to `out`, keeping the counts and the hint exact.
+  void PopFront(Bucket* top, int n, T** out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heap_lock_) {
+    for (int i = 0; i < n; ++i) {
+      out[i] = top->items.front();
+      top->items.pop_front();
+    }
+    size_.fetch_sub(n, std::memory_order_seq_cst);
+    AfterPop(top);
   }
 
   bool AnyBuffered() const {

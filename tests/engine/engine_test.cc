@@ -58,6 +58,18 @@ std::unique_ptr<Engine> MakeEngine(EngineOptions::Kind kind, int workers = 2) {
   return *std::move(e);
 }
 
+// Waits (up to 10 s) until `order` holds `n` entries. Not WaitForAll: the waiting thread
+// would help run the queue, a second consumer that changes the order under test.
+void AwaitRecorded(std::mutex& mu, const std::vector<int>& order, size_t n) {
+  for (int i = 0; i < 10000; ++i) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (order.size() == n) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 class BothEnginesTest : public ::testing::TestWithParam<EngineOptions::Kind> {
  protected:
   std::unique_ptr<Engine> engine_ = MakeEngine(GetParam());
@@ -373,14 +385,7 @@ TEST(ThreadedEngineTest, PrioritiesAreHonouredWhenThePoolIsSaturated) {
                 }, Context::CPU(), {}, {}, FnProperty::kNormal, priority), IsOk());
   }
   release.Open();
-  // Not WaitForAll: the waiting thread would help run the queue, a second consumer.
-  for (int i = 0; i < 10000; ++i) {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      if (order.size() == 30u) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  AwaitRecorded(mu, order, 30);
   ASSERT_THAT(engine->WaitForAll(), IsOk());
   ASSERT_EQ(order.size(), 30u);
   EXPECT_TRUE(std::is_sorted(order.begin(), order.end(), std::greater<int>()))
@@ -444,14 +449,7 @@ TEST(ThreadedEngineTest, AMoreUrgentFunctionOvertakesABufferedBatch) {
   ASSERT_THAT(engine->PushSync([&](RunContext) { record(100); return Ok(); }, Context::CPU(), {},
                                {}, FnProperty::kNormal, /*priority=*/5), IsOk());
   release_first.Open();
-  // Not WaitForAll: the waiting thread would help run the queue, a second consumer.
-  for (int i = 0; i < 10000; ++i) {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      if (order.size() == 11u) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  AwaitRecorded(mu, order, 11);
   ASSERT_THAT(engine->WaitForAll(), IsOk());
   ASSERT_EQ(order.size(), 11u);
   EXPECT_EQ(order[0], 0);
