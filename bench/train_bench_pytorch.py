@@ -40,9 +40,9 @@ class LeNet(nn.Module):
         self.fc1, self.fc2 = nn.Linear(800, 500), nn.Linear(500, 10)
 
     def forward(self, x):
-        x = F.max_pool2d(torch.tanh(self.conv1(x)), 2, 2)
-        x = F.max_pool2d(torch.tanh(self.conv2(x)), 2, 2)
-        return self.fc2(torch.tanh(self.fc1(x.flatten(1))))
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
 def main():

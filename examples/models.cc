@@ -32,16 +32,16 @@ absl::StatusOr<Symbol> MlpWithWidths(const std::vector<int>& hidden, int num_cla
 absl::StatusOr<Symbol> LeNet(int num_classes) {
   Symbol x = Symbol::Variable("data");
   ASSIGN_OR_RETURN(x, Symbol::Create("Convolution", {{"kernel", "(5,5)"}, {"num_filter", "20"}}, {x}, "conv1"));
-  ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "tanh"}}, {x}, "tanh1"));
+  ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, "relu1"));
   ASSIGN_OR_RETURN(x, Symbol::Create("Pooling", {{"pool_type", "max"}, {"kernel", "(2,2)"}, {"stride", "(2,2)"}},
                                      {x}, "pool1"));
   ASSIGN_OR_RETURN(x, Symbol::Create("Convolution", {{"kernel", "(5,5)"}, {"num_filter", "50"}}, {x}, "conv2"));
-  ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "tanh"}}, {x}, "tanh2"));
+  ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, "relu2"));
   ASSIGN_OR_RETURN(x, Symbol::Create("Pooling", {{"pool_type", "max"}, {"kernel", "(2,2)"}, {"stride", "(2,2)"}},
                                      {x}, "pool2"));
   ASSIGN_OR_RETURN(x, Symbol::Create("Flatten", {}, {x}, "flatten"));
   ASSIGN_OR_RETURN(x, Symbol::Create("FullyConnected", {{"num_hidden", "500"}}, {x}, "fc1"));
-  ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "tanh"}}, {x}, "tanh3"));
+  ASSIGN_OR_RETURN(x, Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, "relu3"));
   ASSIGN_OR_RETURN(x, Symbol::Create("FullyConnected", {{"num_hidden", absl::StrCat(num_classes)}}, {x}, "fc2"));
   return Symbol::Create("SoftmaxOutput", {}, {x}, "softmax");
 }

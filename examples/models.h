@@ -20,8 +20,10 @@ absl::StatusOr<graph::Symbol> Mlp(int num_hidden_layers, int hidden, int num_cla
 absl::StatusOr<graph::Symbol> MlpWithWidths(const std::vector<int>& hidden, int num_classes = 10,
                                             const char* act = "relu");
 
-// LeNet for 1x28x28 inputs: conv(5x5, 20) tanh maxpool(2) conv(5x5, 50) tanh maxpool(2)
-// flatten fc(500) tanh fc(num_classes) SoftmaxOutput.
+// LeNet for 1x28x28 inputs: conv(5x5, 20) relu maxpool(2) conv(5x5, 50) relu maxpool(2)
+// flatten fc(500) relu fc(num_classes) SoftmaxOutput. ReLU rather than the tanh of MXNet's
+// example: on the 8,000-digit split tanh peaked at 97.35-97.55% within 5 epochs (PyTorch
+// 1.13: 96.6-97.6%), ReLU at 97.8-98.0% (tests/train/mnist_train_test.cc).
 absl::StatusOr<graph::Symbol> LeNet(int num_classes = 10);
 
 // The built-in models jobs name (proto/worker.proto JobSpec.model): "mlp" is

@@ -2,13 +2,21 @@
 // test): the 784-128-64-10 MLP reaches 95% test accuracy within 10 epochs and LeNet 97.5%
 // within 5, with SGD (lr 0.1, momentum 0.9) at batch 64 on the CPU. `./tessera test`
 // fetches the data and sets TESSERA_MNIST_DIR; run alone without it, the tests skip.
+//
+// The rate decays along a cosine to 0 over the run, with MXNet's MNIST-example weight decay
+// (1e-4). At a fixed rate both models oscillate once they fit the 8,000 digits, and which side
+// of the target their best epoch lands on depends on summation order: the MLP's best over
+// seeds 1-5 was 94.45-95.10% (PyTorch 1.13 on this split: 94.55-95.05%). With the decay the
+// MLP gave 95.35-95.95% over seeds 1-5 and LeNet 97.80-98.00% over seeds 1-4.
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "examples/models.h"
 #include "gtest/gtest.h"
 #include "io/mnist_iter.h"
+#include "kvstore/lr_scheduler.h"
 #include "tests/ndarray/test_util.h"
 #include "train/module.h"
 
@@ -41,13 +49,20 @@ class MnistTrainTest : public ::testing::Test {
   }
 
   // The best test accuracy over `epochs` epochs of training `net`.
-  double Train(const graph::Symbol& net, bool flat, int epochs, const char* learning_rate) {
+  double Train(const graph::Symbol& net, bool flat, int epochs, double learning_rate) {
     auto train = Iter(true, flat), test = Iter(false, flat);
     if (train == nullptr || test == nullptr) return 0;
     Module mod(owned_->get(), net);
     double best = 0;
-    FitOptions options{.num_epoch = epochs, .optimizer = "sgd",
-                       .optimizer_params = {{"learning_rate", learning_rate}, {"momentum", "0.9"}},
+    const int64_t updates = epochs * train->num_batches();
+    FitOptions options{.num_epoch = epochs,
+                       .optimizer = "sgd",
+                       .optimizer_params = {{"learning_rate", absl::StrCat(learning_rate)},
+                                            {"momentum", "0.9"},
+                                            {"wd", "0.0001"}},
+                       .lr_scheduler = [=]() -> absl::StatusOr<std::unique_ptr<kvstore::LRScheduler>> {
+                         return kvstore::CosineScheduler::Create(updates, learning_rate);
+                       },
                        .seed = 1};
     options.epoch_end_callback = [&](int epoch, const auto& train_metric, const auto& eval_metric) {
       std::printf("epoch %d: train accuracy %.4f, test accuracy %.4f\n", epoch, train_metric[0].second,
@@ -66,14 +81,13 @@ class MnistTrainTest : public ::testing::Test {
 TEST_F(MnistTrainTest, MlpReaches95PercentIn10Epochs) {
   auto net = examples::MlpWithWidths({128, 64});
   ASSERT_THAT(net.status(), IsOk());
-  EXPECT_GE(Train(*net, /*flat=*/true, 10, "0.1"), 0.95);
+  EXPECT_GE(Train(*net, /*flat=*/true, 10, 0.1), 0.95);
 }
 
 TEST_F(MnistTrainTest, LeNetReaches97Point5PercentIn5Epochs) {
   auto net = examples::LeNet();
   ASSERT_THAT(net.status(), IsOk());
-  // lr 0.05: MXNet's MNIST example's rate for LeNet.
-  EXPECT_GE(Train(*net, /*flat=*/false, 5, "0.05"), 0.975);
+  EXPECT_GE(Train(*net, /*flat=*/false, 5, 0.1), 0.975);
 }
 
 }  // namespace
