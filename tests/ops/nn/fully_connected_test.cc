@@ -54,6 +54,11 @@ TEST(FullyConnectedTest, FlattensAndMatchesReference) {
   CheckCase({{"num_hidden", "5"}}, Shape{3, 2, 4}, 3, 8, 5, true);
 }
 
+// Sizes past the 32x32 tiles the forward transposes its product through, in both axes.
+TEST(FullyConnectedTest, ShapesAcrossTransposeTiles) {
+  CheckCase({{"num_hidden", "40"}}, Shape{37, 45}, 37, 45, 40, true);
+}
+
 TEST(FullyConnectedTest, NoBias) {
   CheckCase({{"num_hidden", "7"}, {"no_bias", "true"}}, Shape{4, 6}, 4, 6, 7, false);
 }
