@@ -7,14 +7,19 @@
 //   rrelu  y = x > 0 ? x : s * x, s ~ U[lower_bound, upper_bound] per element when training
 //          and (lower_bound + upper_bound) / 2 otherwise; the slopes go to the hidden `mask`
 //          output that backward reads.
+//   selu   y = lambda * (x > 0 ? x : alpha * (exp(x) - 1)), alpha and lambda the constants
+//          of Klambauer et al. 2017 (MXNet ignores slope here too)
+//   gelu   y = x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))), the exact form MXNet uses
 //
 // Backward only needs to know on which side of 0 each x was. With a non-negative slope the
 // sign of y is the sign of x, so (as MXNet) backward reads the output and the forward may
 // run in place. A negative slope makes y positive on both sides; then backward reads the
-// input and in-place forward is not offered.
+// input and in-place forward is not offered. gelu is not monotonic, so it always reads the
+// input.
 #include <cmath>
 #include <map>
 #include <memory>
+#include <numbers>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +36,14 @@ namespace {
 
 using array_internal::MapWithReq;
 
-enum class LeakyReLUType { kLeaky, kElu, kPReLU, kRReLU };
+enum class LeakyReLUType { kLeaky, kElu, kPReLU, kRReLU, kSelu, kGelu };
+
+// SELU's fixed point constants (Klambauer et al. 2017, as MXNet's mshadow_op::selu).
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluLambda = 1.0507009873554804934193349852946;
+// For GELU's normal CDF and density.
+constexpr double kInvSqrt2 = 1 / std::numbers::sqrt2;
+constexpr double kInvSqrt2Pi = std::numbers::inv_sqrtpi * kInvSqrt2;
 
 struct LeakyReLUParam {
   LeakyReLUType act_type = LeakyReLUType::kLeaky;
@@ -46,7 +58,9 @@ struct LeakyReLUParam {
           .Enum({{"leaky", LeakyReLUType::kLeaky},
                  {"elu", LeakyReLUType::kElu},
                  {"prelu", LeakyReLUType::kPReLU},
-                 {"rrelu", LeakyReLUType::kRReLU}})
+                 {"rrelu", LeakyReLUType::kRReLU},
+                 {"selu", LeakyReLUType::kSelu},
+                 {"gelu", LeakyReLUType::kGelu}})
           .Describe("the activation function");
       s->Field("slope", &LeakyReLUParam::slope).Describe("slope for leaky, alpha for elu");
       s->Field("lower_bound", &LeakyReLUParam::lower_bound)
@@ -65,6 +79,10 @@ struct LeakyReLUParam {
         return true;
       case LeakyReLUType::kRReLU:
         return lower_bound < 0;
+      case LeakyReLUType::kSelu:
+        return false;
+      case LeakyReLUType::kGelu:
+        return true;
       default:
         return slope < 0;
     }
@@ -126,6 +144,18 @@ class LeakyReLUOp : public Operator {
         MapWithReq(y, n, req[0], [&](int64_t i) {
           const A v = static_cast<A>(x[i]);
           return v > 0 ? v : slope * (std::exp(v) - A(1));
+        });
+        break;
+      case LeakyReLUType::kSelu:
+        MapWithReq(y, n, req[0], [&](int64_t i) {
+          const A v = static_cast<A>(x[i]);
+          return A(kSeluLambda) * (v > 0 ? v : A(kSeluAlpha) * (std::exp(v) - A(1)));
+        });
+        break;
+      case LeakyReLUType::kGelu:
+        MapWithReq(y, n, req[0], [&](int64_t i) {
+          const A v = static_cast<A>(x[i]);
+          return A(0.5) * v * (A(1) + std::erf(v * A(kInvSqrt2)));
         });
         break;
       case LeakyReLUType::kPReLU: {
@@ -195,6 +225,23 @@ class LeakyReLUOp : public Operator {
           const A g = static_cast<A>(og[i]);
           if (v > 0) return g;
           return g * (use_input ? slope * std::exp(v) : v + slope);
+        });
+        break;
+      case LeakyReLUType::kSelu:
+        // Below 0, dy/dx = lambda * alpha * exp(x) = y + lambda * alpha.
+        MapWithReq(gx, n, req[0], [&](int64_t i) {
+          const A v = static_cast<A>(s[i]);
+          const A g = static_cast<A>(og[i]);
+          return v > 0 ? A(kSeluLambda) * g : g * (v + A(kSeluLambda * kSeluAlpha));
+        });
+        break;
+      case LeakyReLUType::kGelu:
+        // d/dx x Phi(x) = Phi(x) + x phi(x).
+        MapWithReq(gx, n, req[0], [&](int64_t i) {
+          const A v = static_cast<A>(s[i]);
+          const A cdf = A(0.5) * (A(1) + std::erf(v * A(kInvSqrt2)));
+          const A pdf = std::exp(A(-0.5) * v * v) * A(kInvSqrt2Pi);
+          return static_cast<A>(og[i]) * (cdf + v * pdf);
         });
         break;
       case LeakyReLUType::kRReLU: {
@@ -328,8 +375,8 @@ class LeakyReLUProp : public PropertyWithParam<LeakyReLUProp, LeakyReLUParam> {
 
 TESSERA_REGISTER_OP_PROPERTY(LeakyReLU, LeakyReLUProp)
     .Describe(
-        "Leaky rectifiers: leaky (fixed slope), elu, prelu (learned per-channel slope gamma) "
-        "and rrelu (random slope while training).")
+        "Leaky rectifiers: leaky (fixed slope), elu, prelu (learned per-channel slope gamma), "
+        "rrelu (random slope while training), selu and gelu (exact, with erf).")
     .AddParams<LeakyReLUParam>();
 
 }  // namespace tessera::ops

@@ -36,6 +36,7 @@ struct BnParams {
   float momentum = 0.9f;
   bool fix_gamma = true;
   bool use_global_stats = false;
+  int axis = 1;
 };
 
 float* F(const TBlob& b) { return static_cast<float*>(b.dptr); }
@@ -157,11 +158,14 @@ class BatchNormGpuOp : public Operator {
  private:
   absl::Status Prepare(const Shape& data) {
     if (data == shape_ && x_.get() != nullptr) return absl::OkStatus();
-    if (data.ndim() < 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("BatchNorm: data ", data.ToString(), " needs a channel axis (axis 1)"));
+    const int axis = p_.axis < 0 ? p_.axis + data.ndim() : p_.axis;
+    if (data.ndim() < 2 || axis < 0 || axis >= data.ndim()) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchNorm: data ", data.ToString(),
+                                                     " has no channel axis ", p_.axis));
     }
-    const int64_t n = data[0], c = data[1], inner = data.ProdRange(2, data.ndim());
+    // Any channel axis: the same memory as (outer, C, inner, 1) with channels at axis 1.
+    const int64_t n = data.ProdRange(0, axis), c = data[axis],
+                  inner = data.ProdRange(axis + 1, data.ndim());
     if (n > INT32_MAX || c > INT32_MAX || inner > INT32_MAX) {
       return absl::InvalidArgumentError(
           absl::StrCat("BatchNorm: ", data.ToString(), " is too large for cuDNN"));
@@ -189,6 +193,7 @@ absl::StatusOr<std::unique_ptr<Operator>> CreateBatchNorm(const OperatorProperty
   RETURN_IF_ERROR(r.Read("momentum", &p.momentum));
   RETURN_IF_ERROR(r.Read("fix_gamma", &p.fix_gamma));
   RETURN_IF_ERROR(r.Read("use_global_stats", &p.use_global_stats));
+  RETURN_IF_ERROR(r.Read("axis", &p.axis));
   if (p.eps < CUDNN_BN_MIN_EPSILON) {
     return absl::InvalidArgumentError(
         absl::StrCat("BatchNorm: eps ", p.eps, " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON));

@@ -83,6 +83,13 @@ absl::StatusOr<std::unique_ptr<Operator>> CreateSoftmax(const OperatorProperty& 
   ParamReader r(prop);
   int axis = -1;
   RETURN_IF_ERROR(r.Read("axis", &axis));
+  double temperature = 1;
+  RETURN_IF_ERROR(r.Read("temperature", &temperature));
+  // cuDNN scales the output, not the input: a temperature needs its own kernel.
+  if (temperature != 1) {
+    return absl::UnimplementedError(absl::StrCat(r.op(), ": temperature ", temperature,
+                                                 " has no GPU kernel yet (CPU only)"));
+  }
   return std::unique_ptr<Operator>(new SoftmaxGpuOp(kLog ? "log_softmax" : "softmax", axis, kLog));
 }
 

@@ -1,4 +1,5 @@
-// BatchNorm (MXNet) over axis 1: out = gamma * (x - mean) / sqrt(var + eps) + beta.
+// BatchNorm (MXNet) over the channel axis (`axis`, default 1):
+// out = gamma * (x - mean) / sqrt(var + eps) + beta.
 // Arguments data, gamma, beta; auxiliary states moving_mean, moving_var; outputs output and
 // the hidden mean and var that Backward reads (visible with output_mean_var).
 //
@@ -8,6 +9,8 @@
 // used and copied to the mean/var outputs. fix_gamma uses gamma = 1 and gives gamma a zero
 // gradient, as MXNet. CPU kernel: oneDNN batch normalization (oneDNN 2.6's backward also
 // wants the shift argument, so Backward passes beta though the gradient does not use it).
+// Another channel axis is the same memory as (outer, C, inner, 1) with the channels at
+// axis 1, so oneDNN sees that view.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -29,6 +32,7 @@ struct BatchNormParam {
   bool use_global_stats = false;
   bool output_mean_var = false;
   bool cudnn_off = false;  // MXNet backend selection; unused
+  int axis = 1;
   static const ParamSchema<BatchNormParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<BatchNormParam>("BatchNorm");
@@ -43,6 +47,8 @@ struct BatchNormParam {
           .Describe("make the mean and var outputs visible");
       s->Field("cudnn_off", &BatchNormParam::cudnn_off)
           .Describe("accepted for MXNet compatibility; ignored");
+      s->Field("axis", &BatchNormParam::axis)
+          .Describe("the channel axis; negative from the end (default 1)");
       return s;
     }();
     return *schema;
@@ -50,6 +56,11 @@ struct BatchNormParam {
 };
 
 enum { kData, kGamma, kBeta };
+
+// The length of the channel axis (already checked by InferShape).
+int64_t Channels(const BatchNormParam& p, const Shape& data) {
+  return data[p.axis < 0 ? p.axis + data.ndim() : p.axis];
+}
 enum { kOut, kMean, kVar };
 enum { kMovingMean, kMovingVar };
 
@@ -62,7 +73,7 @@ class BatchNormOp : public DnnlOperator {
                            const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
                            const std::vector<TBlob>& aux) override {
     const bool batch_stats = ctx.is_train && !param_.use_global_stats;
-    const int64_t channels = in[kData].shape[1];
+    const int64_t channels = Channels(param_, in[kData].shape);
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[kData].shape, &e));
     if (batch_stats && req[kOut] == OpReqType::kNullOp) {
@@ -114,7 +125,7 @@ class BatchNormOp : public DnnlOperator {
                             const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                             const std::vector<TBlob>&) override {
     if (AllNull(req)) return absl::OkStatus();
-    const int64_t channels = in[kData].shape[1];
+    const int64_t channels = Channels(param_, in[kData].shape);
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[kData].shape, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
@@ -176,7 +187,7 @@ class BatchNormOp : public DnnlOperator {
   absl::Status ForwardStatsOnly(const OpContext& ctx, const std::vector<TBlob>& in,
                                 const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
                                 const std::vector<TBlob>& aux, Entry* e) {
-    const int64_t channels = in[kData].shape[1];
+    const int64_t channels = Channels(param_, in[kData].shape);
     CallBuffers buf;
     const int dst = buf.Scratch(in[kData].Bytes());
     const int mean = buf.Scratch(channels * sizeof(float));
@@ -223,12 +234,13 @@ class BatchNormOp : public DnnlOperator {
     }
     auto e = std::make_unique<Entry>();
     // oneDNN's optimized kernels take 2-D to 5-D data as it is (its reference kernel is the
-    // one left for a collapsed 3-D view), so collapse only beyond 5-D.
-    e->data_md =
-        data.ndim() <= 5
-            ? PlainDesc(data)
-            : PlainDesc(dnnl::memory::dims{data[0], data[1], data.ProdRange(2, data.ndim())});
-    e->stat_md = PlainDesc(dnnl::memory::dims{data[1]});
+    // one left for a collapsed 3-D view), so view as 4-D only beyond 5-D or for another axis.
+    const int axis = param_.axis < 0 ? param_.axis + data.ndim() : param_.axis;
+    e->data_md = axis == 1 && data.ndim() <= 5
+                     ? PlainDesc(data)
+                     : PlainDesc(dnnl::memory::dims{data.ProdRange(0, axis), data[axis],
+                                                    data.ProdRange(axis + 1, data.ndim()), 1});
+    e->stat_md = PlainDesc(dnnl::memory::dims{data[axis]});
     const float eps = static_cast<float>(param_.eps);
     DNNL_RETURN_IF_ERROR(e->train_pd = dnnl::batch_normalization_forward::primitive_desc(
                              dnnl::batch_normalization_forward::desc(
@@ -281,7 +293,12 @@ class BatchNormProp : public DnnlProperty<BatchNormProp, BatchNormParam, BatchNo
           absl::StrCat("BatchNorm: argument 'data' needs at least 2 dimensions (N, C, ...), got ",
                        data.ToString()));
     }
-    const Shape channels{data[1]};
+    if (param_.axis < -data.ndim() || param_.axis >= data.ndim()) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchNorm: axis ", param_.axis,
+                                                     " is out of range for argument 'data' ",
+                                                     data.ToString()));
+    }
+    const Shape channels{Channels(param_, data)};
     RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, kGamma, channels, in));
     RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, kBeta, channels, in));
     RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, kOut, data, out));
@@ -302,7 +319,8 @@ class BatchNormProp : public DnnlProperty<BatchNormProp, BatchNormParam, BatchNo
 };
 
 TESSERA_REGISTER_OP_PROPERTY(BatchNorm, BatchNormProp)
-    .Describe("Batch normalization over axis 1 with moving statistics (oneDNN).")
+    .Describe("Batch normalization over the channel axis (default 1) with moving statistics "
+              "(oneDNN).")
     .AddParams<BatchNormParam>();
 
 }  // namespace

@@ -2,10 +2,14 @@
 // softmax / logsoftmax on a 3-D (outer, axis, inner) view of the data, so any rank works
 // and the primitives depend only on those three numbers. Backward reads out_grad and the
 // output, as MXNet declares; forward may run in place.
+//
+// `temperature` T (MXNet's, default 1) normalizes x / T: forward stages the scaled input in
+// temp space, backward scales the primitive's gradient by 1 / T.
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,11 +22,14 @@ namespace {
 
 struct SoftmaxParam {
   int axis = -1;
+  double temperature = 1;
   static const ParamSchema<SoftmaxParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<SoftmaxParam>("softmax");
       s->Field("axis", &SoftmaxParam::axis)
           .Describe("the axis to normalize over; negative from the end");
+      s->Field("temperature", &SoftmaxParam::temperature)
+          .Describe("divides the input before normalizing (> 0; default 1)");
       return s;
     }();
     return *schema;
@@ -33,7 +40,7 @@ struct SoftmaxParam {
 template <typename Fwd, typename Bwd>
 class SoftmaxOp : public DnnlOperator {
  public:
-  explicit SoftmaxOp(int axis) : axis_(axis) {}
+  SoftmaxOp(int axis, double temperature) : axis_(axis), temperature_(temperature) {}
 
  protected:
   absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
@@ -42,7 +49,26 @@ class SoftmaxOp : public DnnlOperator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
-    return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0]);
+    if (temperature_ == 1) {
+      return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0]);
+    }
+    const int64_t n = in[0].Size();
+    CallBuffers buf;
+    const int dst = buf.Output(out[0], req[0]);
+    const int scaled = buf.Scratch(n * sizeof(float));
+    const int sp = buf.Scratch(e->fwd_pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    const float* x = in[0].data<float>();
+    float* xs = buf.fptr(scaled);
+    const float inv_t = static_cast<float>(1 / temperature_);
+    for (int64_t i = 0; i < n; ++i) xs[i] = x[i] * inv_t;
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, buf.Memory(scaled, e->md, engine())},
+                                                  {DNNL_ARG_DST, buf.Memory(dst, e->md, engine())}};
+    AddScratchpad(buf, sp, e->fwd_pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(e->fwd.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    buf.Finish();
+    return absl::OkStatus();
   }
 
   absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
@@ -53,8 +79,27 @@ class SoftmaxOp : public DnnlOperator {
     Entry* e;
     RETURN_IF_ERROR(GetEntry(out_data[0].shape, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
-    return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0], out_grad[0],
-                          in_grad[0], req[0]);
+    if (temperature_ == 1) {
+      return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0],
+                            out_grad[0], in_grad[0], req[0]);
+    }
+    CallBuffers buf;
+    const int dsrc = buf.Output(in_grad[0], req[0]);
+    const int sp = buf.Scratch(e->bwd_pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_DST, BlobMemory(out_data[0], e->md, engine())},
+        {DNNL_ARG_DIFF_DST, BlobMemory(out_grad[0], e->md, engine())},
+        {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, e->md, engine())}};
+    AddScratchpad(buf, sp, e->bwd_pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(e->bwd.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    // The slot holds only this call's gradient (kAddTo stages it), so scaling it is safe.
+    float* g = buf.fptr(dsrc);
+    const float inv_t = static_cast<float>(1 / temperature_);
+    for (int64_t i = 0, n = in_grad[0].Size(); i < n; ++i) g[i] *= inv_t;
+    buf.Finish();
+    return absl::OkStatus();
   }
 
  private:
@@ -98,6 +143,7 @@ class SoftmaxOp : public DnnlOperator {
   }
 
   const int axis_;
+  const double temperature_;
   std::map<dnnl::memory::dims, std::unique_ptr<Entry>> cache_;
 };
 
@@ -106,6 +152,14 @@ class SoftmaxProp : public DnnlPropertyBase<SoftmaxProp<Fwd, Bwd, kLog>, Softmax
   using Base = PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam>;
 
  public:
+  absl::Status Init(const KwArgs& kwargs) override {
+    RETURN_IF_ERROR(Base::Init(kwargs));
+    if (!(this->param_.temperature > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(TypeString(), ": temperature must be > 0, got ",
+                                                     this->param_.temperature));
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<bool> InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
                                   std::vector<Shape>*) const override {
     const Shape& data = (*in)[0];
@@ -130,7 +184,8 @@ class SoftmaxProp : public DnnlPropertyBase<SoftmaxProp<Fwd, Bwd, kLog>, Softmax
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
     if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    return std::unique_ptr<Operator>(new SoftmaxOp<Fwd, Bwd>(this->param_.axis));
+    return std::unique_ptr<Operator>(
+        new SoftmaxOp<Fwd, Bwd>(this->param_.axis, this->param_.temperature));
   }
   std::string TypeString() const override { return kLog ? "log_softmax" : "softmax"; }
 };
@@ -139,10 +194,10 @@ using SoftmaxOpProp = SoftmaxProp<dnnl::softmax_forward, dnnl::softmax_backward,
 using LogSoftmaxOpProp = SoftmaxProp<dnnl::logsoftmax_forward, dnnl::logsoftmax_backward, true>;
 
 TESSERA_REGISTER_OP_PROPERTY(softmax, SoftmaxOpProp)
-    .Describe("exp(x) / sum(exp(x)) along `axis` (oneDNN softmax).")
+    .Describe("exp(x / T) / sum(exp(x / T)) along `axis`, T the temperature (oneDNN softmax).")
     .AddParams<SoftmaxParam>();
 TESSERA_REGISTER_OP_PROPERTY(log_softmax, LogSoftmaxOpProp)
-    .Describe("x - log(sum(exp(x))) along `axis` (oneDNN logsoftmax).")
+    .Describe("x / T - log(sum(exp(x / T))) along `axis`, T the temperature (oneDNN logsoftmax).")
     .AddParams<SoftmaxParam>();
 
 }  // namespace

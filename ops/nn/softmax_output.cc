@@ -4,6 +4,8 @@
 // axis 1 of (N, C, ...) with multi_output (one label per position), or over the last axis
 // with preserve_shape. use_ignore zeroes the gradient where label == ignore_label;
 // normalization 'batch' divides by N and 'valid' by the count of labels != ignore_label.
+// smooth_alpha > 0 smooths the target (label smoothing, as MXNet): 1 - alpha on the label's
+// class and alpha / (C - 1) on each other class.
 // Forward kernel: oneDNN softmax on an (outer, C, inner) view; backward: a loop.
 #include <cmath>
 #include <map>
@@ -28,6 +30,7 @@ struct SoftmaxOutputParam {
   bool use_ignore = false;
   bool preserve_shape = false;
   Normalization normalization = Normalization::kNull;
+  float smooth_alpha = 0.0f;
   static const ParamSchema<SoftmaxOutputParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<SoftmaxOutputParam>("SoftmaxOutput");
@@ -44,6 +47,9 @@ struct SoftmaxOutputParam {
                  {"batch", Normalization::kBatch},
                  {"valid", Normalization::kValid}})
           .Describe("divide the gradient by 1, the batch size or the count of valid labels");
+      s->Field("smooth_alpha", &SoftmaxOutputParam::smooth_alpha)
+          .Range(0, 1)
+          .Describe("label smoothing: the target mass spread over the other classes");
       return s;
     }();
     return *schema;
@@ -127,6 +133,8 @@ class SoftmaxOutputOp : public DnnlOperator {
       normalizer = static_cast<double>(std::max<int64_t>(valid, 1));
     }
     const float scale = static_cast<float>(param_.grad_scale / normalizer);
+    const float on_target = 1.0f - param_.smooth_alpha;
+    const float off_target = classes > 1 ? param_.smooth_alpha / static_cast<float>(classes - 1) : 0.0f;
     if (req[kData] != OpReqType::kNullOp) {
       float* grad = static_cast<float*>(in_grad[kData].dptr);
       for (int64_t o = 0; o < outer; ++o) {
@@ -141,7 +149,7 @@ class SoftmaxOutputOp : public DnnlOperator {
           }
           for (int64_t c = 0; c < classes; ++c) {
             const int64_t idx = (o * classes + c) * inner + i;
-            const float g = ignored ? 0.0f : (prob[idx] - (c == k ? 1.0f : 0.0f)) * scale;
+            const float g = ignored ? 0.0f : (prob[idx] - (c == k ? on_target : off_target)) * scale;
             Assign(grad + idx, req[kData], g);
           }
         }

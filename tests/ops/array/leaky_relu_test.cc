@@ -66,6 +66,63 @@ TEST(LeakyReLUTest, Elu) {
   c->CheckBackward();
 }
 
+TEST(LeakyReLUTest, Selu) {
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    // slope is ignored: selu's alpha and lambda are fixed.
+    auto c = MakeChecker("LeakyReLU", {{"act_type", "selu"}, {"slope", "0.3"}}, {{3, 7}}, dtype);
+    ASSERT_NE(c, nullptr);
+    c->CheckForward([](const auto& in, const auto&) {
+      const double alpha = 1.6732632423543772, lambda = 1.0507009873554805;
+      Values y(in[0].size());
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double x = in[0][i];
+        y[i] = lambda * (x > 0 ? x : alpha * (std::exp(x) - 1));
+      }
+      return std::vector<Values>{y};
+    });
+    if (dtype == DType::kFloat64) {
+      c->CheckBackward();
+    } else {
+      c->CheckBackward({.rtol = 1e-2, .atol = 1e-3});
+    }
+  }
+}
+
+TEST(LeakyReLUTest, GeluReadsInputAndIsNotInPlace) {
+  auto c = MakeChecker("LeakyReLU", {{"act_type", "gelu"}}, {{4, 9}}, DType::kFloat64);
+  ASSERT_NE(c, nullptr);
+  // Not monotonic below 0: the gradient cannot be recovered from the output.
+  EXPECT_TRUE(c->prop().ForwardInplaceOption({0}, {0}).empty());
+  // Inputs spread over [-3, 3], past gelu's minimum near -0.75.
+  Values x(c->input(0).size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = -3 + 6.0 * (static_cast<double>(i) + 0.5) / x.size();
+  c->SetInput(0, x);
+  c->CheckForward([](const auto& in, const auto&) {
+    Values y(in[0].size());
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double v = in[0][i];
+      y[i] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    }
+    return std::vector<Values>{y};
+  });
+  c->CheckBackward();
+}
+
+TEST(LeakyReLUTest, GeluFloat32) {
+  auto c = MakeChecker("LeakyReLU", {{"act_type", "gelu"}}, {{2, 3, 5}}, DType::kFloat32);
+  ASSERT_NE(c, nullptr);
+  c->CheckForward(
+      [](const auto& in, const auto&) {
+        Values y(in[0].size());
+        for (size_t i = 0; i < y.size(); ++i) {
+          y[i] = 0.5 * in[0][i] * (1 + std::erf(in[0][i] / std::sqrt(2.0)));
+        }
+        return std::vector<Values>{y};
+      },
+      {.rtol = 1e-5, .atol = 1e-6});
+  c->CheckBackward({.rtol = 1e-2, .atol = 1e-3});
+}
+
 TEST(LeakyReLUTest, PReLUPerChannelGamma) {
   auto c = MakeChecker("LeakyReLU", {{"act_type", "prelu"}}, {{2, 3, 4}});
   ASSERT_NE(c, nullptr);

@@ -27,9 +27,18 @@ constexpr double kEps = 1e-3;
 constexpr Tolerance kForwardTol{.rtol = 1e-4, .atol = 1e-5};
 constexpr Tolerance kGradTol{.rtol = 3e-2, .atol = 3e-3};
 
-// Per-channel mean and biased variance of x (N, C, rest).
-void Stats(const Values& x, const Shape& s, Values* mean, Values* var) {
-  const int64_t n = s[0], c = s[1], rest = s.ProdRange(2, s.ndim());
+// (outer, channels, inner) of shape s around the channel axis.
+struct ChannelView {
+  int64_t n, c, rest;
+};
+ChannelView ViewOf(const Shape& s, int axis) {
+  if (axis < 0) axis += s.ndim();
+  return {s.ProdRange(0, axis), s[axis], s.ProdRange(axis + 1, s.ndim())};
+}
+
+// Per-channel mean and biased variance of x (outer, C, inner).
+void Stats(const Values& x, const ChannelView& v, Values* mean, Values* var) {
+  const int64_t n = v.n, c = v.c, rest = v.rest;
   mean->assign(c, 0);
   var->assign(c, 0);
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -47,11 +56,12 @@ void Stats(const Values& x, const Shape& s, Values* mean, Values* var) {
 
 // in: data, gamma, beta, moving_mean, moving_var. Outputs: out (+ mean, var if visible).
 std::vector<Values> Reference(const std::vector<Values>& in, const std::vector<Shape>& shapes,
-                              bool batch_stats, bool fix_gamma, bool mean_var_visible) {
-  const Shape& s = shapes[0];
-  const int64_t c = s[1], rest = s.ProdRange(2, s.ndim());
+                              bool batch_stats, bool fix_gamma, bool mean_var_visible,
+                              int axis = 1) {
+  const ChannelView v = ViewOf(shapes[0], axis);
+  const int64_t c = v.c, rest = v.rest;
   Values mean = in[3], var = in[4];
-  if (batch_stats) Stats(in[0], s, &mean, &var);
+  if (batch_stats) Stats(in[0], v, &mean, &var);
   Values out(in[0].size());
   for (size_t i = 0; i < out.size(); ++i) {
     const int64_t ch = (static_cast<int64_t>(i) / rest) % c;
@@ -67,6 +77,7 @@ struct BnCase {
   bool fix_gamma = false;
   bool use_global_stats = false;
   bool output_mean_var = false;
+  int axis = 1;
 };
 
 std::unique_ptr<OpChecker> Make(const BnCase& b) {
@@ -74,7 +85,8 @@ std::unique_ptr<OpChecker> Make(const BnCase& b) {
                                    {{"eps", absl::StrCat(kEps)},
                                     {"fix_gamma", b.fix_gamma ? "true" : "false"},
                                     {"use_global_stats", b.use_global_stats ? "true" : "false"},
-                                    {"output_mean_var", b.output_mean_var ? "true" : "false"}},
+                                    {"output_mean_var", b.output_mean_var ? "true" : "false"},
+                                    {"axis", absl::StrCat(b.axis)}},
                                    {b.shape});
   EXPECT_THAT(checker, IsOk());
   if (!checker.ok()) return nullptr;
@@ -87,14 +99,14 @@ std::unique_ptr<OpChecker> Make(const BnCase& b) {
 
 void CheckTrainAndInference(const BnCase& b) {
   SCOPED_TRACE(absl::StrCat(b.shape.ToString(), " fix_gamma=", b.fix_gamma,
-                            " use_global_stats=", b.use_global_stats));
+                            " use_global_stats=", b.use_global_stats, " axis=", b.axis));
   auto checker = Make(b);
   ASSERT_NE(checker, nullptr);
   for (bool is_train : {true, false}) {
     const bool batch_stats = is_train && !b.use_global_stats;
     checker->CheckForward(
         [&](const std::vector<Values>& in, const std::vector<Shape>& shapes) {
-          return Reference(in, shapes, batch_stats, b.fix_gamma, b.output_mean_var);
+          return Reference(in, shapes, batch_stats, b.fix_gamma, b.output_mean_var, b.axis);
         },
         kForwardTol, is_train);
   }
@@ -107,6 +119,12 @@ TEST(BatchNormTest, FixGamma) {
 }
 TEST(BatchNormTest, GlobalStats) {
   CheckTrainAndInference({.shape = Shape{2, 4, 3}, .use_global_stats = true});
+}
+TEST(BatchNormTest, ChannelAxisLastOrInTheMiddle) {
+  CheckTrainAndInference({.shape = Shape{3, 2, 4}, .axis = -1});  // NWC
+  CheckTrainAndInference({.shape = Shape{2, 3, 4, 2}, .axis = 2});
+  CheckTrainAndInference({.shape = Shape{2, 3, 4, 5, 2, 2}, .axis = 1});  // beyond 5-D
+  CheckTrainAndInference({.shape = Shape{5, 3}, .use_global_stats = true, .axis = 0});
 }
 TEST(BatchNormTest, TwoDimensional) { CheckTrainAndInference({.shape = Shape{6, 5}}); }
 TEST(BatchNormTest, OutputMeanVar) {
@@ -127,7 +145,7 @@ TEST(BatchNormTest, TrainingUpdatesMovingStatistics) {
   OpChecker& c = *prop_checker;
   const Values x = c.input(0), mm = c.aux(0), mv = c.aux(1);
   Values mean, var;
-  Stats(x, Shape{4, 2, 3}, &mean, &var);
+  Stats(x, ViewOf(Shape{4, 2, 3}, 1), &mean, &var);
   ASSERT_THAT(c.Forward(/*is_train=*/true), IsOk());
   for (int ch = 0; ch < 2; ++ch) {
     EXPECT_NEAR(c.aux(0)[ch], 0.9 * mm[ch] + 0.1 * mean[ch], 1e-5);
@@ -158,6 +176,17 @@ TEST(BatchNormTest, InfersShapesAndNamesMismatch) {
       (*prop)->InferShape(&bad, &out, &aux),
       StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("BatchNorm"), HasSubstr("gamma"),
                                                          HasSubstr("(16,)"), HasSubstr("(15,)"))));
+  auto last = OpRegistry::Global().Create("BatchNorm", {{"axis", "-1"}});
+  ASSERT_THAT(last, IsOk());
+  std::vector<Shape> nhwc{Shape{8, 4, 4, 16}, Shape{}, Shape{}}, nhwc_out(3), nhwc_aux(2);
+  ASSERT_THAT((*last)->InferShape(&nhwc, &nhwc_out, &nhwc_aux), IsOk());
+  EXPECT_EQ(nhwc[1], Shape{16});
+  auto far = OpRegistry::Global().Create("BatchNorm", {{"axis", "4"}});
+  ASSERT_THAT(far, IsOk());
+  std::vector<Shape> four{Shape{8, 16, 4, 4}, Shape{}, Shape{}}, four_out(3), four_aux(2);
+  EXPECT_THAT((*far)->InferShape(&four, &four_out, &four_aux),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("axis 4"), HasSubstr("(8,16,4,4)"))));
   EXPECT_THAT(OpRegistry::Global().Create("BatchNorm", {{"momentum", "1.5"}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("momentum")));
 }

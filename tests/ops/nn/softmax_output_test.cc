@@ -1,6 +1,7 @@
 // SoftmaxOutput: softmax forward against float64 (every OpReqType, in place), and the loss
 // gradient (softmax - onehot(label)) * grad_scale / normalizer that ignores out_grad, with
-// multi_output, ignore_label and each normalization; label shape and range errors.
+// multi_output, ignore_label, each normalization and label smoothing; label shape and range
+// errors.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ struct LossCase {
   double ignore_label = -1;
   std::string normalization = "null";
   double grad_scale = 1;
+  double smooth_alpha = 0;
 };
 
 // Softmax over axis 1 of (outer, classes, inner).
@@ -48,13 +50,14 @@ Values Softmax(const Values& x, int64_t outer, int64_t classes, int64_t inner) {
 
 void Check(const LossCase& t) {
   SCOPED_TRACE(absl::StrCat(t.data.ToString(), " multi=", t.multi_output, " ignore=", t.use_ignore,
-                            " norm=", t.normalization));
+                            " norm=", t.normalization, " alpha=", t.smooth_alpha));
   auto checker = OpChecker::Create("SoftmaxOutput",
                                    {{"multi_output", t.multi_output ? "true" : "false"},
                                     {"use_ignore", t.use_ignore ? "true" : "false"},
                                     {"ignore_label", absl::StrCat(t.ignore_label)},
                                     {"normalization", t.normalization},
-                                    {"grad_scale", absl::StrCat(t.grad_scale)}},
+                                    {"grad_scale", absl::StrCat(t.grad_scale)},
+                                    {"smooth_alpha", absl::StrCat(t.smooth_alpha)}},
                                    {t.data});
   ASSERT_THAT(checker, IsOk());
   OpChecker& c = **checker;
@@ -89,7 +92,9 @@ void Check(const LossCase& t) {
         const int64_t idx = (o * classes + k) * inner + i;
         const double want = t.use_ignore && l == t.ignore_label
                                 ? 0.0
-                                : (p[idx] - (k == l ? 1.0 : 0.0)) * t.grad_scale / normalizer;
+                                : (p[idx] - (k == l ? 1 - t.smooth_alpha
+                                                    : t.smooth_alpha / (classes - 1))) *
+                                      t.grad_scale / normalizer;
         EXPECT_NEAR((*grads)[0][idx], want, 1e-5) << "element " << idx;
       }
     }
@@ -113,6 +118,23 @@ TEST(SoftmaxOutputTest, MultiOutputIgnore) {
          .ignore_label = 2,
          .normalization = "valid",
          .grad_scale = 0.5});
+}
+
+TEST(SoftmaxOutputTest, LabelSmoothing) {
+  Check({.data = Shape{4, 5}, .smooth_alpha = 0.1});
+  Check({.data = Shape{2, 3, 2},
+         .multi_output = true,
+         .use_ignore = true,
+         .ignore_label = 0,
+         .normalization = "valid",
+         .smooth_alpha = 0.3});
+}
+
+TEST(SoftmaxOutputTest, SmoothAlphaOutsideZeroOneIsAnError) {
+  for (const char* alpha : {"-0.1", "1.5"}) {
+    EXPECT_THAT(OpRegistry::Global().Create("SoftmaxOutput", {{"smooth_alpha", alpha}}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("smooth_alpha")));
+  }
 }
 
 TEST(SoftmaxOutputTest, LabelOutOfRange) {

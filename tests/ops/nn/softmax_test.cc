@@ -22,8 +22,11 @@ using ::tessera::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-Values Reference(const Values& x, const Shape& shape, int axis, bool log) {
+Values Reference(const Values& x_in, const Shape& shape, int axis, bool log,
+                 double temperature = 1) {
   if (axis < 0) axis += shape.ndim();
+  Values x = x_in;
+  for (double& v : x) v /= temperature;
   const int64_t outer = shape.ProdRange(0, axis), n = shape[axis];
   const int64_t inner = shape.ProdRange(axis + 1, shape.ndim());
   Values out(x.size());
@@ -66,6 +69,32 @@ TEST(SoftmaxTest, EveryAxis) {
 
 TEST(LogSoftmaxTest, EveryAxis) {
   for (int axis : {0, 1, -1}) Check("log_softmax", Shape{3, 2, 5}, axis);
+}
+
+TEST(SoftmaxTest, TemperatureDividesTheInput) {
+  for (const char* op : {"softmax", "log_softmax"}) {
+    for (double t : {0.5, 3.0}) {
+      SCOPED_TRACE(absl::StrCat(op, " temperature ", t));
+      auto checker =
+          OpChecker::Create(op, {{"axis", "1"}, {"temperature", absl::StrCat(t)}}, {Shape{3, 4, 2}});
+      ASSERT_THAT(checker, IsOk());
+      (*checker)->CheckForward(
+          [&](const std::vector<Values>& in, const std::vector<Shape>& shapes) {
+            return std::vector<Values>{
+                Reference(in[0], shapes[0], 1, std::string(op) == "log_softmax", t)};
+          },
+          Tolerance{.rtol = 1e-5, .atol = 1e-6});
+      (*checker)->CheckBackward(Tolerance{.rtol = 2e-2, .atol = 1e-3}, 1e-2);
+    }
+  }
+}
+
+TEST(SoftmaxTest, TemperatureMustBePositive) {
+  for (const char* t : {"0", "-1"}) {
+    EXPECT_THAT(OpRegistry::Global().Create("softmax", {{"temperature", t}}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("softmax"), HasSubstr("temperature"))));
+  }
 }
 
 TEST(SoftmaxTest, AxisOutOfRangeNamesShape) {
