@@ -21,6 +21,9 @@
 // Schema().Init(&param, kwargs) resets the struct to its defaults, then parses every pair;
 // an unknown key, a missing required field, a value that does not parse, or one outside
 // its range or enum is INVALID_ARGUMENT naming the operator, the field and the value.
+// "None" is how MXNet writes an optional parameter left unset: such a field keeps its
+// default (a required one is then missing), unless "None" is one of its own values (an enum
+// name, or any string).
 // Supported field types: bool, int, int64_t, float, double, std::string, Shape,
 // std::vector<int> (e.g. axes, "(0,-1)"), DType, and enums (with Enum()).
 // A schema is immutable after construction and safe to use from any thread.
@@ -97,6 +100,8 @@ class FieldBase {
   virtual ParamFieldInfo Info(const P& defaults) const = 0;
   const std::string& name() const { return name_; }
   bool required() const { return required_; }
+  // Whether "None" is a value of this field rather than MXNet's "unset".
+  virtual bool TakesNone() const = 0;
 
  protected:
   std::string name_;
@@ -161,6 +166,14 @@ class ParamField : public param_internal::FieldBase<P> {
   }
 
   std::string Get(const P& p) const override { return Format(p.*member_); }
+
+  bool TakesNone() const override {
+    if constexpr (std::is_same_v<T, std::string>) return true;
+    for (const auto& entry : enum_) {
+      if (entry.first == "None") return true;
+    }
+    return false;
+  }
 
   ParamFieldInfo Info(const P& defaults) const override {
     ParamFieldInfo info;
@@ -238,6 +251,7 @@ class ParamSchema {
         return absl::InvalidArgumentError(absl::StrCat(op_, ": unknown parameter '", key,
                                                        "' (parameters: ", FieldNames(), ")"));
       }
+      if (value == "None" && !fields_[i]->TakesNone()) continue;  // unset: the default
       absl::Status status = fields_[i]->Set(p, value, op_);
       if (!status.ok()) return status;
       seen[i] = true;

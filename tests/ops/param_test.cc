@@ -82,6 +82,29 @@ TEST(ParamSchemaTest, DefaultsAndParsing) {
   EXPECT_EQ(p.mode, Mode::kFast);
 }
 
+TEST(ParamSchemaTest, NoneMeansUnsetAsMXNetWritesIt) {
+  TestParam p;
+  ASSERT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "2"},
+                                            {"axes", "None"},
+                                            {"kernel", "None"},
+                                            {"eps", "None"},
+                                            {"no_bias", "None"},
+                                            {"name", "None"}}),
+              IsOk());
+  EXPECT_TRUE(p.axes.empty());
+  EXPECT_EQ(p.kernel, Shape{});
+  EXPECT_DOUBLE_EQ(p.eps, 1e-3);
+  EXPECT_FALSE(p.no_bias);
+  EXPECT_EQ(p.name, "None");  // a string takes "None" literally
+  // A required field given as None is missing.
+  EXPECT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "None"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("num_filter"), HasSubstr("missing"))));
+  // An enum without a "None" value still keeps its default; one with it takes the value.
+  ASSERT_THAT(TestParam::Schema().Init(&p, {{"num_filter", "1"}, {"mode", "None"}}), IsOk());
+  EXPECT_EQ(p.mode, Mode::kFast);
+}
+
 TEST(ParamSchemaTest, GetRoundTrips) {
   TestParam p;
   ASSERT_THAT(TestParam::Schema().Init(

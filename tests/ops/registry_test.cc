@@ -58,6 +58,19 @@ TEST(RegistryTest, PropertiesCopyWithTheirParameters) {
   EXPECT_EQ(copy->GetParams().at("num_filter"), "8");
 }
 
+// Attributes as MXNet's symbol files carry them for optional parameters left unset.
+TEST(RegistryTest, OperatorsTakeNoneForUnsetOptionalParameters) {
+  auto conv = OpRegistry::Global().Create(
+      "Convolution", {{"kernel", "(3,3)"}, {"num_filter", "4"}, {"cudnn_tune", "None"}});
+  ASSERT_THAT(conv, IsOk());
+  EXPECT_EQ((*conv)->GetParams().at("cudnn_tune"), "None");  // an enum value of its own
+  auto sum = OpRegistry::Global().Create("sum", {{"axis", "None"}, {"keepdims", "None"}});
+  ASSERT_THAT(sum, IsOk());
+  std::vector<Shape> in{Shape{2, 3}}, out(1), aux;
+  ASSERT_THAT((*sum)->InferShape(&in, &out, &aux), IsOk());
+  EXPECT_EQ(out[0], Shape{1});  // every axis reduced, as MXNet
+}
+
 TEST(RegistryTest, DescribeOperatorsListsEverything) {
   auto text = DescribeOperators();
   ASSERT_THAT(text.status(), IsOk());
