@@ -104,7 +104,8 @@ inline Reorder MakeReorder(const dnnl::memory::desc& from, const dnnl::memory::d
 template <typename Fwd, typename BwdData, typename BwdWeights>
 class ConvOp : public DnnlOperator {
  public:
-  using DescFn = std::function<ConvDescs(const Shape& data)>;
+  // The descriptors for a data shape; an error for a shape the parameters cannot take.
+  using DescFn = std::function<absl::StatusOr<ConvDescs>(const Shape& data)>;
   ConvOp(dnnl::algorithm alg, bool no_bias, DescFn descs)
       : alg_(alg), no_bias_(no_bias), descs_(std::move(descs)) {}
 
@@ -242,7 +243,7 @@ class ConvOp : public DnnlOperator {
       return absl::OkStatus();
     }
     auto e = std::make_unique<Entry>();
-    e->d = descs_(data);
+    ASSIGN_OR_RETURN(e->d, descs_(data));
     const ConvDescs& d = e->d;
     DNNL_RETURN_IF_ERROR(
         e->fwd_pd = typename Fwd::primitive_desc(

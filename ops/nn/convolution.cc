@@ -105,7 +105,7 @@ class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionPara
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
     ASSIGN_OR_RETURN(Geometry g, GetGeometry());
     const ConvolutionParam p = param_;
-    auto descs = [p, g](const Shape& data) {
+    auto descs = [p, g](const Shape& data) -> absl::StatusOr<ConvDescs> {
       ConvDescs d;
       const int64_t groups = p.num_group;
       const int64_t oh = ConvOutLength(data[2], g.kernel[0], g.stride[0], g.pad[0], g.dilate[0]);

@@ -1,7 +1,10 @@
 // Deconvolution (MXNet, 2-D NCHW; the transpose of Convolution): data (N, C, H, W), weight
 // (C, num_filter / num_group, kh, kw) as MXNet stores it, bias (num_filter); output
-// (N, num_filter, (H-1)*stride - 2*pad + dilate*(k-1) + 1 + adj, ...). CPU kernel: oneDNN
+// (N, num_filter, (H-1)*stride - 2*pad + dilate*(k-1) + 1 + adj, ...). With target_shape,
+// pad and adj are not the parameters but computed per data shape so that the output is
+// exactly target_shape (MXNet's DeconvolutionParam::InferPad). CPU kernel: oneDNN
 // deconvolution primitives through ConvOp (conv_util.h).
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@ struct DeconvolutionParam {
   Shape dilate;
   Shape pad;
   Shape adj;
+  Shape target_shape;  // empty (or all zero, as MXNet): pad and adj as given
   int num_filter = 0;
   int num_group = 1;
   bool no_bias = true;  // MXNet's default for Deconvolution
@@ -31,10 +35,15 @@ struct DeconvolutionParam {
   static const ParamSchema<DeconvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<DeconvolutionParam>("Deconvolution");
-      AddConvWindowFields(s, "padding (h, w) removed from the output");
+      AddConvWindowFields(s, "padding (h, w) removed from the output; ignored with target_shape");
       s->Field("adj", &DeconvolutionParam::adj)
           .Lower(0)
-          .Describe("extra rows/columns at the end of the output (h, w), each < stride");
+          .Describe(
+              "extra rows/columns at the end of the output (h, w), each < stride; "
+              "ignored with target_shape");
+      s->Field("target_shape", &DeconvolutionParam::target_shape)
+          .Lower(0)
+          .Describe("output (h, w); when set, pad and adj are ignored and computed from it");
       AddConvChannelFields(s);
       return s;
     }();
@@ -46,8 +55,43 @@ struct Geometry {
   std::array<int64_t, 2> kernel, stride, dilate, pad, adj;
 };
 
+// The output length before pad and adj remove or add anything.
+int64_t DeconvFullLength(int64_t in, const Geometry& g, int i) {
+  return (in - 1) * g.stride[i] + g.dilate[i] * (g.kernel[i] - 1) + 1;
+}
+
 int64_t DeconvOutLength(int64_t in, const Geometry& g, int i) {
-  return (in - 1) * g.stride[i] - 2 * g.pad[i] + g.dilate[i] * (g.kernel[i] - 1) + 1 + g.adj[i];
+  return DeconvFullLength(in, g, i) - 2 * g.pad[i] + g.adj[i];
+}
+
+// MXNet leaves target_shape unset when it is empty or all zero.
+bool HasTarget(const DeconvolutionParam& p) {
+  for (int i = 0; i < p.target_shape.ndim(); ++i) {
+    if (p.target_shape[i] != 0) return true;
+  }
+  return false;
+}
+
+// `g` for data shape `data`: with target_shape, MXNet's InferPad crops the full output to
+// the target, ceil(excess / 2) from the start and floor(excess / 2) from the end:
+// pad = ceil(excess / 2), adj = excess % 2. So pad >= adj and the output stays inside the
+// full one, also at stride 1, where MXNet's adj < stride check refuses an odd excess; that
+// crop is well defined, so it is accepted here.
+absl::StatusOr<Geometry> GeometryFor(Geometry g, const DeconvolutionParam& p, const Shape& data) {
+  if (!HasTarget(p)) return g;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t full = DeconvFullLength(data[2 + i], g, i);
+    const int64_t target = p.target_shape[i];
+    if (full < target) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Deconvolution: target_shape ", p.target_shape.ToString(), " is larger than the ", full,
+          " rows/columns that argument 'data' ", data.ToString(), " can give along dimension ",
+          2 + i, " (stride * (in - 1) + dilate * (kernel - 1) + 1)"));
+    }
+    g.adj[i] = (full - target) % 2;
+    g.pad[i] = (full - target + 1) / 2;
+  }
+  return g;
 }
 
 class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, DeconvolutionParam> {
@@ -70,7 +114,8 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
       return absl::InvalidArgumentError(absl::StrCat(
           "Deconvolution: argument 'data' must be 4-D (N, C, H, W), got ", data.ToString()));
     }
-    ASSIGN_OR_RETURN(Geometry g, GetGeometry());
+    ASSIGN_OR_RETURN(Geometry base, GetGeometry());
+    ASSIGN_OR_RETURN(Geometry g, GeometryFor(base, param_, data));
     const int64_t channels = data[1];
     if (channels % param_.num_group != 0) {
       return absl::InvalidArgumentError(
@@ -109,10 +154,11 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
     if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(CheckCpu(*this, ctx));
-    ASSIGN_OR_RETURN(Geometry g, GetGeometry());
+    ASSIGN_OR_RETURN(Geometry base, GetGeometry());
     const DeconvolutionParam p = param_;
-    auto descs = [p, g](const Shape& data) {
+    auto descs = [p, base](const Shape& data) -> absl::StatusOr<ConvDescs> {
       using tag = dnnl::memory::format_tag;
+      ASSIGN_OR_RETURN(const Geometry g, GeometryFor(base, p, data));
       ConvDescs d;
       const int64_t groups = p.num_group;
       const int64_t oh = DeconvOutLength(data[2], g, 0);
@@ -153,6 +199,17 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
     ASSIGN_OR_RETURN(g.dilate, Pair2D(param_.dilate, 1, "Deconvolution", "dilate"));
     ASSIGN_OR_RETURN(g.pad, Pair2D(param_.pad, 0, "Deconvolution", "pad"));
     ASSIGN_OR_RETURN(g.adj, Pair2D(param_.adj, 0, "Deconvolution", "adj"));
+    if (HasTarget(param_)) {
+      std::array<int64_t, 2> target;
+      ASSIGN_OR_RETURN(target, Pair2D(param_.target_shape, 0, "Deconvolution", "target_shape"));
+      if (target[0] == 0 || target[1] == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Deconvolution: parameter 'target_shape' must be positive in both "
+                         "dimensions (or all zero for none), got ",
+                         param_.target_shape.ToString()));
+      }
+      return g;  // pad and adj are ignored, as in MXNet
+    }
     for (int i = 0; i < 2; ++i) {
       if (g.adj[i] >= g.stride[i]) {
         return absl::InvalidArgumentError(absl::StrCat("Deconvolution: adj ", param_.adj.ToString(),

@@ -1,15 +1,19 @@
-// Pooling (MXNet, 2-D NCHW): max, avg and sum over windows, or over the whole plane with
-// global_pool; output sizes by pooling_convention 'valid' (floor) or 'full' (ceil).
-// CPU kernel: oneDNN pooling. Two MXNet semantics oneDNN lacks are fixed up by a per-output
-// factor: 'sum' is avg-including-padding times the window area, and 'avg' with
-// count_include_pad under 'full' divides by the window clipped to the padded input
-// (oneDNN always divides by the full window area). Max-pooling backward needs oneDNN's
-// workspace of argmax positions, which Backward recomputes from in_data into temp space,
-// so that nothing is kept in the Operator between Forward and Backward.
+// Pooling (MXNet, 2-D NCHW): max, avg, sum and lp over windows, or over the whole plane
+// with global_pool; output sizes by pooling_convention 'valid' (floor) or 'full' (ceil).
+// CPU kernel: oneDNN pooling, except lp, which oneDNN lacks: a plain loop computing MXNet's
+// y = (sum over the window of x^p)^(1/p), padding counting as zeros. Two more MXNet
+// semantics oneDNN lacks are fixed up by a per-output factor: 'sum' is
+// avg-including-padding times the window area, and 'avg' with count_include_pad under
+// 'full' divides by the window clipped to the padded input (oneDNN always divides by the
+// full window area). Max-pooling backward needs oneDNN's workspace of argmax positions,
+// which Backward recomputes from in_data into temp space, so that nothing is kept in the
+// Operator between Forward and Backward.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +25,7 @@
 namespace tessera::ops::nn {
 namespace {
 
-enum class PoolType { kMax, kAvg, kSum };
+enum class PoolType { kMax, kAvg, kSum, kLp };
 enum class Convention { kValid, kFull };
 
 struct PoolingParam {
@@ -32,7 +36,9 @@ struct PoolingParam {
   Shape pad;
   Convention pooling_convention = Convention::kValid;
   bool count_include_pad = true;
-  bool cudnn_off = false;  // MXNet backend selection; unused
+  int p_value = 0;              // lp's power; 0 is MXNet's None (unset)
+  bool cudnn_off = false;       // MXNet backend selection; unused
+  std::string layout = "None";  // MXNet's; only NCHW data is supported (Init checks)
   static const ParamSchema<PoolingParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<PoolingParam>("Pooling");
@@ -40,7 +46,10 @@ struct PoolingParam {
           .Lower(1)
           .Describe("window (h, w); ignored with global_pool");
       s->Field("pool_type", &PoolingParam::pool_type)
-          .Enum({{"max", PoolType::kMax}, {"avg", PoolType::kAvg}, {"sum", PoolType::kSum}})
+          .Enum({{"max", PoolType::kMax},
+                 {"avg", PoolType::kAvg},
+                 {"sum", PoolType::kSum},
+                 {"lp", PoolType::kLp}})
           .Describe("reduction over each window");
       s->Field("global_pool", &PoolingParam::global_pool).Describe("pool over the whole plane");
       s->Field("stride", &PoolingParam::stride).Lower(1).Describe("stride (h, w); default (1, 1)");
@@ -50,8 +59,20 @@ struct PoolingParam {
           .Describe("output size: floor ('valid') or ceil ('full') of the window sweep");
       s->Field("count_include_pad", &PoolingParam::count_include_pad)
           .Describe("avg: whether padded elements count in the divisor");
+      s->Field("p_value", &PoolingParam::p_value)
+          .Lower(0)
+          .Describe("lp: the power p (>= 1), y = (sum x^p)^(1/p); 0 or 'None': unset");
       s->Field("cudnn_off", &PoolingParam::cudnn_off)
           .Describe("accepted for MXNet compatibility; ignored");
+      s->Field("layout", &PoolingParam::layout)
+          .Enum({{"None", "None"},
+                 {"NCW", "NCW"},
+                 {"NCHW", "NCHW"},
+                 {"NCDHW", "NCDHW"},
+                 {"NWC", "NWC"},
+                 {"NHWC", "NHWC"},
+                 {"NDHWC", "NDHWC"}})
+          .Describe("data layout (MXNet's names); only 'None' and 'NCHW' are supported");
       return s;
     }();
     return *schema;
@@ -96,6 +117,102 @@ absl::StatusOr<Window> GetWindow(const PoolingParam& p, const Shape& data) {
   return w;
 }
 
+// lp pooling. x^p and its real p-th root: MXNet's identity / sqrt / cbrt for p = 1, 2, 3.
+// MXNet has no p > 3; there pow(sum, 1/p) would be NaN for a negative sum (odd p), so the
+// real root extends cbrt instead.
+double PowP(double x, int p) {
+  switch (p) {
+    case 1:
+      return x;
+    case 2:
+      return x * x;
+    case 3:
+      return x * x * x;
+    default:
+      return std::pow(x, p);
+  }
+}
+
+double RootP(double sum, int p) {
+  switch (p) {
+    case 1:
+      return sum;
+    case 2:
+      return std::sqrt(sum);
+    case 3:
+      return std::cbrt(sum);
+    default:
+      return std::copysign(std::pow(std::abs(sum), 1.0 / p), sum);
+  }
+}
+
+// The input rows (i = 0) or columns (i = 1) [first, second) under output position `o`:
+// the window clipped to the input, since padding adds only zeros to a sum of powers.
+std::pair<int64_t, int64_t> Span(const Window& w, int i, int64_t o, int64_t in) {
+  const int64_t start = o * w.stride[i] - w.pad[i];
+  return {std::max<int64_t>(start, 0), std::min(start + w.kernel[i], in)};
+}
+
+// y = (sum over the window of x^p)^(1/p), stored per `req`; float32, accumulated in double.
+absl::Status LpForward(const PoolingParam& param, const TBlob& x, OpReqType req, const TBlob& y) {
+  ASSIGN_OR_RETURN(const Window w, GetWindow(param, x.shape));
+  const int p = param.p_value;
+  const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], wd = x.shape[3];
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+  for (int64_t c = 0; c < planes; ++c) {
+    const float* xp = xs + c * h * wd;
+    float* yp = ys + c * w.out[0] * w.out[1];
+    for (int64_t oh = 0; oh < w.out[0]; ++oh) {
+      const auto [h0, h1] = Span(w, 0, oh, h);
+      for (int64_t ow = 0; ow < w.out[1]; ++ow) {
+        const auto [w0, w1] = Span(w, 1, ow, wd);
+        double sum = 0;
+        for (int64_t i = h0; i < h1; ++i) {
+          for (int64_t j = w0; j < w1; ++j) sum += PowP(xp[i * wd + j], p);
+        }
+        Assign(yp + oh * w.out[1] + ow, req, RootP(sum, p));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// dy/dx = (x / y)^(p-1) for each x in y's window (MXNet's lp_grad, 0 where y == 0), summed
+// over the windows that overlap.
+absl::Status LpBackward(const PoolingParam& param, const TBlob& dy, const TBlob& x, const TBlob& y,
+                        OpReqType req, const TBlob& dx) {
+  ASSIGN_OR_RETURN(const Window w, GetWindow(param, x.shape));
+  const int p = param.p_value;
+  const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], wd = x.shape[3];
+  const float* xs = x.data<float>();
+  const float* ys = y.data<float>();
+  const float* dys = dy.data<float>();
+  float* dxs = dx.data<float>();
+  // Windows overlap, so gradients accumulate; kAddTo accumulates onto what is there.
+  if (req != OpReqType::kAddTo) std::fill(dxs, dxs + dx.Size(), 0.0f);
+  for (int64_t c = 0; c < planes; ++c) {
+    const float* xp = xs + c * h * wd;
+    float* dxp = dxs + c * h * wd;
+    const int64_t out_offset = c * w.out[0] * w.out[1];
+    for (int64_t oh = 0; oh < w.out[0]; ++oh) {
+      const auto [h0, h1] = Span(w, 0, oh, h);
+      for (int64_t ow = 0; ow < w.out[1]; ++ow) {
+        const auto [w0, w1] = Span(w, 1, ow, wd);
+        const double yv = ys[out_offset + oh * w.out[1] + ow];
+        const double g = dys[out_offset + oh * w.out[1] + ow];
+        for (int64_t i = h0; i < h1; ++i) {
+          for (int64_t j = w0; j < w1; ++j) {
+            const double d = p == 1 ? 1.0 : yv == 0 ? 0.0 : PowP(xp[i * wd + j] / yv, p - 1);
+            dxp[i * wd + j] += static_cast<float>(g * d);
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 class PoolingOp : public DnnlOperator {
  public:
   explicit PoolingOp(PoolingParam param) : param_(param) {}
@@ -105,6 +222,7 @@ class PoolingOp : public DnnlOperator {
                            const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
                            const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    if (param_.pool_type == PoolType::kLp) return LpForward(param_, in[0], req[0], out[0]);
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
     CallBuffers buf;
@@ -124,10 +242,13 @@ class PoolingOp : public DnnlOperator {
   }
 
   absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
-                            const std::vector<TBlob>& in, const std::vector<TBlob>&,
+                            const std::vector<TBlob>& in, const std::vector<TBlob>& out,
                             const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                             const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    if (param_.pool_type == PoolType::kLp) {
+      return LpBackward(param_, out_grad[0], in[0], out[0], req[0], in_grad[0]);
+    }
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
@@ -217,6 +338,8 @@ class PoolingOp : public DnnlOperator {
       case PoolType::kSum:
         e->alg = dnnl::algorithm::pooling_avg_include_padding;
         break;
+      case PoolType::kLp:  // LpForward / LpBackward, never a oneDNN primitive
+        return absl::InternalError("Pooling: pool_type 'lp' has no oneDNN primitive");
     }
     const double area = static_cast<double>(w.kernel[0] * w.kernel[1]);
     const bool clipped = e->pad_r[0] > w.pad[0] || e->pad_r[1] > w.pad[1];
@@ -272,11 +395,22 @@ class PoolingOp : public DnnlOperator {
 class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
  public:
   absl::Status Init(const KwArgs& kwargs) override {
+    // An unset p_value ("None", see ops/param.h) keeps its default 0.
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
     if (!param_.global_pool && param_.kernel.ndim() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("Pooling: parameter 'kernel' must be (h, w) unless global_pool, got ",
                        param_.kernel.ToString()));
+    }
+    if (param_.layout != "None" && param_.layout != "NCHW") {
+      return absl::InvalidArgumentError(absl::StrCat("Pooling: layout '", param_.layout,
+                                                     "' is not supported; data must be NCHW "
+                                                     "(layout 'None' or 'NCHW')"));
+    }
+    if (param_.pool_type == PoolType::kLp && param_.p_value < 1) {
+      return absl::InvalidArgumentError(
+          "Pooling: pool_type 'lp' needs p_value (1, 2, 3 or any integer >= 1), but it is "
+          "unset (None or 0)");
     }
     return absl::OkStatus();
   }
@@ -300,7 +434,8 @@ class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
 };
 
 TESSERA_REGISTER_OP_PROPERTY(Pooling, PoolingProp)
-    .Describe("2-D max / avg / sum pooling over NCHW data (oneDNN), optionally global.")
+    .Describe(
+        "2-D max / avg / sum / lp pooling over NCHW data (oneDNN; lp a loop), optionally global.")
     .AddParams<PoolingParam>();
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Convolution and Deconvolution: forward against naive float64 loops, backward against
 // finite differences (every OpReqType through OpChecker) over stride / pad / dilate /
-// groups / no_bias / adj, and shape-inference and parameter errors.
+// groups / no_bias / adj / target_shape, and shape-inference and parameter errors.
 #include <string>
 #include <vector>
 
@@ -29,6 +29,7 @@ struct ConvCase {
   int64_t n, c, h, w, filters, kh, kw;
   int64_t stride = 1, pad = 0, dilate = 1, groups = 1, adj = 0;
   bool no_bias = false;
+  int64_t pad_w = -1;  // the width's pad where it differs from `pad` (deconvolution reference)
 };
 
 KwArgs Kwargs(const ConvCase& k, bool deconv) {
@@ -71,6 +72,7 @@ Values ConvReference(const std::vector<Values>& in, const ConvCase& k, int64_t o
 // Scatters every input element through the (in, out/group, kh, kw) weight.
 Values DeconvReference(const std::vector<Values>& in, const ConvCase& k, int64_t oh, int64_t ow) {
   const int64_t cg = k.c / k.groups, fg = k.filters / k.groups;
+  const int64_t pad_w = k.pad_w < 0 ? k.pad : k.pad_w;
   Values out(k.n * k.filters * oh * ow, 0.0);
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t ic = 0; ic < k.c; ++ic)
@@ -81,7 +83,7 @@ Values DeconvReference(const std::vector<Values>& in, const ConvCase& k, int64_t
             for (int64_t i = 0; i < k.kh; ++i)
               for (int64_t j = 0; j < k.kw; ++j) {
                 const int64_t oy = y * k.stride - k.pad + i * k.dilate;
-                const int64_t ox = x * k.stride - k.pad + j * k.dilate;
+                const int64_t ox = x * k.stride - pad_w + j * k.dilate;
                 if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
                 out[((n * k.filters + o) * oh + oy) * ow + ox] +=
                     in[0][((n * k.c + ic) * k.h + y) * k.w + x] *
@@ -128,6 +130,67 @@ void CheckDeconv(const ConvCase& k) {
         return std::vector<Values>{DeconvReference(in, k, oh, ow)};
       },
       kForwardTol);
+  (*checker)->CheckBackward(kGradTol, 1e-2);
+}
+
+// Replaces (or adds) kwargs[key].
+void SetKwarg(KwArgs* kwargs, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : *kwargs) {
+    if (k == key) {
+      v = value;
+      return;
+    }
+  }
+  kwargs->push_back({key, value});
+}
+
+// Deconvolution with target_shape (th, tw): the pad and adj MXNet's InferPad derives, per
+// dimension, from the excess of the full output over the target (pad = ceil(excess / 2),
+// adj = excess % 2). The output is exactly the target; the forward equals the reference
+// with those pads and, where explicit parameters allow them (adj < stride), Deconvolution
+// with them as explicit pad / adj; gradients by finite differences. `k.pad` is passed too,
+// to show that target_shape overrides it.
+void CheckDeconvTarget(const ConvCase& k, int64_t th, int64_t tw) {
+  SCOPED_TRACE(absl::StrCat("deconv target (", th, ",", tw, ") in=", k.h, "x", k.w, " k=", k.kh,
+                            "x", k.kw, " s=", k.stride, " d=", k.dilate, " g=", k.groups));
+  const int64_t excess_h = (k.h - 1) * k.stride + k.dilate * (k.kh - 1) + 1 - th;
+  const int64_t excess_w = (k.w - 1) * k.stride + k.dilate * (k.kw - 1) + 1 - tw;
+  ASSERT_GE(excess_h, 0);
+  ASSERT_GE(excess_w, 0);
+  ConvCase derived = k;
+  derived.pad = (excess_h + 1) / 2;
+  derived.pad_w = (excess_w + 1) / 2;
+  const int64_t adj_h = excess_h % 2, adj_w = excess_w % 2;
+  KwArgs kw = Kwargs(k, true);
+  SetKwarg(&kw, "target_shape", absl::StrCat("(", th, ",", tw, ")"));
+  const Shape data{k.n, k.c, k.h, k.w};
+  auto checker = OpChecker::Create("Deconvolution", kw, {data});
+  ASSERT_THAT(checker, IsOk());
+  ASSERT_EQ((*checker)->out_shapes()[0], (Shape{k.n, k.filters, th, tw}));
+  (*checker)->CheckForward(
+      [&](const std::vector<Values>& in, const std::vector<Shape>&) {
+        return std::vector<Values>{DeconvReference(in, derived, th, tw)};
+      },
+      kForwardTol);
+
+  if (adj_h < k.stride && adj_w < k.stride) {
+    KwArgs explicit_kw = Kwargs(k, true);
+    SetKwarg(&explicit_kw, "pad", absl::StrCat("(", derived.pad, ",", derived.pad_w, ")"));
+    SetKwarg(&explicit_kw, "adj", absl::StrCat("(", adj_h, ",", adj_w, ")"));
+    auto explicit_op = OpChecker::Create("Deconvolution", explicit_kw, {data});
+    ASSERT_THAT(explicit_op, IsOk());
+    ASSERT_EQ((*explicit_op)->out_shapes()[0], (Shape{k.n, k.filters, th, tw}));
+    for (int i = 0; i < static_cast<int>((*checker)->in_shapes().size()); ++i) {
+      (*explicit_op)->SetInput(i, (*checker)->input(i));
+    }
+    auto explicit_out = (*explicit_op)->Forward();
+    ASSERT_THAT(explicit_out, IsOk());
+    auto target_out = (*checker)->Forward();
+    ASSERT_THAT(target_out, IsOk());
+    // The same primitive on the same descriptors: the same bits.
+    EXPECT_EQ(*target_out, *explicit_out);
+  }
+
   (*checker)->CheckBackward(kGradTol, 1e-2);
 }
 
@@ -200,6 +263,101 @@ TEST(DeconvolutionTest, GroupsDilation) {
                .dilate = 2,
                .groups = 2,
                .no_bias = true});
+}
+
+// The usual 2x upsampling: excess 2, pad (1, 1), adj (0, 0); the given pad is ignored.
+TEST(DeconvolutionTest, TargetShapeUpsample) {
+  CheckDeconvTarget(
+      {.n = 1, .c = 2, .h = 5, .w = 5, .filters = 3, .kh = 4, .kw = 4, .stride = 2, .pad = 3}, 10,
+      10);
+}
+
+// Excess 3 and 0: pad (2, 0), adj (1, 0), no bias.
+TEST(DeconvolutionTest, TargetShapeOddExcessPerDimension) {
+  CheckDeconvTarget({.n = 2,
+                     .c = 3,
+                     .h = 4,
+                     .w = 3,
+                     .filters = 2,
+                     .kh = 3,
+                     .kw = 3,
+                     .stride = 2,
+                     .no_bias = true},
+                    6, 7);
+}
+
+// Stride 1 with an odd excess (adj 1, which MXNet's adj < stride check would refuse; the
+// crop is well defined), dilation and groups.
+TEST(DeconvolutionTest, TargetShapeStride1DilationGroups) {
+  CheckDeconvTarget(
+      {.n = 1, .c = 4, .h = 3, .w = 4, .filters = 2, .kh = 3, .kw = 2, .dilate = 2, .groups = 2}, 6,
+      5);
+}
+
+// Output shape == target for many geometries, through shape inference alone.
+TEST(DeconvolutionTest, TargetShapeInference) {
+  struct Case {
+    int64_t in, kernel, stride, dilate, target;
+  };
+  for (const Case& c : std::vector<Case>{{1, 1, 1, 1, 1},
+                                         {1, 3, 2, 1, 2},
+                                         {7, 3, 2, 1, 13},
+                                         {7, 3, 2, 1, 14},
+                                         {7, 3, 2, 1, 15},
+                                         {8, 4, 2, 1, 16},
+                                         {5, 3, 3, 2, 9},
+                                         {16, 2, 2, 1, 32},
+                                         {4, 5, 1, 1, 1}}) {
+    SCOPED_TRACE(absl::StrCat("in=", c.in, " k=", c.kernel, " s=", c.stride, " d=", c.dilate,
+                              " target=", c.target));
+    auto prop = OpRegistry::Global().Create(
+        "Deconvolution", {{"kernel", absl::StrCat("(", c.kernel, ",", c.kernel, ")")},
+                          {"stride", absl::StrCat("(", c.stride, ",", c.stride, ")")},
+                          {"dilate", absl::StrCat("(", c.dilate, ",", c.dilate, ")")},
+                          {"num_filter", "2"},
+                          {"target_shape", absl::StrCat("(", c.target, ",", c.target + 1, ")")}});
+    ASSERT_THAT(prop, IsOk());
+    std::vector<Shape> in{Shape{1, 3, c.in, c.in + 1}, Shape{}}, out(1), aux;
+    ASSERT_THAT((*prop)->InferShape(&in, &out, &aux), IsOk());
+    EXPECT_EQ(out[0], (Shape{1, 2, c.target, c.target + 1}));
+  }
+}
+
+TEST(DeconvolutionTest, TargetShapeErrors) {
+  auto prop = OpRegistry::Global().Create(
+      "Deconvolution",
+      {{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"num_filter", "2"}, {"target_shape", "(8,10)"}});
+  ASSERT_THAT(prop, IsOk());
+  // (4-1)*2 + 3 = 9 rows reach 8, but (4-1)*2 + 3 = 9 columns do not reach 10.
+  std::vector<Shape> in{Shape{1, 3, 4, 4}, Shape{}}, out(1), aux;
+  EXPECT_THAT((*prop)->InferShape(&in, &out, &aux),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("Deconvolution"), HasSubstr("target_shape (8,10)"),
+                             HasSubstr("(1,3,4,4)"))));
+  // A non-square input reaches it.
+  std::vector<Shape> in2{Shape{1, 3, 4, 5}, Shape{}}, out2(1);
+  ASSERT_THAT((*prop)->InferShape(&in2, &out2, &aux), IsOk());
+  EXPECT_EQ(out2[0], (Shape{1, 2, 8, 10}));
+
+  const KwArgs base = {{"kernel", "(3,3)"}, {"num_filter", "2"}};
+  auto with = [&](const std::string& key, const std::string& value) {
+    KwArgs kw = base;
+    kw.push_back({key, value});
+    return OpRegistry::Global().Create("Deconvolution", kw);
+  };
+  EXPECT_THAT(with("target_shape", "(4,4,4)"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("target_shape")));
+  EXPECT_THAT(with("target_shape", "(0,4)"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("Deconvolution"), HasSubstr("target_shape"))));
+  EXPECT_THAT(with("target_shape", "(-1,4)"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("target_shape")));
+  // All zero is MXNet's "unset": pad and adj apply.
+  auto unset = with("target_shape", "(0,0)");
+  ASSERT_THAT(unset, IsOk());
+  std::vector<Shape> in3{Shape{1, 3, 4, 4}, Shape{}}, out3(1);
+  ASSERT_THAT((*unset)->InferShape(&in3, &out3, &aux), IsOk());
+  EXPECT_EQ(out3[0], (Shape{1, 2, 6, 6}));
 }
 
 TEST(ConvolutionTest, ChannelsNotDivisibleByGroups) {

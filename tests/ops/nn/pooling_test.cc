@@ -1,8 +1,10 @@
-// Pooling: max / avg (with and without padding in the divisor) / sum, 'valid' and 'full'
-// conventions and global pooling against a naive float64 reference with MXNet's window
-// rules; backward against finite differences; inference and parameter errors.
+// Pooling: max / avg (with and without padding in the divisor) / sum / lp, 'valid' and
+// 'full' conventions and global pooling against a naive float64 reference with MXNet's
+// window rules; backward against finite differences; inference and parameter errors.
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -34,6 +36,9 @@ struct PoolCase {
   bool full = false;
   bool global = false;
   bool include_pad = true;
+  int p = 0;              // lp's p_value
+  bool positive = false;  // inputs > 0 (lp with odd p: no kink of the root at a zero sum)
+  bool check_grad = true;
 };
 
 // MXNet's pooling: windows start at y*s - p; avg divides by the window clipped to the
@@ -48,17 +53,20 @@ Values Reference(const Values& x, const PoolCase& p, int64_t oh, int64_t ow) {
         const int64_t hs = y * s - pad, ws = xx * s - pad;
         const int64_t he = std::min(hs + k, p.h + pad), we = std::min(ws + kw, p.w + pad);
         const int64_t padded_area = (he - hs) * (we - ws);
-        double max = -std::numeric_limits<double>::infinity(), sum = 0;
+        double max = -std::numeric_limits<double>::infinity(), sum = 0, sum_p = 0;
         int64_t count = 0;
         for (int64_t i = std::max<int64_t>(hs, 0); i < std::min(he, p.h); ++i)
           for (int64_t j = std::max<int64_t>(ws, 0); j < std::min(we, p.w); ++j) {
             const double v = x[(nc * p.h + i) * p.w + j];
             max = std::max(max, v);
             sum += v;
+            sum_p += std::pow(v, p.p);
             ++count;
           }
         double r = max;
         if (p.type == "sum") r = sum;
+        // MXNet's lp: the (real) p-th root of the sum of powers.
+        if (p.type == "lp") r = std::copysign(std::pow(std::abs(sum_p), 1.0 / p.p), sum_p);
         if (p.type == "avg") r = sum / static_cast<double>(p.include_pad ? padded_area : count);
         out[(nc * oh + y) * ow + xx] = r;
       }
@@ -67,10 +75,12 @@ Values Reference(const Values& x, const PoolCase& p, int64_t oh, int64_t ow) {
 
 void Check(const PoolCase& p) {
   SCOPED_TRACE(absl::StrCat(p.type, " k=", p.k, " s=", p.stride, " p=", p.pad, " full=", p.full,
-                            " global=", p.global, " include_pad=", p.include_pad));
+                            " global=", p.global, " include_pad=", p.include_pad,
+                            " p_value=", p.p));
   KwArgs kw = {{"pool_type", p.type},
                {"pooling_convention", p.full ? "full" : "valid"},
                {"count_include_pad", p.include_pad ? "true" : "false"}};
+  if (p.type == "lp") kw.push_back({"p_value", absl::StrCat(p.p)});
   if (p.global) {
     kw.push_back({"global_pool", "true"});
   } else {
@@ -93,14 +103,16 @@ void Check(const PoolCase& p) {
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), (*checker)->rng());
   Values x(size);
-  for (int64_t i = 0; i < size; ++i) x[i] = (i % 2 ? -1 : 1) * (0.1 + 3e-3 * order[i]);
+  for (int64_t i = 0; i < size; ++i) {
+    x[i] = (i % 2 && !p.positive ? -1 : 1) * (0.1 + 3e-3 * order[i]);
+  }
   (*checker)->SetInput(0, x);
   (*checker)->CheckForward(
       [&](const std::vector<Values>& in, const std::vector<Shape>&) {
         return std::vector<Values>{Reference(in[0], p, oh, ow)};
       },
       kForwardTol);
-  (*checker)->CheckBackward(kGradTol, 1e-3);
+  if (p.check_grad) (*checker)->CheckBackward(kGradTol, 1e-3);
 }
 
 TEST(PoolingTest, MaxValid) { Check({}); }
@@ -119,6 +131,27 @@ TEST(PoolingTest, SumFull) {
 TEST(PoolingTest, GlobalMax) { Check({.global = true}); }
 TEST(PoolingTest, GlobalAvg) { Check({.type = "avg", .global = true}); }
 
+// lp: p = 1 sums (signs kept), 2 and 3 are MXNet's sqrt / cbrt, larger p the generic root.
+TEST(PoolingTest, LpP1) { Check({.type = "lp", .pad = 1, .p = 1}); }
+TEST(PoolingTest, LpP2PadFull) {
+  Check({.type = "lp", .h = 8, .w = 7, .pad = 1, .full = true, .p = 2});
+}
+TEST(PoolingTest, LpP3Overlapping) {
+  Check({.type = "lp", .k = 2, .stride = 1, .p = 3, .positive = true});
+}
+// A negative sum of cubes has a negative cube root (forward only: the root has a kink at 0).
+TEST(PoolingTest, LpP3NegativeSums) {
+  Check({.type = "lp", .k = 2, .stride = 1, .p = 3, .check_grad = false});
+}
+TEST(PoolingTest, LpP4Global) { Check({.type = "lp", .global = true, .p = 4}); }
+TEST(PoolingTest, LpP5Full) {
+  Check({.type = "lp", .h = 6, .w = 6, .full = true, .p = 5, .positive = true});
+}
+// 'full' with stride > kernel leaves the last windows past the input: empty sums, y = 0.
+TEST(PoolingTest, LpEmptyWindows) {
+  Check({.type = "lp", .h = 5, .w = 5, .k = 1, .stride = 3, .full = true, .p = 2});
+}
+
 TEST(PoolingTest, KernelLargerThanInputNamesShapes) {
   auto prop = OpRegistry::Global().Create("Pooling", {{"kernel", "(5,5)"}});
   ASSERT_THAT(prop, IsOk());
@@ -136,13 +169,53 @@ TEST(PoolingTest, KernelLargerThanInputNamesShapes) {
 TEST(PoolingTest, BadParameters) {
   EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"pool_type", "max"}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kernel")));
-  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}}),
+  EXPECT_THAT(
+      OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("Pooling"), HasSubstr("pool_type 'lp'"), HasSubstr("p_value"))));
+  for (const char* unset : {"None", "0"}) {
+    EXPECT_THAT(OpRegistry::Global().Create(
+                    "Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}, {"p_value", unset}}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("p_value")));
+  }
+  EXPECT_THAT(OpRegistry::Global().Create(
+                  "Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}, {"p_value", "-1"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("p_value")));
+  EXPECT_THAT(OpRegistry::Global().Create(
+                  "Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}, {"p_value", "2"}}),
+              IsOk());
+  // MXNet ignores p_value, set or "None", for the other pool types.
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"p_value", "None"}}),
+              IsOk());
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"layout", "NHWC"}}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("pool_type"), HasSubstr("'lp'"))));
+                       AllOf(HasSubstr("Pooling"), HasSubstr("layout 'NHWC'"), HasSubstr("NCHW"))));
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"layout", "NCW"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layout 'NCW'")));
+  EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"layout", "nchw"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layout")));
+  for (const char* layout : {"None", "NCHW"}) {
+    EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"layout", layout}}),
+                IsOk());
+  }
   EXPECT_THAT(
       OpRegistry::Global().Create("Pooling", {{"kernel", "(2,2)"}, {"pooling_convention", "same"}}),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pooling_convention")));
   EXPECT_THAT(OpRegistry::Global().Create("Pooling", {{"global_pool", "true"}}), IsOk());
+}
+
+// Saved graphs write every parameter, defaults included (p_value 0, layout 'None'):
+// they must load back to the same parameters.
+TEST(PoolingTest, ParamsRoundTrip) {
+  for (const KwArgs& kw : {KwArgs{{"kernel", "(2,2)"}},
+                           KwArgs{{"kernel", "(3,3)"}, {"pool_type", "lp"}, {"p_value", "3"}}}) {
+    auto prop = OpRegistry::Global().Create("Pooling", kw);
+    ASSERT_THAT(prop, IsOk());
+    const std::map<std::string, std::string> params = (*prop)->GetParams();
+    auto again = OpRegistry::Global().Create("Pooling", KwArgs(params.begin(), params.end()));
+    ASSERT_THAT(again, IsOk());
+    EXPECT_EQ((*again)->GetParams(), params);
+  }
 }
 
 }  // namespace
