@@ -22,6 +22,7 @@
 #include "core/status_macros.h"
 #include "examples/models.h"
 #include "io/create_data_iter.h"
+#include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
 #include "train/initializer.h"
 #include "train/metric.h"
@@ -569,7 +570,11 @@ class Parser {
     if (e.value.IsScalar()) {
       name = e.value.Scalar();
     } else {
-      ASSIGN_OR_RETURN(Entries opt, Map(e.value, e.key, "optimizer", {"name", "params"}));
+      ASSIGN_OR_RETURN(Entries opt,
+                       Map(e.value, e.key, "optimizer", {"name", "params", "lr_scheduler"}));
+      if (auto it = opt.find("lr_scheduler"); it != opt.end()) {
+        RETURN_IF_ERROR(ParseLrScheduler(it->second, spec));
+      }
       if (auto it = opt.find("name"); it != opt.end()) {
         ASSIGN_OR_RETURN(name, String(it->second, "optimizer.name"));
         name_entry.emplace(it->second);
@@ -606,6 +611,37 @@ class Parser {
     }
     spec->set_optimizer(name);
     for (const auto& [key, value] : kwargs) (*spec->mutable_optimizer_params())[key] = value;
+    return absl::OkStatus();
+  }
+
+  // optimizer.lr_scheduler: a name ("cosine") or {name, params}; checked by creating it.
+  absl::Status ParseLrScheduler(const Entry& e, JobSpec* spec) const {
+    constexpr const char* kPath = "optimizer.lr_scheduler";
+    std::string name;
+    std::vector<std::pair<std::string, std::string>> args;
+    if (e.value.IsScalar()) {
+      name = e.value.Scalar();
+    } else {
+      ASSIGN_OR_RETURN(Entries sched, Map(e.value, e.key, kPath, {"name", "params"}));
+      auto it = sched.find("name");
+      if (it == sched.end()) return Error(e, kPath, "needs a name (factor, multifactor, cosine)");
+      ASSIGN_OR_RETURN(name, String(it->second, Join(kPath, "name")));
+      if (auto p = sched.find("params"); p != sched.end()) {
+        ASSIGN_OR_RETURN(Entries params, Map(p->second.value, p->second.key, Join(kPath, "params"), {}));
+        for (auto& [key, entry] : params) {
+          if (!entry.value.IsScalar()) {
+            return Error(entry, Join(Join(kPath, "params"), key),
+                         absl::StrCat("expected a value, got ", Describe(entry.value)));
+          }
+          args.emplace_back(key, entry.value.Scalar());
+        }
+      }
+    }
+    if (auto made = kvstore::CreateLRScheduler(name, args); !made.ok()) {
+      return Error(e, kPath, made.status().message());
+    }
+    spec->set_lr_scheduler(name);
+    for (const auto& [key, value] : args) (*spec->mutable_lr_scheduler_params())[key] = value;
     return absl::OkStatus();
   }
 

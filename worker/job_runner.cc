@@ -13,6 +13,7 @@
 #include "graph/symbol_json.h"
 #include "io/create_data_iter.h"
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/lr_scheduler.h"
 #include "train/initializer.h"
 #include "train/module.h"
 
@@ -181,6 +182,14 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   if (!spec.optimizer_params().empty()) {
     fit.optimizer_params.assign(spec.optimizer_params().begin(), spec.optimizer_params().end());
     std::sort(fit.optimizer_params.begin(), fit.optimizer_params.end());  // a map has no order
+  }
+  if (!spec.lr_scheduler().empty()) {
+    std::vector<std::pair<std::string, std::string>> args(spec.lr_scheduler_params().begin(),
+                                                          spec.lr_scheduler_params().end());
+    std::sort(args.begin(), args.end());  // a map has no order
+    fit.lr_scheduler = [name = spec.lr_scheduler(), args] {
+      return kvstore::CreateLRScheduler(name, args);
+    };
   }
   fit.initializer = *initializer;
   fit.seed = spec.seed();

@@ -81,7 +81,10 @@ TEST(JobFileTest, LeNetExampleParses) {
   EXPECT_EQ(s.batch_size(), 64);
   EXPECT_EQ(s.num_epochs(), 5);
   EXPECT_THAT(s.optimizer_params(),
-              UnorderedElementsAre(Pair("learning_rate", "0.05"), Pair("momentum", "0.9")));
+              UnorderedElementsAre(Pair("learning_rate", "0.1"), Pair("momentum", "0.9"),
+                                   Pair("wd", "0.0001")));
+  EXPECT_EQ(s.lr_scheduler(), "cosine");
+  EXPECT_THAT(s.lr_scheduler_params(), UnorderedElementsAre(Pair("max_update", "310")));
   EXPECT_EQ(s.kvstore(), "dist_sync");
   EXPECT_EQ(job->num_workers, 2);
   EXPECT_EQ(job->num_servers, 1);
@@ -133,7 +136,10 @@ data:
   shuffle: false
 batch_size: 8
 epochs: 3
-optimizer: {name: adam, params: {learning_rate: 1e-3, beta1: .8, wd: 0}}
+optimizer:
+  name: adam
+  params: {learning_rate: 1e-3, beta1: .8, wd: 0}
+  lr_scheduler: {name: cosine, params: {max_update: 300, final_lr: 1e-5}}
 initializer: uniform
 eval_metric: [acc, ce, top_k_accuracy_3]
 kvstore: dist_async
@@ -154,6 +160,9 @@ run_dir: /tmp/out
   // Numbers stay as the YAML text wrote them.
   EXPECT_THAT(s.optimizer_params(), UnorderedElementsAre(Pair("learning_rate", "1e-3"),
                                                          Pair("beta1", ".8"), Pair("wd", "0")));
+  EXPECT_EQ(s.lr_scheduler(), "cosine");
+  EXPECT_THAT(s.lr_scheduler_params(),
+              UnorderedElementsAre(Pair("max_update", "300"), Pair("final_lr", "1e-5")));
   EXPECT_EQ(s.initializer(), "uniform");
   EXPECT_EQ(s.eval_metric(), "acc,ce,top_k_accuracy_3");
   EXPECT_EQ(s.kvstore(), "dist_async");
@@ -347,6 +356,14 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"OptimizerTypo", With("optimizer: {name: sgd, parms: {momentum: 0.9}}"),
                   "optimizer.parms: unknown key"},
         ErrorCase{"ClusterTypo", With("cluster: {worker: 2}"), "cluster.worker: unknown key"},
+        ErrorCase{"SchedulerUnknown", With("optimizer: {name: sgd, lr_scheduler: linear}"),
+                  "optimizer.lr_scheduler: unknown lr scheduler"},
+        ErrorCase{"SchedulerBadArgument",
+                  With("optimizer: {lr_scheduler: {name: cosine, params: {max_update: -3}}}"),
+                  "optimizer.lr_scheduler: CosineScheduler: max_update must be >= 1"},
+        ErrorCase{"SchedulerWithoutName",
+                  With("optimizer: {lr_scheduler: {params: {max_update: 3}}}"),
+                  "optimizer.lr_scheduler: needs a name"},
         ErrorCase{"NetworkTypo", Replace("network", "network: {modle: lenet}"),
                   "network.modle: unknown key"},
         ErrorCase{"Duplicate", With("epochs: 3"), "job.yaml:5: epochs: given twice"},

@@ -157,6 +157,26 @@ class WorkerTest : public ::testing::Test {
 };
 std::string* WorkerTest::dir_ = nullptr;
 
+// A cosine schedule that reaches 0 at the first update: the weights never move, so the
+// job ends no better than its initialization (the same job at a fixed rate: > 90%).
+TEST_F(WorkerTest, TheJobsLearningRateScheduleDrivesTheOptimizer) {
+  JobSpec spec = MlpJob();
+  spec.set_lr_scheduler("cosine");
+  (*spec.mutable_lr_scheduler_params())["max_update"] = "1";
+  auto frozen = RunJob(rt(), spec, [](const JobEvent&) {});
+  ASSERT_THAT(frozen, IsOk());
+  EXPECT_LT(frozen->eval.at("accuracy"), 0.5);
+
+  (*spec.mutable_lr_scheduler_params())["max_update"] = "40";  // of 48 updates
+  auto decayed = RunJob(rt(), spec, [](const JobEvent&) {});
+  ASSERT_THAT(decayed, IsOk());
+  EXPECT_GT(decayed->eval.at("accuracy"), 0.9);
+
+  spec.set_lr_scheduler("warp");
+  EXPECT_THAT(RunJob(rt(), spec, [](const JobEvent&) {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("warp")));
+}
+
 TEST_F(WorkerTest, AJobTrainsAndReportsStartedBatchesEpochsAndFinished) {
   std::vector<JobEvent> events;
   auto result = RunJob(rt(), MlpJob(), [&](const JobEvent& e) { events.push_back(e); });
