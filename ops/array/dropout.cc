@@ -6,6 +6,10 @@
 // 1 / (1 - p); 1 when nothing was dropped), so backward is out_grad * mask whatever mode
 // produced it. Random bits come from the device's Philox generator (the kRandom resource),
 // which makes a run reproducible from the runtime's seed.
+//
+// `axes` (MXNet's variational dropout): one keep decision is shared along those axes, i.e.
+// drawn for the data shape with them set to 1 and broadcast, so e.g. axes=(1,) on (N, T, C)
+// drops the same channels at every time step.
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +33,8 @@ enum class DropoutMode { kTraining, kAlways };
 struct DropoutParam {
   double p = 0.5;  // double so float64 runs scale by exactly 1 / (1 - p)
   DropoutMode mode = DropoutMode::kTraining;
+  std::vector<int> axes;   // shared-mask axes; empty: every element drawn on its own
+  bool cudnn_off = false;  // MXNet backend selection; unused
 
   static const ParamSchema<DropoutParam>& Schema() {
     static const auto* schema = [] {
@@ -37,6 +43,10 @@ struct DropoutParam {
       s->Field("mode", &DropoutParam::mode)
           .Enum({{"training", DropoutMode::kTraining}, {"always", DropoutMode::kAlways}})
           .Describe("drop only while training, or at inference too");
+      s->Field("axes", &DropoutParam::axes)
+          .Describe("axes along which one keep decision is shared (variational dropout)");
+      s->Field("cudnn_off", &DropoutParam::cudnn_off)
+          .Describe("accepted for MXNet compatibility; ignored");
       return s;
     }();
     return *schema;
@@ -91,9 +101,7 @@ class DropoutOp : public Operator {
     // half-precision storage of the mask does not perturb the forward result.
     const double p = param_.p;
     const A scale = static_cast<A>(1.0 / (1.0 - p));
-    std::vector<uint8_t> keep(n);
-    engine::PhiloxRandom* rng = ctx.requested.at(0).get_random();
-    for (int64_t i = 0; i < n; ++i) keep[i] = rng->NextUniform() >= p;
+    std::vector<uint8_t> keep = DrawKeep(in_data[0].shape, p, ctx.requested.at(0).get_random());
     MapWithReq(y, n, req[0],
                [&](int64_t i) { return keep[i] ? static_cast<A>(x[i]) * scale : A(0); });
     if (write_mask) {
@@ -109,6 +117,42 @@ class DropoutOp : public Operator {
     const T* mask = mask_blob.data<T>();
     MapWithReq(in_grad.data<T>(), in_grad.Size(), req,
                [&](int64_t i) { return static_cast<A>(og[i]) * static_cast<A>(mask[i]); });
+  }
+
+  // One keep flag per element of `shape`, drawn once per element of the shape with `axes`
+  // set to 1 and broadcast along them (InferShape checked the axes).
+  std::vector<uint8_t> DrawKeep(const Shape& shape, double p, engine::PhiloxRandom* rng) const {
+    const int64_t n = shape.Size();
+    std::vector<uint8_t> keep(n);
+    if (param_.axes.empty()) {
+      for (int64_t i = 0; i < n; ++i) keep[i] = rng->NextUniform() >= p;
+      return keep;
+    }
+    const int nd = shape.ndim();
+    std::vector<bool> shared(nd, false);
+    for (int a : param_.axes) shared[a < 0 ? a + nd : a] = true;
+    // Row-major strides of the drawn (reduced) shape, 0 along the shared axes.
+    std::vector<int64_t> stride(nd, 0);
+    int64_t drawn = 1;
+    for (int d = nd - 1; d >= 0; --d) {
+      if (shared[d]) continue;
+      stride[d] = drawn;
+      drawn *= shape[d];
+    }
+    std::vector<uint8_t> draws(drawn);
+    for (int64_t j = 0; j < drawn; ++j) draws[j] = rng->NextUniform() >= p;
+    std::vector<int64_t> index(nd, 0);
+    int64_t at = 0;  // index into draws for the element at `index`
+    for (int64_t i = 0; i < n; ++i) {
+      keep[i] = draws[at];
+      for (int d = nd - 1; d >= 0; --d) {  // advance the multi-index, last axis fastest
+        at += stride[d];
+        if (++index[d] < shape[d]) break;
+        at -= stride[d] * shape[d];
+        index[d] = 0;
+      }
+    }
+    return keep;
   }
 
   DropoutParam param_;
@@ -135,7 +179,15 @@ class DropoutProp : public PropertyWithParam<DropoutProp, DropoutParam> {
     for (int o = 0; o < 2; ++o) {
       RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, 0, (*out_shape)[o], in_shape));
     }
-    if (!(*in_shape)[0].is_known()) return false;
+    const Shape& data = (*in_shape)[0];
+    if (!data.is_known()) return false;
+    for (int a : param_.axes) {
+      if (a < -data.ndim() || a >= data.ndim()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Dropout: axis ", a, " of parameter 'axes' is out of range for argument 'data' ",
+            data.ToString()));
+      }
+    }
     for (int o = 0; o < 2; ++o) {
       RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, o, (*in_shape)[0], out_shape));
     }

@@ -53,6 +53,29 @@ void AddConvChannelFields(ParamSchema<P>* s) {
   s->Field("cudnn_off", &P::cudnn_off).Describe("accepted for MXNet compatibility; ignored");
 }
 
+// MXNet's `layout` parameter (P::layout, a string), with MXNet's names. Only NCHW data is
+// supported: CheckNchwLayout refuses the others by name at Init, so a model that needs
+// NHWC fails when it is built, not with wrong numbers.
+template <typename P>
+void AddLayoutField(ParamSchema<P>* s) {
+  s->Field("layout", &P::layout)
+      .Enum({{"None", "None"},
+             {"NCW", "NCW"},
+             {"NCHW", "NCHW"},
+             {"NCDHW", "NCDHW"},
+             {"NWC", "NWC"},
+             {"NHWC", "NHWC"},
+             {"NDHWC", "NDHWC"}})
+      .Describe("data layout (MXNet's names); only 'None' and 'NCHW' are supported");
+}
+
+inline absl::Status CheckNchwLayout(const std::string& op, const std::string& layout) {
+  if (layout == "None" || layout == "NCHW") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": layout '", layout,
+                                                 "' is not supported; data must be NCHW "
+                                                 "(layout 'None' or 'NCHW')"));
+}
+
 // A (h, w) tuple parameter: empty means `fallback` for both; anything but 2 values is an
 // error naming the operator and parameter.
 inline absl::StatusOr<std::array<int64_t, 2>> Pair2D(const Shape& value, int64_t fallback,

@@ -26,11 +26,13 @@ struct ConvolutionParam {
   // MXNet backend selection, kept so MXNet files load and round-trip; unused.
   std::string cudnn_tune = "None";
   bool cudnn_off = false;
+  std::string layout = "None";  // MXNet's; only NCHW data is supported (Init checks)
   static const ParamSchema<ConvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<ConvolutionParam>("Convolution");
       AddConvWindowFields(s, "zero padding (h, w); default (0, 0)");
       AddConvChannelFields(s);
+      AddLayoutField(s);
       return s;
     }();
     return *schema;
@@ -46,6 +48,7 @@ class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionPara
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
+    RETURN_IF_ERROR(CheckNchwLayout("Convolution", param_.layout));
     return GetGeometry().status();
   }
 

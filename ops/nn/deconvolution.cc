@@ -32,6 +32,7 @@ struct DeconvolutionParam {
   // MXNet backend selection, kept so MXNet files load and round-trip; unused.
   std::string cudnn_tune = "None";
   bool cudnn_off = false;
+  std::string layout = "None";  // MXNet's; only NCHW data is supported (Init checks)
   static const ParamSchema<DeconvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<DeconvolutionParam>("Deconvolution");
@@ -45,6 +46,7 @@ struct DeconvolutionParam {
           .Lower(0)
           .Describe("output (h, w); when set, pad and adj are ignored and computed from it");
       AddConvChannelFields(s);
+      AddLayoutField(s);
       return s;
     }();
     return *schema;
@@ -98,6 +100,7 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
+    RETURN_IF_ERROR(CheckNchwLayout("Deconvolution", param_.layout));
     return GetGeometry().status();
   }
 

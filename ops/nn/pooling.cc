@@ -64,15 +64,7 @@ struct PoolingParam {
           .Describe("lp: the power p (>= 1), y = (sum x^p)^(1/p); 0 or 'None': unset");
       s->Field("cudnn_off", &PoolingParam::cudnn_off)
           .Describe("accepted for MXNet compatibility; ignored");
-      s->Field("layout", &PoolingParam::layout)
-          .Enum({{"None", "None"},
-                 {"NCW", "NCW"},
-                 {"NCHW", "NCHW"},
-                 {"NCDHW", "NCDHW"},
-                 {"NWC", "NWC"},
-                 {"NHWC", "NHWC"},
-                 {"NDHWC", "NDHWC"}})
-          .Describe("data layout (MXNet's names); only 'None' and 'NCHW' are supported");
+      AddLayoutField(s);
       return s;
     }();
     return *schema;
@@ -402,11 +394,7 @@ class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
           absl::StrCat("Pooling: parameter 'kernel' must be (h, w) unless global_pool, got ",
                        param_.kernel.ToString()));
     }
-    if (param_.layout != "None" && param_.layout != "NCHW") {
-      return absl::InvalidArgumentError(absl::StrCat("Pooling: layout '", param_.layout,
-                                                     "' is not supported; data must be NCHW "
-                                                     "(layout 'None' or 'NCHW')"));
-    }
+    RETURN_IF_ERROR(CheckNchwLayout("Pooling", param_.layout));
     if (param_.pool_type == PoolType::kLp && param_.p_value < 1) {
       return absl::InvalidArgumentError(
           "Pooling: pool_type 'lp' needs p_value (1, 2, 3 or any integer >= 1), but it is "

@@ -14,6 +14,7 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::vector<Values> Identity(const std::vector<Values>& in, const std::vector<Shape>&) {
@@ -120,6 +121,51 @@ TEST(DropoutTest, ShapesAndDependencies) {
   EXPECT_EQ((*prop)->ForwardResource({{3, 4}}).size(), 1u);
 }
 
+// axes=(1,) on (N, T, C): each (n, c) is kept or dropped at every t alike.
+TEST(DropoutTest, AxesShareOneDecisionAlongThem) {
+  for (const char* axes : {"(1,)", "(-2,)"}) {
+    auto c = MakeChecker("Dropout", {{"p", "0.5"}, {"axes", axes}}, {{40, 6, 50}},
+                         DType::kFloat64);
+    ASSERT_NE(c, nullptr);
+    auto out = c->Forward(/*is_train=*/true);
+    ASSERT_THAT(out, IsOk());
+    const Values& x = c->input(0);
+    const Values& y = out->at(0);
+    int64_t dropped = 0;
+    for (int64_t n = 0; n < 40; ++n) {
+      for (int64_t ch = 0; ch < 50; ++ch) {
+        const bool kept = y[(n * 6) * 50 + ch] != 0;
+        dropped += !kept;
+        for (int64_t t = 0; t < 6; ++t) {
+          const int64_t i = (n * 6 + t) * 50 + ch;
+          EXPECT_EQ(y[i], kept ? x[i] * 2 : 0.0) << "n " << n << " t " << t << " c " << ch;
+        }
+      }
+    }
+    // 2000 independent decisions: the standard deviation of the fraction is ~0.011.
+    EXPECT_NEAR(dropped / 2000.0, 0.5, 0.05);
+    // Backward applies its forward's (shared) mask: 2 or 0 per (n, c), alike along t.
+    auto grads = c->Backward({Values(x.size(), 1.0)});
+    ASSERT_THAT(grads, IsOk());
+    for (int64_t n = 0; n < 40; ++n) {
+      for (int64_t ch = 0; ch < 50; ++ch) {
+        const double g = (*grads)[0][(n * 6) * 50 + ch];
+        EXPECT_TRUE(g == 0 || g == 2) << g;
+        for (int64_t t = 1; t < 6; ++t) EXPECT_EQ((*grads)[0][(n * 6 + t) * 50 + ch], g);
+      }
+    }
+  }
+  // Two shared axes: one decision per (n,) row of (N, T, C) with axes (1, 2).
+  auto c = MakeChecker("Dropout", {{"p", "0.5"}, {"axes", "(1,2)"}}, {{30, 3, 4}}, DType::kFloat64);
+  ASSERT_NE(c, nullptr);
+  auto out = c->Forward(/*is_train=*/true);
+  ASSERT_THAT(out, IsOk());
+  for (int64_t n = 0; n < 30; ++n) {
+    const bool kept = out->at(0)[n * 12] != 0;
+    for (int64_t k = 0; k < 12; ++k) EXPECT_EQ(out->at(0)[n * 12 + k] != 0, kept) << n;
+  }
+}
+
 TEST(DropoutTest, BadParameters) {
   EXPECT_THAT(OpRegistry::Global().Create("Dropout", {{"p", "1"}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'p'")));
@@ -127,6 +173,12 @@ TEST(DropoutTest, BadParameters) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'p'")));
   EXPECT_THAT(OpRegistry::Global().Create("Dropout", {{"mode", "sometimes"}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mode")));
+  auto prop = OpRegistry::Global().Create("Dropout", {{"axes", "(3,)"}, {"cudnn_off", "True"}});
+  ASSERT_THAT(prop, IsOk());
+  std::vector<Shape> in{Shape{2, 3, 4}}, out(2), aux;
+  EXPECT_THAT((*prop)->InferShape(&in, &out, &aux),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("axes"), HasSubstr("(2,3,4)"))));
 }
 
 }  // namespace

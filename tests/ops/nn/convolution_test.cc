@@ -415,6 +415,23 @@ TEST(ConvolutionTest, BadParameters) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("adj")));
 }
 
+// MXNet's layout parameter, as Gluon writes it into symbol files: NCHW (or None) loads,
+// another layout is refused by name rather than computed wrongly.
+TEST(ConvolutionTest, LayoutIsNchwOnly) {
+  for (const char* op : {"Convolution", "Deconvolution"}) {
+    for (const char* layout : {"NCHW", "None"}) {
+      EXPECT_THAT(OpRegistry::Global().Create(
+                      op, {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"layout", layout}}),
+                  IsOk())
+          << op << " " << layout;
+    }
+    EXPECT_THAT(OpRegistry::Global().Create(
+                    op, {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"layout", "NHWC"}}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(op), HasSubstr("layout 'NHWC'"))));
+  }
+}
+
 TEST(DeconvolutionTest, InfersMxnetWeightLayout) {
   auto prop = OpRegistry::Global().Create("Deconvolution", {{"kernel", "(4,4)"},
                                                             {"num_filter", "6"},
