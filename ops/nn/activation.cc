@@ -1,7 +1,9 @@
-// Activation (MXNet): relu, sigmoid, tanh and softrelu (log(1 + e^x)) element-wise.
-// CPU kernel: oneDNN eltwise. Backward reads only out_grad and the output, as MXNet
-// declares: relu / sigmoid / tanh use oneDNN's *_use_dst_for_bwd algorithms; softrelu has
-// none in oneDNN 2.6, so its gradient sigmoid(x) = 1 - exp(-y) is a loop over the output.
+// Activation (MXNet): relu, sigmoid, tanh, softrelu (log(1 + e^x)) and softsign
+// (x / (1 + |x|)) element-wise. CPU kernel: oneDNN eltwise. Backward reads only out_grad and
+// the output, as MXNet declares: relu / sigmoid / tanh use oneDNN's *_use_dst_for_bwd
+// algorithms; softrelu has none in oneDNN 2.6, so its gradient sigmoid(x) = 1 - exp(-y) is a
+// loop over the output. oneDNN 2.6 has no softsign at all: both directions are loops, the
+// gradient 1 / (1 + |x|)^2 = (1 - |y|)^2.
 // Forward may run in place (data -> output) and backward in place (out_grad -> in_grad).
 #include <cmath>
 #include <map>
@@ -17,7 +19,7 @@
 namespace tessera::ops::nn {
 namespace {
 
-enum class ActType { kRelu, kSigmoid, kTanh, kSoftRelu };
+enum class ActType { kRelu, kSigmoid, kTanh, kSoftRelu, kSoftSign };
 
 struct ActivationParam {
   ActType act_type = ActType::kRelu;
@@ -29,7 +31,8 @@ struct ActivationParam {
           .Enum({{"relu", ActType::kRelu},
                  {"sigmoid", ActType::kSigmoid},
                  {"tanh", ActType::kTanh},
-                 {"softrelu", ActType::kSoftRelu}})
+                 {"softrelu", ActType::kSoftRelu},
+                 {"softsign", ActType::kSoftSign}})
           .Describe("the activation function");
       return s;
     }();
@@ -46,6 +49,7 @@ dnnl::algorithm ForwardAlgorithm(ActType t) {
     case ActType::kTanh:
       return dnnl::algorithm::eltwise_tanh;
     case ActType::kSoftRelu:
+    case ActType::kSoftSign:  // a loop: never asked for
       break;
   }
   return dnnl::algorithm::eltwise_soft_relu;
@@ -60,6 +64,7 @@ dnnl::algorithm BackwardAlgorithm(ActType t) {
     case ActType::kTanh:
       return dnnl::algorithm::eltwise_tanh_use_dst_for_bwd;
     case ActType::kSoftRelu:
+    case ActType::kSoftSign:
       break;
   }
   return dnnl::algorithm::undef;  // no oneDNN kernel: a loop
@@ -74,6 +79,14 @@ class ActivationOp : public DnnlOperator {
                            const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
                            const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    if (param_.act_type == ActType::kSoftSign) {
+      const float* x = static_cast<const float*>(in[0].dptr);
+      float* y = static_cast<float*>(out[0].dptr);
+      for (int64_t i = 0, n = in[0].Size(); i < n; ++i) {
+        Assign(y + i, req[0], x[i] / (1 + std::abs(x[i])));  // x[i] is read first: in place is fine
+      }
+      return absl::OkStatus();
+    }
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[0].Size(), &e));
     return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0]);
@@ -90,6 +103,16 @@ class ActivationOp : public DnnlOperator {
       const float* y = static_cast<const float*>(out_data[0].dptr);
       float* ig = static_cast<float*>(in_grad[0].dptr);
       for (int64_t i = 0; i < n; ++i) Assign(ig + i, req[0], og[i] * -std::expm1(-y[i]));
+      return absl::OkStatus();
+    }
+    if (param_.act_type == ActType::kSoftSign) {
+      const float* og = static_cast<const float*>(out_grad[0].dptr);
+      const float* y = static_cast<const float*>(out_data[0].dptr);
+      float* ig = static_cast<float*>(in_grad[0].dptr);
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = 1 - std::abs(y[i]);
+        Assign(ig + i, req[0], og[i] * d * d);
+      }
       return absl::OkStatus();
     }
     Entry* e;
@@ -176,7 +199,7 @@ class ActivationProp : public DnnlProperty<ActivationProp, ActivationParam, Acti
 };
 
 TESSERA_REGISTER_OP_PROPERTY(Activation, ActivationProp)
-    .Describe("Element-wise activation: relu, sigmoid, tanh or softrelu (oneDNN eltwise).")
+    .Describe("Element-wise activation: relu, sigmoid, tanh, softrelu or softsign (oneDNN eltwise).")
     .AddParams<ActivationParam>();
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Activation: relu / sigmoid / tanh / softrelu against float64 formulas, backward against
+// Activation: relu / sigmoid / tanh / softrelu / softsign against float64 formulas, backward against
 // finite differences, in place both ways (the harness checks the options the property
 // offers), and parameter errors.
 #include <cmath>
@@ -53,6 +53,11 @@ TEST(ActivationTest, Tanh) {
 TEST(ActivationTest, SoftRelu) {
   Check(
       "softrelu", [](double x) { return std::log1p(std::exp(x)); }, Shape{5, 3});
+}
+
+TEST(ActivationTest, SoftSign) {
+  Check(
+      "softsign", [](double x) { return x / (1 + std::abs(x)); }, Shape{4, 6});
 }
 
 TEST(ActivationTest, InPlaceOptionsAsMxnet) {
