@@ -5,6 +5,11 @@
 //
 // Every index is checked before anything is written: an index outside [0, input_dim) is an
 // INVALID_ARGUMENT naming the index, its position and the range, never a wild read.
+//
+// MXNet's `dtype` (the weight's and output's type) is honoured when given; the indices must
+// then be stored in that type too (one float type per call). Unset ("None"), the type follows
+// the arrays. `sparse_grad` is accepted: the weight gradient is stored dense, with the values
+// MXNet's row_sparse gradient holds.
 #include <cmath>
 #include <map>
 #include <memory>
@@ -24,6 +29,8 @@ namespace {
 struct EmbeddingParam {
   int64_t input_dim = 0;
   int64_t output_dim = 0;
+  std::string dtype = "None";
+  bool sparse_grad = false;
 
   static const ParamSchema<EmbeddingParam>& Schema() {
     static const auto* schema = [] {
@@ -36,6 +43,15 @@ struct EmbeddingParam {
           .Required()
           .Lower(1)
           .Describe("length of each embedding vector");
+      s->Field("dtype", &EmbeddingParam::dtype)
+          .Enum({{"None", "None"},
+                 {"float16", "float16"},
+                 {"bfloat16", "bfloat16"},
+                 {"float32", "float32"},
+                 {"float64", "float64"}})
+          .Describe("type of the weight and the output; 'None': that of the arrays");
+      s->Field("sparse_grad", &EmbeddingParam::sparse_grad)
+          .Describe("accepted for MXNet compatibility; the weight gradient is stored dense");
       return s;
     }();
     return *schema;
@@ -142,6 +158,16 @@ class EmbeddingProp : public PropertyWithParam<EmbeddingProp, EmbeddingParam> {
 
   absl::StatusOr<bool> InferType(std::vector<DType>* in_type, std::vector<DType>* out_type,
                                  std::vector<DType>* aux_type) const override {
+    if (param_.dtype != "None") {
+      ASSIGN_OR_RETURN(const DType dtype, ParseDType(param_.dtype));
+      DType& weight = (*in_type)[1];
+      if (weight != DType::kUnknown && weight != dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("Embedding: argument 'weight' is ",
+                                                       DTypeName(weight), " but dtype is ",
+                                                       param_.dtype));
+      }
+      weight = dtype;
+    }
     return array_internal::InferFloatType(*this, in_type, out_type, aux_type);
   }
 

@@ -89,5 +89,37 @@ TEST(EmbeddingTest, ShapeInferenceAndErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input_dim")));
 }
 
+// MXNet's dtype (as Gluon writes it) fixes the weight's and output's type; sparse_grad loads.
+TEST(EmbeddingTest, DtypeFixesTheWeightType) {
+  auto prop = OpRegistry::Global().Create(
+      "Embedding",
+      {{"input_dim", "5"}, {"output_dim", "4"}, {"dtype", "float64"}, {"sparse_grad", "False"}});
+  ASSERT_THAT(prop, IsOk());
+  std::vector<DType> in = {DType::kUnknown, DType::kUnknown}, out(1, DType::kUnknown), aux;
+  ASSERT_THAT((*prop)->InferType(&in, &out, &aux), IsOk());
+  EXPECT_EQ(in[1], DType::kFloat64);
+  EXPECT_EQ(out[0], DType::kFloat64);
+  EXPECT_EQ(in[0], DType::kFloat64);  // the indices share the weight's type
+
+  std::vector<DType> mismatch = {DType::kUnknown, DType::kFloat32}, out1(1, DType::kUnknown);
+  EXPECT_THAT((*prop)->InferType(&mismatch, &out1, &aux),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("Embedding"), HasSubstr("float32"), HasSubstr("float64"))));
+  std::vector<DType> data32 = {DType::kFloat32, DType::kUnknown}, out2(1, DType::kUnknown);
+  EXPECT_THAT((*prop)->InferType(&data32, &out2, &aux),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("float32")));
+
+  // Unset (as MXNet writes it), the type follows the arrays.
+  auto unset = OpRegistry::Global().Create(
+      "Embedding", {{"input_dim", "5"}, {"output_dim", "4"}, {"dtype", "None"}});
+  ASSERT_THAT(unset, IsOk());
+  std::vector<DType> f32 = {DType::kFloat32, DType::kUnknown}, out3(1, DType::kUnknown);
+  ASSERT_THAT((*unset)->InferType(&f32, &out3, &aux), IsOk());
+  EXPECT_EQ(f32[1], DType::kFloat32);
+  EXPECT_THAT(OpRegistry::Global().Create(
+                  "Embedding", {{"input_dim", "5"}, {"output_dim", "4"}, {"dtype", "int7"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype")));
+}
+
 }  // namespace
 }  // namespace tessera::ops::testing
