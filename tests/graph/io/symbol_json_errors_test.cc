@@ -101,7 +101,7 @@ TEST(SymbolJsonErrorsTest, MeaningfulMxnetParametersWeLackAreRefused) {
       "Convolution", R"J({"kernel": "(3, 3)", "num_filter": "4", "layout": "NHWC"})J", kInputs);
   EXPECT_THAT(SymbolFromJson(Graph(conv)),
               StatusIs(kInvalid, AllOf(HasSubstr("node #3 'fc1' (Convolution)"),
-                                       HasSubstr("unknown parameter 'layout'"))));
+                                       HasSubstr("layout 'NHWC' is not supported"))));
   const std::string tuned = Node3("Convolution", R"J({"kernel": "(3, 3)", "num_filter": "4",
       "workspace": "512", "cudnn_tune": "fastest", "cudnn_off": "True"})J",
                                   kInputs);

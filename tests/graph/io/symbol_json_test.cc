@@ -161,6 +161,32 @@ TEST(SymbolJsonTest, TestFilesRoundTrip) {
   }
 }
 
+// Parameters as Gluon 1.6 writes them when it exports: optional ones left unset as "None",
+// layout, Dropout axes and cudnn_off, Embedding dtype and sparse_grad, BatchNorm axis, the
+// newer act_types and softmax temperature. A CNN and a text classifier, one head each.
+TEST(SymbolJsonTest, LoadsGluonExportedParameters) {
+  const Symbol nets = Load("gluon_nets-symbol.json");
+  EXPECT_THAT(nets.ListOutputs(), ElementsAre("softmax0_output", "log_softmax0_output"));
+  const auto params = [&](const std::string& node) { return FindNode(nets, node)->op->GetParams(); };
+  EXPECT_EQ(params("conv0_fwd").at("layout"), "NCHW");
+  EXPECT_EQ(params("pool0_fwd").at("p_value"), "0");  // None: unset
+  EXPECT_EQ(params("dropout1_fwd").at("axes"), "(1,)");
+  EXPECT_EQ(params("embedding0_fwd").at("dtype"), "float32");
+  EXPECT_EQ(params("softmax0").at("temperature"), "1");
+  EXPECT_EQ(params("log_softmax0").at("temperature"), "2");
+  EXPECT_EQ(params("gelu0_fwd").at("act_type"), "gelu");
+
+  absl::StatusOr<InferResult<Shape>> shapes =
+      nets.InferShape({{"data", Shape{2, 1, 8, 8}}, {"tokens", Shape{2, 5}}});
+  ASSERT_THAT(shapes, IsOk());
+  EXPECT_TRUE(shapes->complete);
+  EXPECT_EQ(shapes->outputs, (std::vector<Shape>{{2, 3}, {2, 3}}));
+  const auto args = Named(nets.ListArguments(), shapes->arguments);
+  EXPECT_EQ(args.at("dense0_weight"), (Shape{3, 64}));  // 4 channels x 4 x 4 after pooling
+  EXPECT_EQ(args.at("dense1_weight"), (Shape{3, 40}));  // 5 tokens x 8
+  ExpectJsonRoundTrip(nets);
+}
+
 TEST(SymbolJsonTest, ComposedSymbolRoundTrips) {
   absl::StatusOr<Symbol> symbol = MakeComposedSymbol();
   ASSERT_THAT(symbol, IsOk());
