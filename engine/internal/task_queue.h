@@ -1,7 +1,8 @@
 // TaskQueue: the ready queue of one worker pool, ordered by priority then push order.
 //
-// Shared part: one FIFO per distinct priority, kept sorted highest first, under a SpinLock;
-// push and pop are O(1) for the usual handful of priorities. (A binary heap was O(log n)
+// Shared part: one FIFO per distinct priority (a RingQueue: no allocation per push or pop),
+// kept sorted highest first, under a SpinLock; push and pop are O(1) for the usual handful
+// of priorities. (A binary heap was O(log n)
 // with a cache miss per level once a fast pusher had queued a million functions.)
 //
 // Run-ahead buffers: when the shared queue holds a backlog, a worker takes a batch of up to
@@ -37,12 +38,12 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "engine/internal/ring_queue.h"
 #include "engine/internal/spin_lock.h"
 
 namespace tessera::engine::internal {
@@ -127,7 +128,7 @@ class TaskQueue {
  private:
   struct Bucket {
     int priority;
-    std::deque<T*> items;
+    RingQueue<T*> items;
   };
 
   // One worker's run-ahead batch, items [head, tail) of one priority in push order. The
@@ -277,7 +278,7 @@ class TaskQueue {
     }
   }
 
-  std::deque<T*>& BucketFor(int priority) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heap_lock_) {
+  RingQueue<T*>& BucketFor(int priority) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heap_lock_) {
     auto it = std::lower_bound(buckets_.begin(), buckets_.end(), priority,
                                [](const Bucket& b, int p) { return b.priority > p; });
     if (it == buckets_.end() || it->priority != priority) {
