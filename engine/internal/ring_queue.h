@@ -31,9 +31,15 @@ class RingQueue {
   // Requires !empty().
   T& front() { return slots_[head_ & (slots_.size() - 1)]; }
   void pop_front() {
-    ++head_;
-    // A drained ring that a burst made large gives its memory back; small ones are kept.
-    if (head_ == tail_ && slots_.size() > kKeptSlots) *this = RingQueue();
+    if (++head_ != tail_) return;
+    // Drained. A ring that a burst made large gives its memory back; a small one starts
+    // over at slot 0, so a queue that holds one item at a time (a dependency chain) keeps
+    // using the same, cached, slot instead of walking through the whole ring.
+    if (slots_.size() > kKeptSlots) {
+      *this = RingQueue();
+    } else {
+      head_ = tail_ = 0;
+    }
   }
 
  private:

@@ -44,6 +44,13 @@ TEST(RingQueueTest, KeepsSmallStorageAndReleasesALargeDrainedOne) {
   const size_t small = ring.capacity();
   for (int i = 0; i < 100; ++i) ring.pop_front();
   EXPECT_EQ(ring.capacity(), small);  // reused by the next burst
+  // One item at a time (a dependency chain): the ring never grows.
+  for (int i = 0; i < 10 * static_cast<int>(small); ++i) {
+    ring.push_back(i);
+    ASSERT_EQ(ring.front(), i);
+    ring.pop_front();
+  }
+  EXPECT_EQ(ring.capacity(), small);
   for (int i = 0; i < 100000; ++i) ring.push_back(i);
   EXPECT_GE(ring.capacity(), 100000u);
   for (int i = 0; i < 100000; ++i) {
