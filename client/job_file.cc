@@ -562,6 +562,22 @@ class Parser {
         absl::StrCat("expected a value or a list such as [3, 28, 28], got ", Describe(e.value)));
   }
 
+  // A map of free-form keys to scalars (an optimizer's or a scheduler's arguments), by key;
+  // a non-scalar value is an error naming its path and saying it expected `expected`.
+  absl::StatusOr<std::vector<std::pair<std::string, Entry>>> ScalarParams(
+      const Entry& e, const std::string& path, const char* expected) const {
+    ASSIGN_OR_RETURN(Entries map, Map(e.value, e.key, path, {}));
+    std::vector<std::pair<std::string, Entry>> params;
+    for (auto& [key, entry] : map) {
+      if (!entry.value.IsScalar()) {
+        return Error(entry, Join(path, key),
+                     absl::StrCat("expected ", expected, ", got ", Describe(entry.value)));
+      }
+      params.emplace_back(key, entry);
+    }
+    return params;
+  }
+
   absl::Status ParseOptimizer(const Entry& e, JobSpec* spec) const {
     std::string name = "sgd";
     // Constructed, never assigned: assigning a YAML::Node overwrites the node it refers to.
@@ -581,15 +597,7 @@ class Parser {
       }
       if (auto it = opt.find("params"); it != opt.end()) {
         // Any key: the optimizer itself says which it knows (checked below).
-        ASSIGN_OR_RETURN(Entries p, Map(it->second.value, it->second.key, "optimizer.params", {}));
-        for (auto& [key, entry] : p) {
-          const std::string path = Join("optimizer.params", key);
-          if (!entry.value.IsScalar()) {
-            return Error(entry, path,
-                         absl::StrCat("expected a number, got ", Describe(entry.value)));
-          }
-          params.emplace_back(key, entry);
-        }
+        ASSIGN_OR_RETURN(params, ScalarParams(it->second, "optimizer.params", "a number"));
       }
     }
     // The optimizer's own checks (names, types, ranges), before any cluster starts.
@@ -627,14 +635,8 @@ class Parser {
       if (it == sched.end()) return Error(e, kPath, "needs a name (factor, multifactor, cosine)");
       ASSIGN_OR_RETURN(name, String(it->second, Join(kPath, "name")));
       if (auto p = sched.find("params"); p != sched.end()) {
-        ASSIGN_OR_RETURN(Entries params, Map(p->second.value, p->second.key, Join(kPath, "params"), {}));
-        for (auto& [key, entry] : params) {
-          if (!entry.value.IsScalar()) {
-            return Error(entry, Join(Join(kPath, "params"), key),
-                         absl::StrCat("expected a value, got ", Describe(entry.value)));
-          }
-          args.emplace_back(key, entry.value.Scalar());
-        }
+        ASSIGN_OR_RETURN(auto params, ScalarParams(p->second, Join(kPath, "params"), "a value"));
+        for (const auto& [key, entry] : params) args.emplace_back(key, entry.value.Scalar());
       }
     }
     if (auto made = kvstore::CreateLRScheduler(name, args); !made.ok()) {

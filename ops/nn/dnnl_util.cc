@@ -126,12 +126,20 @@ void AddScratchpad(const CallBuffers& buffers, int slot, const dnnl::memory::des
 absl::Status DnnlOperator::RunSrcToDst(const OpContext& ctx, const dnnl::primitive& prim,
                                        const dnnl::memory::desc& scratchpad,
                                        const dnnl::memory::desc& md, const TBlob& in,
-                                       const TBlob& out, OpReqType req) {
+                                       const TBlob& out, OpReqType req, float src_scale) {
   CallBuffers buf;
   const int dst = buf.Output(out, req);
+  const int scaled = src_scale != 1 ? buf.Scratch(in.Size() * sizeof(float)) : -1;
   const int sp = buf.Scratch(scratchpad.get_size());
   RETURN_IF_ERROR(buf.Allocate(ctx));
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, BlobMemory(in, md, engine())},
+  dnnl::memory src = BlobMemory(in, md, engine());
+  if (scaled >= 0) {
+    const float* x = static_cast<const float*>(in.dptr);
+    float* xs = buf.fptr(scaled);
+    for (int64_t i = 0, n = in.Size(); i < n; ++i) xs[i] = x[i] * src_scale;
+    src = buf.Memory(scaled, md, engine());
+  }
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
                                                 {DNNL_ARG_DST, buf.Memory(dst, md, engine())}};
   AddScratchpad(buf, sp, scratchpad, engine(), &args);
   DNNL_RETURN_IF_ERROR(prim.execute(stream(), args));
@@ -144,7 +152,7 @@ absl::Status DnnlOperator::RunDstBackward(const OpContext& ctx, const dnnl::prim
                                           const dnnl::memory::desc& scratchpad,
                                           const dnnl::memory::desc& md, const TBlob& out_data,
                                           const TBlob& out_grad, const TBlob& in_grad,
-                                          OpReqType req) {
+                                          OpReqType req, float diff_src_scale) {
   CallBuffers buf;
   const int dsrc = buf.Output(in_grad, req);
   const int sp = buf.Scratch(scratchpad.get_size());
@@ -156,6 +164,11 @@ absl::Status DnnlOperator::RunDstBackward(const OpContext& ctx, const dnnl::prim
   AddScratchpad(buf, sp, scratchpad, engine(), &args);
   DNNL_RETURN_IF_ERROR(prim.execute(stream(), args));
   DNNL_RETURN_IF_ERROR(stream().wait());
+  if (diff_src_scale != 1) {
+    // The slot holds only this call's gradient (kAddTo stages it), so scaling it is safe.
+    float* g = buf.fptr(dsrc);
+    for (int64_t i = 0, n = in_grad.Size(); i < n; ++i) g[i] *= diff_src_scale;
+  }
   buf.Finish();
   return absl::OkStatus();
 }

@@ -153,16 +153,20 @@ class DnnlOperator : public Operator {
   dnnl::stream& stream() { return env_.stream(); }
 
   // Runs a primitive mapping src to dst, both laid out as `md` (eltwise, softmax), writing
-  // `out` per `req`. `scratchpad` is the primitive descriptor's scratchpad_desc().
+  // `out` per `req`. `scratchpad` is the primitive descriptor's scratchpad_desc(). With
+  // `src_scale` != 1 the primitive reads src * src_scale, staged in temp space (softmax's
+  // temperature).
   absl::Status RunSrcToDst(const OpContext& ctx, const dnnl::primitive& prim,
                            const dnnl::memory::desc& scratchpad, const dnnl::memory::desc& md,
-                           const TBlob& in, const TBlob& out, OpReqType req);
+                           const TBlob& in, const TBlob& out, OpReqType req,
+                           float src_scale = 1);
   // Runs a backward primitive computing diff_src from (dst, diff_dst), all laid out as `md`
-  // (the "use dst" eltwise algorithms, softmax), writing `in_grad` per `req`.
+  // (the "use dst" eltwise algorithms, softmax), writing `in_grad` per `req`, multiplied by
+  // `diff_src_scale` (the chain rule through a src_scale).
   absl::Status RunDstBackward(const OpContext& ctx, const dnnl::primitive& prim,
                               const dnnl::memory::desc& scratchpad, const dnnl::memory::desc& md,
                               const TBlob& out_data, const TBlob& out_grad, const TBlob& in_grad,
-                              OpReqType req);
+                              OpReqType req, float diff_src_scale = 1);
 
  private:
   DnnlEnv env_;

@@ -3,13 +3,12 @@
 // and the primitives depend only on those three numbers. Backward reads out_grad and the
 // output, as MXNet declares; forward may run in place.
 //
-// `temperature` T (MXNet's, default 1) normalizes x / T: forward stages the scaled input in
-// temp space, backward scales the primitive's gradient by 1 / T.
+// `temperature` T (MXNet's, default 1) normalizes x / T: RunSrcToDst stages the scaled input
+// in temp space, RunDstBackward scales the gradient by 1 / T.
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,26 +48,8 @@ class SoftmaxOp : public DnnlOperator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     Entry* e;
     RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
-    if (temperature_ == 1) {
-      return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0]);
-    }
-    const int64_t n = in[0].Size();
-    CallBuffers buf;
-    const int dst = buf.Output(out[0], req[0]);
-    const int scaled = buf.Scratch(n * sizeof(float));
-    const int sp = buf.Scratch(e->fwd_pd.scratchpad_desc().get_size());
-    RETURN_IF_ERROR(buf.Allocate(ctx));
-    const float* x = in[0].data<float>();
-    float* xs = buf.fptr(scaled);
-    const float inv_t = static_cast<float>(1 / temperature_);
-    for (int64_t i = 0; i < n; ++i) xs[i] = x[i] * inv_t;
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, buf.Memory(scaled, e->md, engine())},
-                                                  {DNNL_ARG_DST, buf.Memory(dst, e->md, engine())}};
-    AddScratchpad(buf, sp, e->fwd_pd.scratchpad_desc(), engine(), &args);
-    DNNL_RETURN_IF_ERROR(e->fwd.execute(stream(), args));
-    DNNL_RETURN_IF_ERROR(stream().wait());
-    buf.Finish();
-    return absl::OkStatus();
+    return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0],
+                       InverseTemperature());
   }
 
   absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
@@ -79,30 +60,14 @@ class SoftmaxOp : public DnnlOperator {
     Entry* e;
     RETURN_IF_ERROR(GetEntry(out_data[0].shape, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
-    if (temperature_ == 1) {
-      return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0],
-                            out_grad[0], in_grad[0], req[0]);
-    }
-    CallBuffers buf;
-    const int dsrc = buf.Output(in_grad[0], req[0]);
-    const int sp = buf.Scratch(e->bwd_pd.scratchpad_desc().get_size());
-    RETURN_IF_ERROR(buf.Allocate(ctx));
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_DST, BlobMemory(out_data[0], e->md, engine())},
-        {DNNL_ARG_DIFF_DST, BlobMemory(out_grad[0], e->md, engine())},
-        {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, e->md, engine())}};
-    AddScratchpad(buf, sp, e->bwd_pd.scratchpad_desc(), engine(), &args);
-    DNNL_RETURN_IF_ERROR(e->bwd.execute(stream(), args));
-    DNNL_RETURN_IF_ERROR(stream().wait());
-    // The slot holds only this call's gradient (kAddTo stages it), so scaling it is safe.
-    float* g = buf.fptr(dsrc);
-    const float inv_t = static_cast<float>(1 / temperature_);
-    for (int64_t i = 0, n = in_grad[0].Size(); i < n; ++i) g[i] *= inv_t;
-    buf.Finish();
-    return absl::OkStatus();
+    return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0],
+                          out_grad[0], in_grad[0], req[0], InverseTemperature());
   }
 
  private:
+  // softmax(x / T): the input scale, and by the chain rule the gradient's.
+  float InverseTemperature() const { return static_cast<float>(1 / temperature_); }
+
   struct Entry {
     dnnl::memory::desc md;
     typename Fwd::primitive_desc fwd_pd;
