@@ -53,7 +53,10 @@ class Operator {
 
   // Computes `in_grad` (one per argument, written per `req`) from the tensors that
   // DeclareBackwardDependency asked for; the others may be empty blobs. `out_grad` has one
-  // entry per visible output.
+  // entry per visible output. As in MXNet's executor, Backward follows the training
+  // Forward (is_train) of the same Operator on the same in_data, and may use what that
+  // Forward kept (ConvOp keeps its reordered input): a caller that changes in_data between
+  // the two runs Forward again.
   virtual absl::Status Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad,
                                 const std::vector<TBlob>& in_data,
                                 const std::vector<TBlob>& out_data,

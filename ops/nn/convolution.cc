@@ -1,12 +1,13 @@
 // Convolution (MXNet, 2-D NCHW): data (N, C, H, W), weight (num_filter, C / num_group, kh,
 // kw), bias (num_filter). CPU kernel: oneDNN convolution forward / backward data / backward
-// weights through ConvOp (conv_util.h).
+// weights through ConvOp (conv_op.h), in the layouts of ConvLayoutPolicy::kAvoidChannelPadding.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "ops/nn/conv_op.h"
 #include "ops/nn/conv_util.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
@@ -131,7 +132,7 @@ class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionPara
     return std::unique_ptr<Operator>(
         new ConvOp<dnnl::convolution_forward, dnnl::convolution_backward_data,
                    dnnl::convolution_backward_weights>(dnnl::algorithm::convolution_direct,
-                                                       param_.no_bias, descs));
+                                                       param_.no_bias, ConvLayoutPolicy::kAvoidChannelPadding, descs));
   }
   std::string TypeString() const override { return "Convolution"; }
 

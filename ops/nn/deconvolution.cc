@@ -3,7 +3,7 @@
 // (N, num_filter, (H-1)*stride - 2*pad + dilate*(k-1) + 1 + adj, ...). With target_shape,
 // pad and adj are not the parameters but computed per data shape so that the output is
 // exactly target_shape (MXNet's DeconvolutionParam::InferPad). CPU kernel: oneDNN
-// deconvolution primitives through ConvOp (conv_util.h).
+// deconvolution primitives through ConvOp (conv_op.h).
 #include <array>
 #include <memory>
 #include <string>
@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "ops/nn/conv_op.h"
 #include "ops/nn/conv_util.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
@@ -187,7 +188,7 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
     return std::unique_ptr<Operator>(
         new ConvOp<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
                    dnnl::deconvolution_backward_weights>(dnnl::algorithm::deconvolution_direct,
-                                                         param_.no_bias, descs));
+                                                         param_.no_bias, ConvLayoutPolicy::kOneDnn, descs));
   }
   std::string TypeString() const override { return "Deconvolution"; }
 

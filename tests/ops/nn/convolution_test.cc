@@ -1,6 +1,9 @@
 // Convolution and Deconvolution: forward against naive float64 loops, backward against
 // finite differences (every OpReqType through OpChecker) over stride / pad / dilate /
 // groups / no_bias / adj / target_shape, and shape-inference and parameter errors.
+#include <cmath>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -8,6 +11,8 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ndarray/runtime.h"
+#include "ops/operator.h"
 #include "ops/registry.h"
 #include "tests/ops/op_check.h"
 
@@ -232,6 +237,148 @@ TEST(ConvolutionTest, Depthwise) {
              .stride = 2,
              .pad = 1,
              .groups = 3});
+}
+
+// The layouts ConvOp picks (ConvLayoutPolicy::kAvoidChannelPadding): at most 4 input
+// channels keep a plain source (the cases above); channels that oneDNN's blocks would pad
+// run in NHWC; multiples of the block run in oneDNN's blocked layout, where a training
+// Forward keeps its reordered input for Backward.
+TEST(ConvolutionTest, ChannelsThatBlocksWouldPadRunInNhwc) {
+  CheckConv({.n = 2, .c = 20, .h = 5, .w = 4, .filters = 6, .kh = 3, .kw = 3, .pad = 1});
+}
+
+TEST(ConvolutionTest, ChannelsInWholeBlocks) {
+  CheckConv(
+      {.n = 2, .c = 16, .h = 4, .w = 5, .filters = 16, .kh = 3, .kw = 2, .stride = 2, .pad = 1});
+}
+
+// Drives one Convolution operator directly, to check which input its weight gradient reads.
+class ConvolutionCalls {
+ public:
+  static constexpr int64_t kN = 2, kC = 16, kH = 5, kF = 16;
+
+  ConvolutionCalls() {
+    auto rt = OwnedRuntime::Create(1);
+    EXPECT_THAT(rt, IsOk());
+    runtime_ = std::move(*rt);
+    auto prop = OpRegistry::Global().Create(
+        "Convolution", {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"num_filter", "16"}});
+    EXPECT_THAT(prop, IsOk());
+    prop_ = std::move(*prop);
+    std::vector<Shape> in{data_shape_, Shape{}, Shape{}}, out(1), aux;
+    EXPECT_THAT(prop_->InferShape(&in, &out, &aux), IsOk());
+    in_shapes_ = in;
+    out_shape_ = out[0];
+    auto op = prop_->CreateOperator(Context::CPU());
+    EXPECT_THAT(op, IsOk());
+    op_ = std::move(*op);
+    std::mt19937_64 rng(7);
+    for (const Shape& s : in_shapes_) params_.push_back(Floats(s.Size(), rng));
+    out_grad_ = Floats(out_shape_.Size(), rng);
+  }
+
+  static std::vector<float> Floats(int64_t n, std::mt19937_64& rng) {
+    std::vector<float> v;
+    for (double x : testing::RandomValues(n, rng)) v.push_back(static_cast<float>(x));
+    return v;
+  }
+  std::vector<float> NewData(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    return Floats(data_shape_.Size(), rng);
+  }
+
+  void Forward(std::vector<float>& data, bool is_train) {
+    std::vector<float> out(out_shape_.Size());
+    ASSERT_THAT(op_->Forward(Ctx(is_train, prop_->ForwardResource(in_shapes_)), Inputs(data),
+                             {OpReqType::kWriteTo}, {Blob(out, out_shape_)}, {}),
+                IsOk());
+  }
+  // The weight gradient for `data` (which must be the last training Forward's input).
+  std::vector<float> WeightGradient(std::vector<float>& data) {
+    std::vector<float> gdata(data.size()), gw(params_[1].size()), gb(params_[2].size());
+    EXPECT_THAT(
+        op_->Backward(
+            Ctx(true, prop_->BackwardResource(in_shapes_)), {Blob(out_grad_, out_shape_)},
+            Inputs(data), {}, std::vector<OpReqType>(3, OpReqType::kWriteTo),
+            {Blob(gdata, in_shapes_[0]), Blob(gw, in_shapes_[1]), Blob(gb, in_shapes_[2])}, {}),
+        IsOk());
+    return gw;
+  }
+  // dW[o, c, i, j] = sum over n, y, x of out_grad[n, o, y, x] * data[n, c, y + i - 1, x + j - 1].
+  std::vector<double> ReferenceWeightGradient(const std::vector<float>& data) const {
+    std::vector<double> gw(kF * kC * 9, 0.0);
+    for (int64_t n = 0; n < kN; ++n)
+      for (int64_t o = 0; o < kF; ++o)
+        for (int64_t c = 0; c < kC; ++c)
+          for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 3; ++j)
+              for (int64_t y = 0; y < kH; ++y)
+                for (int64_t x = 0; x < kH; ++x) {
+                  const int64_t iy = y + i - 1, ix = x + j - 1;
+                  if (iy < 0 || iy >= kH || ix < 0 || ix >= kH) continue;
+                  gw[((o * kC + c) * 3 + i) * 3 + j] +=
+                      out_grad_[((n * kF + o) * kH + y) * kH + x] *
+                      data[((n * kC + c) * kH + iy) * kH + ix];
+                }
+    return gw;
+  }
+
+ private:
+  TBlob Blob(std::vector<float>& v, const Shape& s) { return TBlob(v.data(), s, DType::kFloat32); }
+  std::vector<TBlob> Inputs(std::vector<float>& data) {
+    return {Blob(data, in_shapes_[0]), Blob(params_[1], in_shapes_[1]),
+            Blob(params_[2], in_shapes_[2])};
+  }
+  OpContext Ctx(bool is_train, const std::vector<ResourceRequest>& requests) {
+    OpContext ctx;
+    ctx.is_train = is_train;
+    ctx.run_ctx.ctx = Context::CPU();
+    for (const ResourceRequest& r : requests) {
+      auto res = runtime_->get().resources->Request(Context::CPU(), r);
+      EXPECT_THAT(res, IsOk());
+      ctx.requested.push_back(*res);
+    }
+    return ctx;
+  }
+
+  const Shape data_shape_{kN, kC, kH, kH};
+  std::unique_ptr<OwnedRuntime> runtime_;
+  std::unique_ptr<OperatorProperty> prop_;
+  std::unique_ptr<Operator> op_;
+  std::vector<Shape> in_shapes_;
+  Shape out_shape_;
+  std::vector<std::vector<float>> params_;  // params_[0] unused: the data is per call
+  std::vector<float> out_grad_;
+};
+
+void ExpectClose(const std::vector<float>& actual, const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], 1e-4 * (1 + std::abs(expected[i]))) << "element " << i;
+  }
+}
+
+TEST(ConvolutionTest, WeightGradientReadsTheInputOfItsForward) {
+  ConvolutionCalls calls;
+  std::vector<float> a = calls.NewData(1), b = calls.NewData(2);
+  const std::vector<double> ref_a = calls.ReferenceWeightGradient(a);
+  const std::vector<double> ref_b = calls.ReferenceWeightGradient(b);
+
+  calls.Forward(a, true);
+  ExpectClose(calls.WeightGradient(a), ref_a);
+  calls.Forward(b, true);
+  ExpectClose(calls.WeightGradient(b), ref_b);
+  // A Backward on another buffer than the last training Forward's reads that buffer.
+  calls.Forward(b, true);
+  ExpectClose(calls.WeightGradient(a), ref_a);
+  // An inference Forward in between leaves nothing to reuse.
+  calls.Forward(a, true);
+  calls.Forward(b, false);
+  ExpectClose(calls.WeightGradient(a), ref_a);
+  // Without any Forward the Backward still works from its inputs.
+  ConvolutionCalls fresh;
+  std::vector<float> c = fresh.NewData(3);
+  ExpectClose(fresh.WeightGradient(c), fresh.ReferenceWeightGradient(c));
 }
 
 TEST(DeconvolutionTest, Basic) {
