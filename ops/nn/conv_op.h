@@ -253,6 +253,26 @@ class ConvOp : public DnnlOperator {
         UserScratchpadAttr(), engine());
   }
 
+  typename BwdData::primitive_desc BackwardDataDesc(const Entry& e) const {
+    const ConvDescs& d = e.d;
+    return typename BwdData::primitive_desc(
+        typename BwdData::desc(alg_, e.src_md, Any(d.weights), e.dst_md, d.strides, d.dilates,
+                               d.pad_l, d.pad_r),
+        UserScratchpadAttr(), engine(), e.fwd_pd);
+  }
+  typename BwdWeights::primitive_desc BackwardWeightsDesc(const Entry& e) const {
+    const ConvDescs& d = e.d;
+    return typename BwdWeights::primitive_desc(
+        typename BwdWeights::desc(alg_, e.src_md, Any(d.weights), d.bias, e.dst_md, d.strides,
+                                  d.dilates, d.pad_l, d.pad_r),
+        UserScratchpadAttr(), engine(), e.fwd_pd);
+  }
+  // oneDNN's reference kernels run any layout, hundreds of times slower than its jit ones.
+  template <typename PrimitiveDesc>
+  static bool IsReference(const PrimitiveDesc& pd) {
+    return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+  }
+
   // Creates e->fwd_pd in the layouts of policy_ and records them in e->src_md / dst_md.
   // Throws dnnl::error.
   void ChooseLayouts(Entry* e) const {
@@ -264,17 +284,24 @@ class ConvOp : public DnnlOperator {
     if (policy_ != ConvLayoutPolicy::kAvoidChannelPadding || d.weights.dims().size() != 4) return;
     if (!PadsChannels(e->fwd_pd.src_desc()) && !PadsChannels(e->fwd_pd.dst_desc())) return;
     const bool few_inputs = d.src.dims()[1] <= kFewInputChannels;
-    const dnnl::memory::desc src =
-        few_inputs ? d.src : WithTag(d.src, dnnl::memory::format_tag::nhwc);
-    const dnnl::memory::desc dst =
-        few_inputs ? Any(d.dst) : WithTag(d.dst, dnnl::memory::format_tag::nhwc);
+    Entry candidate;
+    candidate.d = d;
+    candidate.src_md = few_inputs ? d.src : WithTag(d.src, dnnl::memory::format_tag::nhwc);
+    candidate.dst_md = few_inputs ? Any(d.dst) : WithTag(d.dst, dnnl::memory::format_tag::nhwc);
     try {
-      e->fwd_pd = ForwardDesc(d, src, dst);
-      e->src_md = src;
-      e->dst_md = dst;
+      candidate.fwd_pd = ForwardDesc(d, candidate.src_md, candidate.dst_md);
+      // All three directions must have a real kernel in these layouts (the backward ones
+      // are built later, in EnsureBackward, from the same layouts).
+      if (IsReference(candidate.fwd_pd) || IsReference(BackwardDataDesc(candidate)) ||
+          IsReference(BackwardWeightsDesc(candidate))) {
+        return;
+      }
     } catch (const dnnl::error&) {
-      // No kernel for that layout here: oneDNN's own choice (already in e->fwd_pd) stands.
+      return;  // no kernel for these layouts here: oneDNN's own choice stands
     }
+    e->fwd_pd = candidate.fwd_pd;
+    e->src_md = candidate.src_md;
+    e->dst_md = candidate.dst_md;
   }
 
   absl::Status GetEntry(const Shape& data, Entry** out) {
@@ -300,10 +327,7 @@ class ConvOp : public DnnlOperator {
   absl::Status EnsureBackward(Entry* e) {
     if (e->has_backward) return absl::OkStatus();
     const ConvDescs& d = e->d;
-    DNNL_RETURN_IF_ERROR(e->bwd_data_pd = typename BwdData::primitive_desc(
-                             typename BwdData::desc(alg_, e->src_md, Any(d.weights), e->dst_md,
-                                                    d.strides, d.dilates, d.pad_l, d.pad_r),
-                             UserScratchpadAttr(), engine(), e->fwd_pd));
+    DNNL_RETURN_IF_ERROR(e->bwd_data_pd = BackwardDataDesc(*e));
     DNNL_RETURN_IF_ERROR(e->bwd_data = BwdData(e->bwd_data_pd));
     DNNL_RETURN_IF_ERROR(e->ddst_in_d =
                              MakeReorder(d.dst, e->bwd_data_pd.diff_dst_desc(), engine()));
@@ -311,11 +335,7 @@ class ConvOp : public DnnlOperator {
                              MakeReorder(d.weights, e->bwd_data_pd.weights_desc(), engine()));
     DNNL_RETURN_IF_ERROR(e->dsrc_out =
                              MakeReorder(e->bwd_data_pd.diff_src_desc(), d.src, engine()));
-    DNNL_RETURN_IF_ERROR(
-        e->bwd_weights_pd = typename BwdWeights::primitive_desc(
-            typename BwdWeights::desc(alg_, e->src_md, Any(d.weights), d.bias, e->dst_md, d.strides,
-                                      d.dilates, d.pad_l, d.pad_r),
-            UserScratchpadAttr(), engine(), e->fwd_pd));
+    DNNL_RETURN_IF_ERROR(e->bwd_weights_pd = BackwardWeightsDesc(*e));
     DNNL_RETURN_IF_ERROR(e->bwd_weights = BwdWeights(e->bwd_weights_pd));
     DNNL_RETURN_IF_ERROR(e->src_in_w = MakeReorder(d.src, e->bwd_weights_pd.src_desc(), engine()));
     DNNL_RETURN_IF_ERROR(e->ddst_in_w =
