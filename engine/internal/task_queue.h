@@ -76,6 +76,28 @@ class TaskQueue {
     if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeOne();
   }
 
+  // For worker `w`'s own thread, on its way back to Pop(w): `item` becomes its next item,
+  // bypassing the shared queue, when nothing else is ready (its buffer and the shared
+  // queue are empty, so no queued item of the same priority is overtaken). False, and
+  // nothing done, otherwise. This is how a dependency chain continues on the worker that
+  // ran its previous link, without the shared queue's lock and counters, which pushing
+  // threads write too. No peer is woken: the caller runs the item next.
+  bool PushIfIdle(int w, T* item, int priority) {
+    Buffer& self = *buffers_[w];
+    // Only the owner adds to its buffer, so an empty one stays empty until it does.
+    if (self.count.load(std::memory_order_relaxed) > 0 ||
+        size_.load(std::memory_order_relaxed) > 0) {
+      return false;
+    }
+    std::lock_guard<SpinLock> guard(self.lock);
+    self.items[0] = item;
+    self.priority = priority;
+    self.head = 0;
+    self.tail = 1;
+    self.count.store(1, std::memory_order_seq_cst);
+    return true;
+  }
+
   // The next item for worker `w`, waiting for one; nullptr once shut down and drained.
   T* Pop(int w) {
     Buffer& self = *buffers_[w];

@@ -26,6 +26,25 @@ using ReadyList = absl::InlinedVector<OprBlock*, 8>;
 constexpr int kMaxInlineDepth = 8;
 thread_local int inline_depth = 0;
 
+// The pool worker the calling thread is, while it runs its loop (not while it runs a
+// function's body: a completion from in there, e.g. an asynchronous function's callback,
+// must not park work on a worker that is busy for as long as that body takes).
+struct WorkerIdentity {
+  const void* queue = nullptr;
+  int index = 0;
+};
+thread_local WorkerIdentity this_worker;
+
+// Clears this_worker for a function's body.
+class BodyScope {
+ public:
+  BodyScope() : saved_(this_worker) { this_worker.queue = nullptr; }
+  ~BodyScope() { this_worker = saved_; }
+
+ private:
+  const WorkerIdentity saved_;
+};
+
 // Appends one use to `v`'s queue; true when it may start right away.
 bool Append(Var* v, VarNode* node) {
   node->next = nullptr;
@@ -128,6 +147,7 @@ void ThreadedEngine::WorkerLoop(Queue* queue, int index, Context ctx, bool owns_
       spdlog::error("engine: no stream for {}: {}", ctx.ToString(), stream_status.ToString());
     }
   }
+  this_worker = {queue, index};
   while (OprBlock* b = queue->Pop(index)) {
     if (!stream_status.ok()) {
       Complete(b, stream_status, nullptr);
@@ -158,6 +178,17 @@ void ThreadedEngine::Dispatch(OprBlock* b) {
   Queue* q = b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu() ? cpu_priority_queue_.get()
                                                                     : QueueFor(*b);
   q->Push(b, b->priority);
+}
+
+void ThreadedEngine::GrantOnCompletion(OprBlock* b) {
+  if (b->wait.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // A completing worker runs what its completion made ready itself when it has nothing
+  // else to do (a dependency chain stays on one core; TaskQueue::PushIfIdle).
+  if (this_worker.queue != nullptr && b->opr->prop != FnProperty::kAsync) {
+    Queue* q = QueueFor(*b);
+    if (q == this_worker.queue && q->PushIfIdle(this_worker.index, b, b->priority)) return;
+  }
+  Dispatch(b);
 }
 
 absl::StatusOr<OprBlock*> ThreadedEngine::NewOneShot(Context ctx,
@@ -274,10 +305,16 @@ void ThreadedEngine::Execute(OprBlock* b, void* stream) {
   FunctionScope scope;
   RunContext rctx{b->ctx, stream};
   if (opr.sync_fn) {
-    Complete(b, RunSync(opr.sync_fn, rctx), nullptr);
+    absl::Status status;
+    {
+      BodyScope body;
+      status = RunSync(opr.sync_fn, rctx);
+    }
+    Complete(b, std::move(status), nullptr);
     return;
   }
   try {
+    BodyScope body;
     opr.async_fn(rctx, CreateCallback(&ThreadedEngine::OnAsyncComplete, b));
   } catch (const std::exception& e) {
     // By contract an asynchronous function that throws has not called its callback.
@@ -316,7 +353,7 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
   }
   if (b->prebuilt) ReleaseOpr(b->opr);
   OprBlockPool::Delete(b);
-  for (OprBlock* r : ready) Grant(r);
+  for (OprBlock* r : ready) GrantOnCompletion(r);
   // seq_cst pairs with WaitForAll's increment of all_waiters_: one of the two sees the other.
   const int64_t completed = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (all_waiters_.load(std::memory_order_seq_cst) > 0 &&

@@ -8,8 +8,10 @@
 //   - GPU functions: the GPU's compute workers, each owning a CUDA stream;
 //   - kCopyToGPU / kCopyFromGPU on a GPU context: the GPU's copy workers and streams;
 //   - kAsync: run inline by the dispatching thread (it returns at once by contract).
-// Every queue orders by priority, then push order. GPU ordering is by CUDA events (see
-// gpu_sync.h), never by blocking the worker.
+// Every queue orders by priority, then push order. A worker whose completion made a
+// function of its own pool ready runs it next itself when nothing else is queued
+// (TaskQueue::PushIfIdle), so a dependency chain stays on one core. GPU ordering is by
+// CUDA events (see gpu_sync.h), never by blocking the worker.
 //
 // Pushes from many threads: a push naming at most one variable appends atomically under
 // that variable's lock; a push naming several takes `push_mu_` around its appends, so all
@@ -59,6 +61,8 @@ class ThreadedEngine final : public EngineBase {
     // acq_rel: the granting thread's writes (errors, GPU events) happen-before the run.
     if (b->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) Dispatch(b);
   }
+  // Grant() from Complete: may keep `b` on the completing worker (see the .cc).
+  void GrantOnCompletion(OprBlock* b);
   void Dispatch(OprBlock* b);
   Queue* QueueFor(const OprBlock& b);
   // Runs `b` on the calling thread; `stream` is the worker's CUDA stream (null on CPU).

@@ -456,6 +456,47 @@ TEST(ThreadedEngineTest, AMoreUrgentFunctionOvertakesABufferedBatch) {
   EXPECT_EQ(order[1], 100) << "the urgent function waited behind the buffered batch";
 }
 
+// A worker keeps a function its completion made ready only while it runs its loop: an
+// asynchronous function completed from inside another function's body must not park its
+// dependents on the busy worker while its peer sleeps.
+TEST(ThreadedEngineTest, ACallbackFromInsideABodyDoesNotParkWorkOnTheBusyWorker) {
+  EngineOptions o;
+  o.kind = EngineOptions::Kind::kThreaded;
+  o.cpu_workers = 2;
+  o.spin_us = 0;  // idle workers go to sleep at once
+  auto made = CreateEngine(o);
+  ASSERT_THAT(made, IsOk());
+  Engine& engine = **made;
+  VarHandle v = engine.NewVariable();
+  std::mutex mu;
+  CallbackOnComplete pending;
+  Gate started, dependent_ran, body_done;
+  std::atomic<bool> timed_out{false};
+  ASSERT_THAT(engine.PushAsync([&](RunContext, CallbackOnComplete done) {
+                std::lock_guard<std::mutex> g(mu);
+                pending = std::move(done);
+                started.Open();
+              }, Context::CPU(), {}, {v}), IsOk());
+  ASSERT_THAT(engine.PushSync([&](RunContext) { dependent_ran.Open(); return Ok(); },
+                              Context::CPU(), {v}, {}), IsOk());
+  ASSERT_THAT(engine.PushSync([&](RunContext) {
+                started.Wait();
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the peer sleeps
+                CallbackOnComplete done;
+                {
+                  std::lock_guard<std::mutex> g(mu);
+                  done = std::move(pending);
+                }
+                done(absl::OkStatus());
+                if (!dependent_ran.WaitFor(3000)) timed_out = true;
+                body_done.Open();
+                return Ok();
+              }, Context::CPU(), {}, {}), IsOk());
+  body_done.Wait();  // not WaitForAll: the waiting thread would run the dependent itself
+  ASSERT_THAT(engine.WaitForAll(), IsOk());
+  EXPECT_FALSE(timed_out) << "the reader of v waited for the body that completed its writer";
+}
+
 TEST(ThreadedEngineTest, PrioritizedQueueBypassesABusyPool) {
   auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
   Gate release, prioritized_ran;

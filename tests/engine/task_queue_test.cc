@@ -1,6 +1,7 @@
 // TaskQueue on its own: the order it hands items out in (against a sequential oracle, with
-// run-ahead batches in play), stealing from a worker that holds a batch, and exactly-once
-// delivery with concurrent pushers and workers (also run under ThreadSanitizer).
+// run-ahead batches and worker-local pushes in play), stealing from a worker that holds a
+// batch, and exactly-once delivery with concurrent pushers and workers (also run under
+// ThreadSanitizer).
 #include "engine/internal/task_queue.h"
 
 #include <algorithm>
@@ -51,7 +52,14 @@ TEST(TaskQueueTest, OneWorkerSeesPriorityThenPushOrderDespiteBatches) {
       if (push) {
         items.push_back(std::make_unique<Item>(
             Item{static_cast<int>(items.size()), static_cast<int>(rng() % 4)}));
-        queue.Push(items.back().get(), items.back()->priority);
+        // Now and then the worker itself pushes, as a completing worker does: kept on the
+        // worker only when nothing else is ready, so the oracle's order still holds.
+        if (rng() % 4 != 0 ||
+            !queue.PushIfIdle(0, items.back().get(), items.back()->priority)) {
+          queue.Push(items.back().get(), items.back()->priority);
+        } else {
+          ASSERT_EQ(outstanding, 0) << "PushIfIdle took an item while others were ready";
+        }
         oracle.Push(items.back().get());
         ++outstanding;
       } else {
@@ -83,15 +91,54 @@ TEST(TaskQueueTest, AnIdleWorkerStealsFromAPeerHoldingABatch) {
   EXPECT_EQ(queue.TryPopNow(), nullptr);
 }
 
+TEST(TaskQueueTest, PushIfIdleKeepsTheItemOnItsWorkerOnlyWhenNothingElseIsReady) {
+  TaskQueue<Item> queue(/*spin_us=*/0, /*workers=*/2);
+  std::vector<Item> items(8);
+  for (int i = 0; i < 8; ++i) items[i].id = i;
+  // Nothing ready: the item goes to worker 0, not to the shared queue.
+  ASSERT_TRUE(queue.PushIfIdle(0, &items[0], 0));
+  EXPECT_EQ(queue.TryPopNow(), nullptr);
+  EXPECT_EQ(queue.Pop(0)->id, 0);
+  // The shared queue holds an item: refused, so the queued one is not overtaken.
+  queue.Push(&items[1], 0);
+  EXPECT_FALSE(queue.PushIfIdle(0, &items[2], 0));
+  EXPECT_EQ(queue.Pop(0)->id, 1);
+  // A more urgent item pushed after it still runs first.
+  ASSERT_TRUE(queue.PushIfIdle(0, &items[3], 0));
+  queue.Push(&items[4], 5);
+  EXPECT_EQ(queue.Pop(0)->id, 4);
+  EXPECT_EQ(queue.Pop(0)->id, 3);
+  // The worker's buffer holds an item: refused.
+  ASSERT_TRUE(queue.PushIfIdle(0, &items[5], 0));
+  EXPECT_FALSE(queue.PushIfIdle(0, &items[6], 0));
+  // An idle peer takes the kept item (its owner might be blocked in a long function).
+  EXPECT_EQ(queue.Pop(1)->id, 5);
+}
+
 TEST(TaskQueueTest, ConcurrentPushersAndWorkersDeliverEachItemOnce) {
   constexpr int kPushers = 2, kWorkers = 3, kPerPusher = 20000;
   TaskQueue<Item> queue(/*spin_us=*/20, kWorkers);
-  std::vector<Item> items(kPushers * kPerPusher);
+  // Items [0, n) come from the pushers; item n + i continues item i (i % 4 == 0) from the
+  // worker that ran it, as a completing worker does.
+  constexpr int kPushed = kPushers * kPerPusher;
+  std::vector<Item> items(kPushed + kPushed / 4);
   std::vector<std::atomic<int>> seen(items.size());
+  // Records `item`; returns its continuation, if it has one.
+  auto run = [&](const Item* item) -> Item* {
+    seen[item->id].fetch_add(1, std::memory_order_relaxed);
+    if (item->id >= kPushed || item->id % 4 != 0) return nullptr;
+    Item* next = &items[kPushed + item->id / 4];
+    next->id = kPushed + item->id / 4;
+    return next;
+  };
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&, w] {
-      while (Item* item = queue.Pop(w)) seen[item->id].fetch_add(1, std::memory_order_relaxed);
+      while (Item* item = queue.Pop(w)) {
+        if (Item* next = run(item); next != nullptr && !queue.PushIfIdle(w, next, 0)) {
+          queue.Push(next, 0);
+        }
+      }
     });
   }
   std::vector<std::thread> pushers;
@@ -110,7 +157,9 @@ TEST(TaskQueueTest, ConcurrentPushersAndWorkersDeliverEachItemOnce) {
   // A helper that pops alongside the workers, as WaitForAll does.
   std::thread helper([&] {
     for (int i = 0; i < 2000; ++i) {
-      if (Item* item = queue.TryPopNow()) seen[item->id].fetch_add(1, std::memory_order_relaxed);
+      if (Item* item = queue.TryPopNow()) {
+        if (Item* next = run(item)) queue.Push(next, 0);  // not a worker: no PushIfIdle
+      }
     }
   });
   for (auto& t : pushers) t.join();
