@@ -134,21 +134,16 @@ class ActivationOp : public DnnlOperator {
   };
 
   absl::Status GetEntry(int64_t n, Entry** out) {
-    auto it = cache_.find(n);
-    if (it != cache_.end()) {
-      *out = it->second.get();
+    return cache_.Get(n, out, [&](Entry* e) -> absl::Status {
+      e->md = PlainDesc(dnnl::memory::dims{n});
+      DNNL_RETURN_IF_ERROR(
+          e->fwd_pd = dnnl::eltwise_forward::primitive_desc(
+              dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
+                                          ForwardAlgorithm(param_.act_type), e->md),
+              UserScratchpadAttr(), engine()));
+      DNNL_RETURN_IF_ERROR(e->fwd = dnnl::eltwise_forward(e->fwd_pd));
       return absl::OkStatus();
-    }
-    auto e = std::make_unique<Entry>();
-    e->md = PlainDesc(dnnl::memory::dims{n});
-    DNNL_RETURN_IF_ERROR(e->fwd_pd = dnnl::eltwise_forward::primitive_desc(
-                             dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
-                                                         ForwardAlgorithm(param_.act_type), e->md),
-                             UserScratchpadAttr(), engine()));
-    DNNL_RETURN_IF_ERROR(e->fwd = dnnl::eltwise_forward(e->fwd_pd));
-    *out = e.get();
-    cache_[n] = std::move(e);
-    return absl::OkStatus();
+    });
   }
 
   absl::Status EnsureBackward(Entry* e) {
@@ -167,7 +162,7 @@ class ActivationOp : public DnnlOperator {
   }
 
   const ActivationParam param_;
-  std::map<int64_t, std::unique_ptr<Entry>> cache_;
+  PrimitiveCache<int64_t, Entry> cache_;
 };
 
 class ActivationProp : public DnnlProperty<ActivationProp, ActivationParam, ActivationOp> {

@@ -226,36 +226,30 @@ class BatchNormOp : public DnnlOperator {
   }
 
   absl::Status GetEntry(const Shape& data, Entry** out) {
-    const std::string key = data.ToString();
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      *out = it->second.get();
+    return cache_.Get(data.ToString(), out, [&](Entry* e) -> absl::Status {
+      // oneDNN's optimized kernels take 2-D to 5-D data as it is (its reference kernel is the
+      // one left for a collapsed 3-D view), so view as 4-D only beyond 5-D or for another axis.
+      const int axis = param_.axis < 0 ? param_.axis + data.ndim() : param_.axis;
+      e->data_md = axis == 1 && data.ndim() <= 5
+                       ? PlainDesc(data)
+                       : PlainDesc(dnnl::memory::dims{data.ProdRange(0, axis), data[axis],
+                                                      data.ProdRange(axis + 1, data.ndim()), 1});
+      e->stat_md = PlainDesc(dnnl::memory::dims{data[axis]});
+      const float eps = static_cast<float>(param_.eps);
+      DNNL_RETURN_IF_ERROR(
+          e->train_pd = dnnl::batch_normalization_forward::primitive_desc(
+              dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, e->data_md,
+                                                      eps, Flags(false)),
+              UserScratchpadAttr(), engine()));
+      DNNL_RETURN_IF_ERROR(e->train = dnnl::batch_normalization_forward(e->train_pd));
+      // forward_training (not inference) so that it can also hint the backward primitive.
+      DNNL_RETURN_IF_ERROR(e->global_pd = dnnl::batch_normalization_forward::primitive_desc(
+                               dnnl::batch_normalization_forward::desc(
+                                   dnnl::prop_kind::forward_training, e->data_md, eps, Flags(true)),
+                               UserScratchpadAttr(), engine()));
+      DNNL_RETURN_IF_ERROR(e->global = dnnl::batch_normalization_forward(e->global_pd));
       return absl::OkStatus();
-    }
-    auto e = std::make_unique<Entry>();
-    // oneDNN's optimized kernels take 2-D to 5-D data as it is (its reference kernel is the
-    // one left for a collapsed 3-D view), so view as 4-D only beyond 5-D or for another axis.
-    const int axis = param_.axis < 0 ? param_.axis + data.ndim() : param_.axis;
-    e->data_md = axis == 1 && data.ndim() <= 5
-                     ? PlainDesc(data)
-                     : PlainDesc(dnnl::memory::dims{data.ProdRange(0, axis), data[axis],
-                                                    data.ProdRange(axis + 1, data.ndim()), 1});
-    e->stat_md = PlainDesc(dnnl::memory::dims{data[axis]});
-    const float eps = static_cast<float>(param_.eps);
-    DNNL_RETURN_IF_ERROR(e->train_pd = dnnl::batch_normalization_forward::primitive_desc(
-                             dnnl::batch_normalization_forward::desc(
-                                 dnnl::prop_kind::forward_training, e->data_md, eps, Flags(false)),
-                             UserScratchpadAttr(), engine()));
-    DNNL_RETURN_IF_ERROR(e->train = dnnl::batch_normalization_forward(e->train_pd));
-    // forward_training (not inference) so that it can also hint the backward primitive.
-    DNNL_RETURN_IF_ERROR(e->global_pd = dnnl::batch_normalization_forward::primitive_desc(
-                             dnnl::batch_normalization_forward::desc(
-                                 dnnl::prop_kind::forward_training, e->data_md, eps, Flags(true)),
-                             UserScratchpadAttr(), engine()));
-    DNNL_RETURN_IF_ERROR(e->global = dnnl::batch_normalization_forward(e->global_pd));
-    *out = e.get();
-    cache_[key] = std::move(e);
-    return absl::OkStatus();
+    });
   }
 
   absl::Status EnsureBackward(Entry* e) {
@@ -272,7 +266,7 @@ class BatchNormOp : public DnnlOperator {
   }
 
   const BatchNormParam param_;
-  std::map<std::string, std::unique_ptr<Entry>> cache_;
+  PrimitiveCache<std::string, Entry> cache_;
 };
 
 class BatchNormProp : public DnnlProperty<BatchNormProp, BatchNormParam, BatchNormOp> {

@@ -305,23 +305,16 @@ class ConvOp : public DnnlOperator {
   }
 
   absl::Status GetEntry(const Shape& data, Entry** out) {
-    const std::string key = data.ToString();
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      *out = it->second.get();
+    return cache_.Get(data.ToString(), out, [&](Entry* e) -> absl::Status {
+      ASSIGN_OR_RETURN(e->d, descs_(data));
+      const ConvDescs& d = e->d;
+      DNNL_RETURN_IF_ERROR(ChooseLayouts(e));
+      DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
+      DNNL_RETURN_IF_ERROR(e->src_in = MakeReorder(d.src, e->fwd_pd.src_desc(), engine()));
+      DNNL_RETURN_IF_ERROR(e->wei_in = MakeReorder(d.weights, e->fwd_pd.weights_desc(), engine()));
+      DNNL_RETURN_IF_ERROR(e->dst_out = MakeReorder(e->fwd_pd.dst_desc(), d.dst, engine()));
       return absl::OkStatus();
-    }
-    auto e = std::make_unique<Entry>();
-    ASSIGN_OR_RETURN(e->d, descs_(data));
-    const ConvDescs& d = e->d;
-    DNNL_RETURN_IF_ERROR(ChooseLayouts(e.get()));
-    DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
-    DNNL_RETURN_IF_ERROR(e->src_in = MakeReorder(d.src, e->fwd_pd.src_desc(), engine()));
-    DNNL_RETURN_IF_ERROR(e->wei_in = MakeReorder(d.weights, e->fwd_pd.weights_desc(), engine()));
-    DNNL_RETURN_IF_ERROR(e->dst_out = MakeReorder(e->fwd_pd.dst_desc(), d.dst, engine()));
-    *out = e.get();
-    cache_[key] = std::move(e);
-    return absl::OkStatus();
+    });
   }
 
   absl::Status EnsureBackward(Entry* e) {
@@ -353,7 +346,7 @@ class ConvOp : public DnnlOperator {
   const bool no_bias_;
   const ConvLayoutPolicy policy_;
   const DescFn descs_;
-  std::map<std::string, std::unique_ptr<Entry>> cache_;
+  PrimitiveCache<std::string, Entry> cache_;
   SavedSource saved_;
 };
 

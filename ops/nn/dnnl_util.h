@@ -1,7 +1,8 @@
 // Helpers shared by the oneDNN-backed CPU operators of ops/nn: the error macro that turns
 // a thrown dnnl::error into an absl::Status, the per-operator engine and stream, plain
-// memory descriptors for row-major TBlobs, and CallBuffers, which lays out one call's
-// scratch (oneDNN scratchpads and add-to staging) in the engine's temp space.
+// memory descriptors for row-major TBlobs, CallBuffers, which lays out one call's scratch
+// (oneDNN scratchpads and add-to staging) in the engine's temp space, and PrimitiveCache,
+// an operator's primitives per input shape.
 //
 // Engine and stream: each Operator owns one CPU engine and one in-order stream (DnnlEnv).
 // An Operator never runs two calls at once (the engine serializes it through its variable,
@@ -18,6 +19,8 @@
 
 #include <cstdint>
 #include <exception>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -27,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/shape.h"
+#include "core/status_macros.h"
 #include "core/tblob.h"
 #include "dnnl.hpp"
 #include "ops/operator.h"
@@ -80,6 +84,29 @@ dnnl::primitive_attr UserScratchpadAttr();
 // are float32 only. Runs the default inference first.
 absl::StatusOr<bool> InferFloat32Type(const OperatorProperty& prop, std::vector<DType>* in_type,
                                       std::vector<DType>* out_type, std::vector<DType>* aux_type);
+
+// An operator's primitives, one Entry per key (its input shape, or what the primitives
+// see of it), built on first use.
+template <typename Key, typename Entry>
+class PrimitiveCache {
+ public:
+  // Sets *out to the entry for `key`. On first use `fill(Entry*)` builds a new one; when it
+  // fails, its status is returned and nothing is kept, so a later call may try again.
+  template <typename Fill>
+  absl::Status Get(const Key& key, Entry** out, Fill&& fill) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      auto e = std::make_unique<Entry>();
+      RETURN_IF_ERROR(fill(e.get()));
+      it = entries_.emplace(key, std::move(e)).first;
+    }
+    *out = it->second.get();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::map<Key, std::unique_ptr<Entry>> entries_;
+};
 
 // The memory of one call. Register what the call needs (Output, Scratch), then Allocate
 // once: all scratch lives in one get_space of the first requested kTempSpace resource.

@@ -302,65 +302,58 @@ class PoolingOp : public DnnlOperator {
   }
 
   absl::Status GetEntry(const Shape& data, Entry** out) {
-    const std::string key = data.ToString();
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      *out = it->second.get();
-      return absl::OkStatus();
-    }
-    auto e = std::make_unique<Entry>();
-    ASSIGN_OR_RETURN(e->w, GetWindow(param_, data));
-    const Window& w = e->w;
-    e->src = PlainDesc(data);
-    e->dst = PlainDesc(dnnl::memory::dims{data[0], data[1], w.out[0], w.out[1]});
-    e->strides = {w.stride[0], w.stride[1]};
-    e->kernel = {w.kernel[0], w.kernel[1]};
-    e->pad_l = {w.pad[0], w.pad[1]};
-    // Right padding that makes oneDNN produce exactly w.out windows ('full' needs more).
-    e->pad_r = {(w.out[0] - 1) * w.stride[0] + w.kernel[0] - data[2] - w.pad[0],
-                (w.out[1] - 1) * w.stride[1] + w.kernel[1] - data[3] - w.pad[1]};
-    switch (param_.pool_type) {
-      case PoolType::kMax:
-        e->alg = dnnl::algorithm::pooling_max;
-        break;
-      case PoolType::kAvg:
-        e->alg = param_.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                          : dnnl::algorithm::pooling_avg_exclude_padding;
-        break;
-      case PoolType::kSum:
-        e->alg = dnnl::algorithm::pooling_avg_include_padding;
-        break;
-      case PoolType::kLp:  // LpForward / LpBackward, never a oneDNN primitive
-        return absl::InternalError("Pooling: pool_type 'lp' has no oneDNN primitive");
-    }
-    const double area = static_cast<double>(w.kernel[0] * w.kernel[1]);
-    const bool clipped = e->pad_r[0] > w.pad[0] || e->pad_r[1] > w.pad[1];
-    if (param_.pool_type == PoolType::kSum ||
-        (param_.pool_type == PoolType::kAvg && param_.count_include_pad && clipped)) {
-      e->factor.resize(w.out[0] * w.out[1]);
-      for (int64_t oh = 0; oh < w.out[0]; ++oh) {
-        for (int64_t ow = 0; ow < w.out[1]; ++ow) {
-          double f = area;
-          if (param_.pool_type == PoolType::kAvg) {
-            // MXNet's divisor: the window clipped to the padded input.
-            const int64_t hs = oh * w.stride[0] - w.pad[0], ws = ow * w.stride[1] - w.pad[1];
-            const int64_t he = std::min(hs + w.kernel[0], data[2] + w.pad[0]);
-            const int64_t we = std::min(ws + w.kernel[1], data[3] + w.pad[1]);
-            f = area / static_cast<double>((he - hs) * (we - ws));
+    return cache_.Get(data.ToString(), out, [&](Entry* e) -> absl::Status {
+      ASSIGN_OR_RETURN(e->w, GetWindow(param_, data));
+      const Window& w = e->w;
+      e->src = PlainDesc(data);
+      e->dst = PlainDesc(dnnl::memory::dims{data[0], data[1], w.out[0], w.out[1]});
+      e->strides = {w.stride[0], w.stride[1]};
+      e->kernel = {w.kernel[0], w.kernel[1]};
+      e->pad_l = {w.pad[0], w.pad[1]};
+      // Right padding that makes oneDNN produce exactly w.out windows ('full' needs more).
+      e->pad_r = {(w.out[0] - 1) * w.stride[0] + w.kernel[0] - data[2] - w.pad[0],
+                  (w.out[1] - 1) * w.stride[1] + w.kernel[1] - data[3] - w.pad[1]};
+      switch (param_.pool_type) {
+        case PoolType::kMax:
+          e->alg = dnnl::algorithm::pooling_max;
+          break;
+        case PoolType::kAvg:
+          e->alg = param_.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+          break;
+        case PoolType::kSum:
+          e->alg = dnnl::algorithm::pooling_avg_include_padding;
+          break;
+        case PoolType::kLp:  // LpForward / LpBackward, never a oneDNN primitive
+          return absl::InternalError("Pooling: pool_type 'lp' has no oneDNN primitive");
+      }
+      const double area = static_cast<double>(w.kernel[0] * w.kernel[1]);
+      const bool clipped = e->pad_r[0] > w.pad[0] || e->pad_r[1] > w.pad[1];
+      if (param_.pool_type == PoolType::kSum ||
+          (param_.pool_type == PoolType::kAvg && param_.count_include_pad && clipped)) {
+        e->factor.resize(w.out[0] * w.out[1]);
+        for (int64_t oh = 0; oh < w.out[0]; ++oh) {
+          for (int64_t ow = 0; ow < w.out[1]; ++ow) {
+            double f = area;
+            if (param_.pool_type == PoolType::kAvg) {
+              // MXNet's divisor: the window clipped to the padded input.
+              const int64_t hs = oh * w.stride[0] - w.pad[0], ws = ow * w.stride[1] - w.pad[1];
+              const int64_t he = std::min(hs + w.kernel[0], data[2] + w.pad[0]);
+              const int64_t we = std::min(ws + w.kernel[1], data[3] + w.pad[1]);
+              f = area / static_cast<double>((he - hs) * (we - ws));
+            }
+            e->factor[oh * w.out[1] + ow] = static_cast<float>(f);
           }
-          e->factor[oh * w.out[1] + ow] = static_cast<float>(f);
         }
       }
-    }
-    DNNL_RETURN_IF_ERROR(
-        e->infer_pd = dnnl::pooling_forward::primitive_desc(
-            dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, e->alg, e->src, e->dst,
-                                        e->strides, e->kernel, e->pad_l, e->pad_r),
-            UserScratchpadAttr(), engine()));
-    DNNL_RETURN_IF_ERROR(e->infer = dnnl::pooling_forward(e->infer_pd));
-    *out = e.get();
-    cache_[key] = std::move(e);
-    return absl::OkStatus();
+      DNNL_RETURN_IF_ERROR(
+          e->infer_pd = dnnl::pooling_forward::primitive_desc(
+              dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, e->alg, e->src,
+                                          e->dst, e->strides, e->kernel, e->pad_l, e->pad_r),
+              UserScratchpadAttr(), engine()));
+      DNNL_RETURN_IF_ERROR(e->infer = dnnl::pooling_forward(e->infer_pd));
+      return absl::OkStatus();
+    });
   }
 
   absl::Status EnsureBackward(Entry* e) {
@@ -381,7 +374,7 @@ class PoolingOp : public DnnlOperator {
   }
 
   const PoolingParam param_;
-  std::map<std::string, std::unique_ptr<Entry>> cache_;
+  PrimitiveCache<std::string, Entry> cache_;
 };
 
 class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {

@@ -81,20 +81,14 @@ class SoftmaxOp : public DnnlOperator {
     ASSIGN_OR_RETURN(const int axis, NormalizeAxis(axis_, shape.ndim()));
     const dnnl::memory::dims dims = {shape.ProdRange(0, axis), shape[axis],
                                      shape.ProdRange(axis + 1, shape.ndim())};
-    auto it = cache_.find(dims);
-    if (it != cache_.end()) {
-      *out = it->second.get();
+    return cache_.Get(dims, out, [&](Entry* e) -> absl::Status {
+      e->md = PlainDesc(dims);
+      DNNL_RETURN_IF_ERROR(e->fwd_pd = typename Fwd::primitive_desc(
+                               typename Fwd::desc(dnnl::prop_kind::forward_training, e->md, 1),
+                               UserScratchpadAttr(), engine()));
+      DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
       return absl::OkStatus();
-    }
-    auto e = std::make_unique<Entry>();
-    e->md = PlainDesc(dims);
-    DNNL_RETURN_IF_ERROR(e->fwd_pd = typename Fwd::primitive_desc(
-                             typename Fwd::desc(dnnl::prop_kind::forward_training, e->md, 1),
-                             UserScratchpadAttr(), engine()));
-    DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
-    *out = e.get();
-    cache_[dims] = std::move(e);
-    return absl::OkStatus();
+    });
   }
 
   absl::Status EnsureBackward(Entry* e) {
@@ -109,7 +103,7 @@ class SoftmaxOp : public DnnlOperator {
 
   const int axis_;
   const double temperature_;
-  std::map<dnnl::memory::dims, std::unique_ptr<Entry>> cache_;
+  PrimitiveCache<dnnl::memory::dims, Entry> cache_;
 };
 
 template <typename Fwd, typename Bwd, bool kLog>

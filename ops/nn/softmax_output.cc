@@ -89,18 +89,17 @@ class SoftmaxOutputOp : public DnnlOperator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     const auto v = View(param_, in[kData].shape);
     const dnnl::memory::dims dims = {v[0], v[1], v[2]};
-    auto it = cache_.find(dims);
-    if (it == cache_.end()) {
-      auto e = std::make_unique<Entry>();
+    Entry* entry;
+    RETURN_IF_ERROR(cache_.Get(dims, &entry, [&](Entry* e) -> absl::Status {
       e->md = PlainDesc(dims);
       DNNL_RETURN_IF_ERROR(
           e->pd = dnnl::softmax_forward::primitive_desc(
               dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, e->md, 1),
               UserScratchpadAttr(), engine()));
       DNNL_RETURN_IF_ERROR(e->fwd = dnnl::softmax_forward(e->pd));
-      it = cache_.emplace(dims, std::move(e)).first;
-    }
-    const Entry& e = *it->second;
+      return absl::OkStatus();
+    }));
+    const Entry& e = *entry;
     CallBuffers buf;
     const int dst = buf.Output(out[0], req[0]);
     const int sp = buf.Scratch(e.pd.scratchpad_desc().get_size());
@@ -170,7 +169,7 @@ class SoftmaxOutputOp : public DnnlOperator {
     dnnl::softmax_forward fwd;
   };
   const SoftmaxOutputParam param_;
-  std::map<dnnl::memory::dims, std::unique_ptr<Entry>> cache_;
+  PrimitiveCache<dnnl::memory::dims, Entry> cache_;
 };
 
 class SoftmaxOutputProp
