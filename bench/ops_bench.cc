@@ -438,7 +438,8 @@ int main(int argc, char** argv) {
                         r.ours_s * 1e3, r.name, r.bare_s * 1e3, r.name, r.ours_s / r.bare_s);
     if (r.best_bare_s > 0) {
       json += absl::StrFormat(
-          R"("%s_onednn_best_layout": "%s", "%s_onednn_best_layout_ms": %.3f, "%s_vs_onednn_best_layout": %.3f, )",
+          R"("%s_onednn_best_layout": "%s", "%s_onednn_best_layout_ms": %.3f, )"
+          R"("%s_vs_onednn_best_layout": %.3f, )",
           r.name, r.best_layout, r.name, r.best_bare_s * 1e3, r.name, r.ours_s / r.best_bare_s);
     }
     if (r.name == "conv64" || r.name == "fc4096") {

@@ -131,8 +131,9 @@ class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionPara
     };
     return std::unique_ptr<Operator>(
         new ConvOp<dnnl::convolution_forward, dnnl::convolution_backward_data,
-                   dnnl::convolution_backward_weights>(dnnl::algorithm::convolution_direct,
-                                                       param_.no_bias, ConvLayoutPolicy::kAvoidChannelPadding, descs));
+                   dnnl::convolution_backward_weights>(
+            dnnl::algorithm::convolution_direct, param_.no_bias,
+            ConvLayoutPolicy::kAvoidChannelPadding, descs));
   }
   std::string TypeString() const override { return "Convolution"; }
 

@@ -188,7 +188,8 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
     return std::unique_ptr<Operator>(
         new ConvOp<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
                    dnnl::deconvolution_backward_weights>(dnnl::algorithm::deconvolution_direct,
-                                                         param_.no_bias, ConvLayoutPolicy::kOneDnn, descs));
+                                                         param_.no_bias, ConvLayoutPolicy::kOneDnn,
+                                                         descs));
   }
   std::string TypeString() const override { return "Deconvolution"; }
 
