@@ -1,14 +1,16 @@
 // Embedding: looks rows of `weight` (input_dim x output_dim) up by the indices in `data`
-// (stored as floats, as in MXNet's src/operator/embedding-inl.h), giving an output of shape
-// data.shape + (output_dim,). The backward scatters out_grad rows into the weight gradient
+// (of any numeric type: integers, or floats as MXNet's examples store them), giving an output
+// of shape data.shape + (output_dim,). The backward scatters out_grad rows into the weight gradient
 // (summing repeated indices); indices are not differentiable, so data's gradient is zero.
 //
 // Every index is checked before anything is written: an index outside [0, input_dim) is an
 // INVALID_ARGUMENT naming the index, its position and the range, never a wild read.
 //
-// MXNet's `dtype` (the weight's and output's type) is honoured when given; the indices must
-// then be stored in that type too (one float type per call). Unset ("None"), the type follows
-// the arrays. `sparse_grad` is accepted: the weight gradient is stored dense, with the values
+// Types, as MXNet's EmbeddingOpType: the weight and the output share one floating-point type,
+// MXNet's `dtype` when given, else the weight's or output's; the indices' type is their own.
+// With neither known, indices of a float type lend it to the weight (one type for the call)
+// and integer indices get float32 (MXNet's default dtype); unknown indices take the weight's
+// type. `sparse_grad` is accepted: the weight gradient is stored dense, with the values
 // MXNet's row_sparse gradient holds.
 #include <cmath>
 #include <map>
@@ -86,7 +88,10 @@ class EmbeddingOp : public Operator {
                        const std::vector<TBlob>& aux_states) override {
     absl::Status status;
     TESSERA_FLOAT_TYPE_SWITCH(
-        in_data[1].dtype, T, status = ForwardT<T>(in_data, req[0], out_data[0]),
+        in_data[1].dtype, T,
+        TESSERA_TYPE_SWITCH(in_data[0].dtype, I,
+                            status = (ForwardT<T, I>(in_data, req[0], out_data[0])),
+                            status = UnsupportedIndexType(in_data[0].dtype)),
         status = array_internal::UnsupportedDType("Embedding", in_data[1].dtype, true));
     return status;
   }
@@ -97,16 +102,25 @@ class EmbeddingOp : public Operator {
                         const std::vector<TBlob>& aux_states) override {
     absl::Status status;
     TESSERA_FLOAT_TYPE_SWITCH(
-        in_grad[1].dtype, T, status = BackwardT<T>(out_grad[0], in_data[0], req, in_grad),
+        in_grad[1].dtype, T,
+        TESSERA_TYPE_SWITCH(in_data[0].dtype, I,
+                            status = (BackwardT<T, I>(out_grad[0], in_data[0], req, in_grad)),
+                            status = UnsupportedIndexType(in_data[0].dtype)),
         status = array_internal::UnsupportedDType("Embedding", in_grad[1].dtype, true));
     return status;
   }
 
  private:
-  template <typename T>
+  static absl::Status UnsupportedIndexType(DType dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Embedding: unsupported dtype ", DTypeName(dtype), " for data (the indices)"));
+  }
+
+  // T: the weight's type; I: the indices'.
+  template <typename T, typename I>
   absl::Status ForwardT(const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out) {
     if (req == OpReqType::kNullOp) return absl::OkStatus();
-    ASSIGN_OR_RETURN(std::vector<int64_t> idx, Indices<T>(in_data[0], param_.input_dim));
+    ASSIGN_OR_RETURN(std::vector<int64_t> idx, Indices<I>(in_data[0], param_.input_dim));
     const int64_t dim = param_.output_dim;
     const T* weight = in_data[1].data<T>();
     T* y = out.data<T>();
@@ -116,13 +130,13 @@ class EmbeddingOp : public Operator {
     return absl::OkStatus();
   }
 
-  template <typename T>
+  template <typename T, typename I>
   absl::Status BackwardT(const TBlob& out_grad, const TBlob& data,
                          const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad) {
     using A = AccType<T>;
     array_internal::ZeroBlob(in_grad[0], req[0]);
     if (req[1] == OpReqType::kNullOp) return absl::OkStatus();
-    ASSIGN_OR_RETURN(std::vector<int64_t> idx, Indices<T>(data, param_.input_dim));
+    ASSIGN_OR_RETURN(std::vector<int64_t> idx, Indices<I>(data, param_.input_dim));
     const int64_t dim = param_.output_dim;
     const T* og = out_grad.data<T>();
     // Scatter-add in AccType: half-precision storage would round after every repeated index.
@@ -158,17 +172,32 @@ class EmbeddingProp : public PropertyWithParam<EmbeddingProp, EmbeddingParam> {
 
   absl::StatusOr<bool> InferType(std::vector<DType>* in_type, std::vector<DType>* out_type,
                                  std::vector<DType>* aux_type) const override {
-    if (param_.dtype != "None") {
-      ASSIGN_OR_RETURN(const DType dtype, ParseDType(param_.dtype));
-      DType& weight = (*in_type)[1];
-      if (weight != DType::kUnknown && weight != dtype) {
-        return absl::InvalidArgumentError(absl::StrCat("Embedding: argument 'weight' is ",
-                                                       DTypeName(weight), " but dtype is ",
-                                                       param_.dtype));
-      }
-      weight = dtype;
+    DType& data = (*in_type)[0];
+    DType& weight = (*in_type)[1];
+    DType& out = (*out_type)[0];
+    if (weight != DType::kUnknown && out != DType::kUnknown && weight != out) {
+      return absl::InvalidArgumentError(absl::StrCat("Embedding: argument 'weight' is ",
+                                                     DTypeName(weight), " but output 'output' is ",
+                                                     DTypeName(out)));
     }
-    return array_internal::InferFloatType(*this, in_type, out_type, aux_type);
+    DType dtype = weight != DType::kUnknown ? weight : out;
+    if (param_.dtype != "None") {
+      ASSIGN_OR_RETURN(const DType fixed, ParseDType(param_.dtype));
+      if (dtype != DType::kUnknown && dtype != fixed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Embedding: ", weight != DType::kUnknown ? "argument 'weight'" : "output 'output'",
+            " is ", DTypeName(dtype), " but dtype is ", param_.dtype));
+      }
+      dtype = fixed;
+    }
+    if (dtype == DType::kUnknown && data != DType::kUnknown) {
+      dtype = IsFloatingPoint(data) ? data : DType::kFloat32;
+    }
+    if (dtype == DType::kUnknown) return false;
+    if (!IsFloatingPoint(dtype)) return array_internal::UnsupportedDType("Embedding", dtype, true);
+    weight = out = dtype;
+    if (data == DType::kUnknown) data = dtype;
+    return true;
   }
 
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad,
