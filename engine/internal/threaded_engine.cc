@@ -177,18 +177,10 @@ void ThreadedEngine::Dispatch(OprBlock* b) {
   }
   Queue* q = b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu() ? cpu_priority_queue_.get()
                                                                     : QueueFor(*b);
+  // A worker of `q` between two functions (its completion made `b` ready) runs it next
+  // itself when nothing else is queued: a dependency chain stays on one core.
+  if (q == this_worker.queue && q->PushIfIdle(this_worker.index, b, b->priority)) return;
   q->Push(b, b->priority);
-}
-
-void ThreadedEngine::GrantOnCompletion(OprBlock* b) {
-  if (b->wait.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  // A completing worker runs what its completion made ready itself when it has nothing
-  // else to do (a dependency chain stays on one core; TaskQueue::PushIfIdle).
-  if (this_worker.queue != nullptr && b->opr->prop != FnProperty::kAsync) {
-    Queue* q = QueueFor(*b);
-    if (q == this_worker.queue && q->PushIfIdle(this_worker.index, b, b->priority)) return;
-  }
-  Dispatch(b);
 }
 
 absl::StatusOr<OprBlock*> ThreadedEngine::NewOneShot(Context ctx,
@@ -353,7 +345,7 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
   }
   if (b->prebuilt) ReleaseOpr(b->opr);
   OprBlockPool::Delete(b);
-  for (OprBlock* r : ready) GrantOnCompletion(r);
+  for (OprBlock* r : ready) Grant(r);
   // seq_cst pairs with WaitForAll's increment of all_waiters_: one of the two sees the other.
   const int64_t completed = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (all_waiters_.load(std::memory_order_seq_cst) > 0 &&

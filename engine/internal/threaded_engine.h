@@ -61,8 +61,6 @@ class ThreadedEngine final : public EngineBase {
     // acq_rel: the granting thread's writes (errors, GPU events) happen-before the run.
     if (b->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) Dispatch(b);
   }
-  // Grant() from Complete: may keep `b` on the completing worker (see the .cc).
-  void GrantOnCompletion(OprBlock* b);
   void Dispatch(OprBlock* b);
   Queue* QueueFor(const OprBlock& b);
   // Runs `b` on the calling thread; `stream` is the worker's CUDA stream (null on CPU).

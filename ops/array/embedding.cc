@@ -1,7 +1,8 @@
 // Embedding: looks rows of `weight` (input_dim x output_dim) up by the indices in `data`
-// (of any numeric type: integers, or floats as MXNet's examples store them), giving an output
-// of shape data.shape + (output_dim,). The backward scatters out_grad rows into the weight gradient
-// (summing repeated indices); indices are not differentiable, so data's gradient is zero.
+// (of any numeric type: integers, or floats as MXNet's examples store them), giving an
+// output of shape data.shape + (output_dim,). The backward scatters out_grad rows into the
+// weight gradient (summing repeated indices); indices are not differentiable, so data's
+// gradient is zero.
 //
 // Every index is checked before anything is written: an index outside [0, input_dim) is an
 // INVALID_ARGUMENT naming the index, its position and the range, never a wild read.
@@ -89,9 +90,9 @@ class EmbeddingOp : public Operator {
     absl::Status status;
     TESSERA_FLOAT_TYPE_SWITCH(
         in_data[1].dtype, T,
-        TESSERA_TYPE_SWITCH(in_data[0].dtype, I,
-                            status = (ForwardT<T, I>(in_data, req[0], out_data[0])),
-                            status = UnsupportedIndexType(in_data[0].dtype)),
+        TESSERA_TYPE_SWITCH(
+            in_data[0].dtype, I, status = (ForwardT<T, I>(in_data, req[0], out_data[0])),
+            status = array_internal::UnsupportedDType("Embedding", in_data[0].dtype, false)),
         status = array_internal::UnsupportedDType("Embedding", in_data[1].dtype, true));
     return status;
   }
@@ -103,19 +104,14 @@ class EmbeddingOp : public Operator {
     absl::Status status;
     TESSERA_FLOAT_TYPE_SWITCH(
         in_grad[1].dtype, T,
-        TESSERA_TYPE_SWITCH(in_data[0].dtype, I,
-                            status = (BackwardT<T, I>(out_grad[0], in_data[0], req, in_grad)),
-                            status = UnsupportedIndexType(in_data[0].dtype)),
+        TESSERA_TYPE_SWITCH(
+            in_data[0].dtype, I, status = (BackwardT<T, I>(out_grad[0], in_data[0], req, in_grad)),
+            status = array_internal::UnsupportedDType("Embedding", in_data[0].dtype, false)),
         status = array_internal::UnsupportedDType("Embedding", in_grad[1].dtype, true));
     return status;
   }
 
  private:
-  static absl::Status UnsupportedIndexType(DType dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Embedding: unsupported dtype ", DTypeName(dtype), " for data (the indices)"));
-  }
-
   // T: the weight's type; I: the indices'.
   template <typename T, typename I>
   absl::Status ForwardT(const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out) {
