@@ -1,5 +1,5 @@
 // CUDA_RETURN_IF_ERROR: runs a CUDA runtime call and returns an absl::Status naming the
-// call, file and line when it fails. Only defined when built with CUDA
+// call, file and line when it fails (RESOURCE_EXHAUSTED for out of memory, else INTERNAL). Only defined when built with CUDA
 // (TESSERA_USE_CUDA, set by //third_party:cuda under --config=cuda).
 #ifndef TESSERA_CORE_CUDA_STATUS_H_
 #define TESSERA_CORE_CUDA_STATUS_H_
@@ -12,8 +12,16 @@
 
 namespace tessera {
 
+// Out of device memory is RESOURCE_EXHAUSTED naming the device (a caller that knows the bytes
+// it asked for adds them); every other CUDA error is INTERNAL.
 inline absl::Status CudaStatus(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return absl::OkStatus();
+  if (err == cudaErrorMemoryAllocation) {
+    int device = -1;
+    cudaGetDevice(&device);
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory on gpu(", device, "): ", call,
+                                                     " failed at ", file, ":", line));
+  }
   return absl::InternalError(absl::StrCat(call, " failed at ", file, ":", line, ": ",
                                           cudaGetErrorName(err), " (",
                                           cudaGetErrorString(err), ")"));

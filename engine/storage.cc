@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -77,11 +78,15 @@ class DevicePool {
     const size_t size = StorageSizeClass(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     void* ptr = nullptr;
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
+    size_t block = size;
+    // The smallest pooled block this request may take (free_ holds no empty lists).
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= StorageReuseLimit(size)) {
+      block = it->first;
       ptr = it->second.back();
       it->second.pop_back();
-      stats_.bytes_pooled -= size;
+      if (it->second.empty()) free_.erase(it);
+      stats_.bytes_pooled -= block;
       ++stats_.pool_hits;
     } else {
       absl::StatusOr<void*> fresh = AllocateFromSystemLocked(size);
@@ -94,8 +99,8 @@ class DevicePool {
       }
       ptr = *fresh;
     }
-    live_.emplace(ptr, size);
-    stats_.bytes_in_use += size;
+    live_.emplace(ptr, block);
+    stats_.bytes_in_use += block;
     ++stats_.allocations;
     return ptr;
   }
@@ -168,7 +173,8 @@ class DevicePool {
   const size_t limit_bytes_;  // 0: unlimited
   mutable std::mutex mu_;
   std::unique_ptr<DeviceAllocator> allocator_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
+  // Size class -> pooled blocks, ordered so Alloc finds the smallest block that fits.
+  std::map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, size_t> live_ ABSL_GUARDED_BY(mu_);  // block -> size class
   StorageStats stats_ ABSL_GUARDED_BY(mu_);
 };
@@ -280,6 +286,11 @@ size_t StorageSizeClass(size_t bytes) {
   if (bytes <= kStorageAlignment) return kStorageAlignment;
   if (bytes <= kMiB) return std::bit_ceil(bytes);
   return (bytes + kMiB - 1) / kMiB * kMiB;
+}
+
+size_t StorageReuseLimit(size_t size) {
+  if (size <= kMiB) return size;
+  return size / 3 * 4 / kMiB * kMiB;
 }
 
 absl::StatusOr<StorageOptions> StorageOptions::FromEnv() {

@@ -9,9 +9,14 @@
 // Size classes (StorageSizeClass): requests round up to a power of two, at least 64 bytes,
 // up to 1 MiB; above 1 MiB to the next multiple of 1 MiB. Powers of two keep the number of
 // small classes tiny (15) while wasting at most half a block; above 1 MiB, where a half
-// would be megabytes, MiB steps bound the waste to under 1 MiB (and below 50%). Blocks are
-// reused only within their exact class. Every block is 64-byte aligned (a cache line, and
-// enough for AVX-512 loads); GPU blocks are 256-byte aligned as cudaMalloc guarantees.
+// would be megabytes, MiB steps bound the waste to under 1 MiB (and below 50%). A request
+// takes a pooled block of its own class first; above 1 MiB, when its class has none, it
+// takes the smallest pooled block of at most 4/3 of its class (StorageReuseLimit) before
+// asking the system: networks whose activations differ by a few MiB (the last batch of an
+// epoch, a bucket of another length) then reuse each other's blocks instead of calling
+// cudaMalloc, and no request pins a block much larger than it. Every block is 64-byte
+// aligned (a cache line, and enough for AVX-512 loads); GPU blocks are 256-byte aligned as
+// cudaMalloc guarantees.
 //
 // Devices: kCPU memory comes from aligned_alloc. kCPUPinned comes from cudaHostAlloc when
 // CUDA is compiled in and a GPU is present, else from aligned_alloc (so CPU-only machines
@@ -56,6 +61,9 @@ inline constexpr size_t kStorageMaxBytes = size_t{1} << 48;
 
 // The block size a request of `bytes` (0 < bytes <= kStorageMaxBytes) is served with.
 size_t StorageSizeClass(size_t bytes);
+// The largest pooled block a request of size class `size` may take: `size` itself up to
+// 1 MiB, 4/3 of it (rounded down to a MiB multiple) above.
+size_t StorageReuseLimit(size_t size);
 
 struct StorageHandle {
   void* dptr = nullptr;

@@ -7,6 +7,7 @@
 // space (the output) times a "reduced" space, both striding into the input; a broadcast
 // operand is read with stride 0 along its broadcast dims. A broadcast gradient is computed
 // over the output's space into scratch, then summed back to the operand's shape.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_status.h"
 #include "core/status_macros.h"
+#include "ndarray/cuda/device_math.h"
 #include "ops/cuda/gpu_util.h"
 #include "ops/cuda/kernels.h"
 #include "ops/operator.h"
@@ -33,18 +35,11 @@ absl::StatusOr<KernelType> TypeOf(const std::string& op, const std::vector<TBlob
                                                      " and ", DTypeName(blobs[0].dtype)));
     }
   }
-  if (blobs[0].dtype == DType::kFloat32) return KernelType::kFloat32;
-  if (blobs[0].dtype == DType::kFloat64) return KernelType::kFloat64;
-  return absl::InvalidArgumentError(absl::StrCat(op, ": dtype ", DTypeName(blobs[0].dtype),
-                                                 " has no GPU kernel (float32, float64 only)"));
+  return gpu_math::FloatKernelType(op.c_str(), blobs[0].dtype);
 }
 
 absl::Status CheckDims(const std::string& op, const Shape& s) {
-  if (s.ndim() > kMaxDims) {
-    return absl::UnimplementedError(absl::StrCat(op, ": the GPU kernel supports up to ", kMaxDims,
-                                                 " dims, got ", s.ToString()));
-  }
-  return absl::OkStatus();
+  return gpu_math::CheckDims(op.c_str(), s);
 }
 
 // ---- reductions ----
@@ -61,20 +56,9 @@ class ReduceGpuOp : public Operator {
     ASSIGN_OR_RETURN(KernelType type, TypeOf(name_, {in[0], out[0]}));
     ASSIGN_OR_RETURN(std::vector<bool> reduced, Reduced(in[0].shape));
     StridedSpace kept, red;
-    const Shape& s = in[0].shape;
-    int64_t stride = 1, count = 1;
-    std::vector<int64_t> strides(s.ndim());
-    for (int d = s.ndim() - 1; d >= 0; --d) {
-      strides[d] = stride;
-      stride *= s[d];
-    }
-    for (int d = 0; d < s.ndim(); ++d) {
-      StridedSpace& space = reduced[d] ? red : kept;
-      space.shape[space.ndim] = s[d];
-      space.stride[0][space.ndim] = strides[d];
-      ++space.ndim;
-      if (reduced[d]) count *= s[d];
-    }
+    gpu_math::ReduceSpaces(in[0].shape, reduced, &kept, &red);
+    int64_t count = 1;
+    for (int d = 0; d < red.ndim; ++d) count *= red.shape[d];
     ReduceCode code = ReduceCode::kSum;
     double scale = 1;
     if (name_ == "mean") {
@@ -86,8 +70,10 @@ class ReduceGpuOp : public Operator {
     } else if (name_ == "prod") {
       code = ReduceCode::kProd;
     }
+    Workspace ws(ctx);
+    ASSIGN_OR_RETURN(void* scratch, ws.Get(ReduceScratchBytes(type, kept, red)));
     CUDA_RETURN_IF_ERROR(LaunchReduce(code, type, kept, red, in[0].dptr, out[0].dptr, scale,
-                                      static_cast<int>(req[0]), StreamOf(ctx)));
+                                      static_cast<int>(req[0]), scratch, StreamOf(ctx)));
     return absl::OkStatus();
   }
 
@@ -181,19 +167,18 @@ BinaryCodes CodesOf(const std::string& name) {
   return {MapCode::kAdd, MapCode::kMulScalar, MapCode::kMulScalar};
 }
 
-// Strides of `s` (right-aligned) over the space of `out`: 0 along broadcast dims.
 void OperandStrides(const Shape& s, const Shape& out, int64_t* strides) {
-  const int offset = out.ndim() - s.ndim();
-  int64_t stride = 1;
-  for (int d = out.ndim() - 1; d >= 0; --d) {
-    const int sd = d - offset;
-    if (sd < 0 || s[sd] == 1) {
-      strides[d] = 0;
-    } else {
-      strides[d] = stride;
-    }
-    if (sd >= 0) stride *= s[sd];
-  }
+  gpu_math::BroadcastStrides(s, out, strides);
+}
+
+// The spaces that sum a contiguous array of shape `out` down to `target`, which broadcasts to
+// it: a dim the target has with the output's extent is kept, broadcast ones are summed.
+void SumSpaces(const Shape& target, const Shape& out, StridedSpace* kept, StridedSpace* red) {
+  int64_t tstrides[kMaxDims];
+  OperandStrides(target, out, tstrides);
+  std::vector<bool> reduced(out.ndim());
+  for (int d = 0; d < out.ndim(); ++d) reduced[d] = tstrides[d] == 0 && out[d] != 1;
+  gpu_math::ReduceSpaces(out, reduced, kept, red);
 }
 
 class BroadcastGpuOp : public Operator {
@@ -231,10 +216,23 @@ class BroadcastGpuOp : public Operator {
     OperandStrides(rs, out, space.stride[2]);
     const void* lhs = in.size() > 0 ? in[0].dptr : nullptr;
     const void* rhs = in.size() > 1 ? in[1].dptr : nullptr;
+    // One scratch block (Workspace::Get once per call): the contribution over the output's
+    // space, then the reduction's partial sums, 256-byte aligned.
     Workspace ws(ctx);
     void* scratch = nullptr;
+    void* reduce_scratch = nullptr;
     if (ls != out || rs != out) {
-      ASSIGN_OR_RETURN(scratch, ws.Get(out_grad[0].Bytes()));
+      const size_t map_bytes = (out_grad[0].Bytes() + 255) / 256 * 256;
+      size_t reduce_bytes = 0;
+      for (int i = 0; i < 2; ++i) {
+        const Shape& target = i == 0 ? ls : rs;
+        if (target == out) continue;
+        StridedSpace kept, red;
+        SumSpaces(target, out, &kept, &red);
+        reduce_bytes = std::max(reduce_bytes, ReduceScratchBytes(type, kept, red));
+      }
+      ASSIGN_OR_RETURN(scratch, ws.Get(map_bytes + reduce_bytes));
+      if (reduce_bytes > 0) reduce_scratch = static_cast<char*>(scratch) + map_bytes;
     }
     const cudaStream_t stream = StreamOf(ctx);
     for (int i = 0; i < 2; ++i) {
@@ -261,23 +259,9 @@ class BroadcastGpuOp : public Operator {
       CUDA_RETURN_IF_ERROR(
           LaunchStridedMap(code, type, sp, out_grad[0].dptr, b, c, scratch, s, 1, stream));
       StridedSpace kept, red;
-      int64_t stride = 1;
-      std::vector<int64_t> strides(out.ndim());
-      for (int d = out.ndim() - 1; d >= 0; --d) {
-        strides[d] = stride;
-        stride *= out[d];
-      }
-      int64_t tstrides[kMaxDims];
-      OperandStrides(target, out, tstrides);
-      for (int d = 0; d < out.ndim(); ++d) {
-        // A dim the target has with the output's extent is kept; broadcast ones are summed.
-        StridedSpace& sub = (tstrides[d] == 0 && out[d] != 1) ? red : kept;
-        sub.shape[sub.ndim] = out[d];
-        sub.stride[0][sub.ndim] = strides[d];
-        ++sub.ndim;
-      }
+      SumSpaces(target, out, &kept, &red);
       CUDA_RETURN_IF_ERROR(LaunchReduce(ReduceCode::kSum, type, kept, red, scratch, in_grad[i].dptr,
-                                        1.0, static_cast<int>(req[i]), stream));
+                                        1.0, static_cast<int>(req[i]), reduce_scratch, stream));
     }
     return absl::OkStatus();
   }

@@ -16,98 +16,21 @@
 
 #include <cstdint>
 
+#include "ndarray/cuda/tensor_kernels.h"
+
 namespace tessera::ops::cuda {
 
-// The scalar functions of the elementwise kernels. Operands are a, b, c (in that order) and
-// the scalar s; "g" is an output gradient, "x" an input, "y" an output value.
-enum class MapCode : int {
-  // f(a = x, s)
-  kNegative,
-  kAbs,
-  kSquare,
-  kSqrt,
-  kRsqrt,
-  kExp,
-  kLog,
-  kSin,
-  kCos,
-  kReciprocal,
-  kPlusScalar,
-  kMinusScalar,
-  kRMinusScalar,
-  kMulScalar,  // also every gradient that is g times a constant (s)
-  kDivScalar,
-  kRDivScalar,
-  kPowerScalar,
-  kRPowerScalar,
-  kSmoothL1,  // s = sigma
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kSoftRelu,
-  // f(a = g, b = x or y, s)
-  kAbsGrad,         // b = x
-  kSquareGrad,      // b = x
-  kLogGrad,         // b = x
-  kSinGrad,         // b = x
-  kCosGrad,         // b = x
-  kRsqrtGrad,       // b = x
-  kSqrtGrad,        // b = y
-  kExpGrad,         // b = y
-  kReciprocalGrad,  // b = y
-  kRDivGrad,        // b = x
-  kPowerGrad,       // b = x
-  kRPowerGrad,      // b = y, s = ln(scalar)
-  kSmoothL1Grad,    // b = x, s = sigma
-  kSoftReluGrad,    // b = y
-  // f(a, b): binary arithmetic; kMul is also g * other and kDiv g / rhs
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kMaximum,
-  kMinimum,
-  kPower,
-  // f(a = g, b, c): gradients of binary ops
-  kDivRhsGrad,    // -g * b / (c * c), b = lhs, c = rhs
-  kGeMask,        // g * (b >= c)
-  kLtMask,        // g * (b < c)
-  kLeMask,        // g * (b <= c)
-  kGtMask,        // g * (b > c)
-  kEqMask,        // g * (b == c)
-  kPowerLhsGrad,  // g * c * b^(c - 1)
-  kPowerRhsGrad,  // g * b^c * ln(b)
-  kMulDiv,        // g * b / c
-};
+// The generic tensor kernels, under the names the operators have always used.
+using ::tessera::cuda::KernelType;
+using ::tessera::cuda::kMaxDims;
+using ::tessera::cuda::LaunchMap;
+using ::tessera::cuda::LaunchReduce;
+using ::tessera::cuda::LaunchStridedMap;
+using ::tessera::cuda::MapCode;
+using ::tessera::cuda::ReduceCode;
+using ::tessera::cuda::ReduceScratchBytes;
+using ::tessera::cuda::StridedSpace;
 
-// Element types the elementwise kernels take.
-enum class KernelType : int { kFloat32, kFloat64 };
-
-// out[i] (per req) = f(a[i], b[i], c[i], s) for i < n; unused operands may be null.
-cudaError_t LaunchMap(MapCode code, KernelType type, const void* a, const void* b, const void* c,
-                      void* out, int64_t n, double s, int req, cudaStream_t stream);
-
-// Index spaces of up to kMaxDims dims over operands with their own element strides (0 along
-// a broadcast dim): the strided forms of LaunchMap and the reductions use them.
-inline constexpr int kMaxDims = 8;
-struct StridedSpace {
-  int ndim = 0;
-  int64_t shape[kMaxDims] = {};
-  int64_t stride[3][kMaxDims] = {};  // operands a, b, c
-};
-
-// As LaunchMap with out contiguous over `space` and a, b, c read through their strides.
-cudaError_t LaunchStridedMap(MapCode code, KernelType type, const StridedSpace& space,
-                             const void* a, const void* b, const void* c, void* out, double s,
-                             int req, cudaStream_t stream);
-
-enum class ReduceCode : int { kSum, kMax, kMin, kProd };
-
-// out[o] (per req) = scale * reduce over `reduced` of in[offset(o) + offset(r)], where o runs
-// over `kept` (contiguous out) and both spaces use stride[0] into `in`.
-cudaError_t LaunchReduce(ReduceCode code, KernelType type, const StridedSpace& kept,
-                         const StridedSpace& reduced, const void* in, void* out, double scale,
-                         int req, cudaStream_t stream);
 
 // float32 helpers of the neural-network operators.
 

@@ -118,6 +118,46 @@ TEST(StorageTest, FreeThenAllocOfSameClassIsAPoolHit) {
   storage->Free(*c);
 }
 
+TEST(StorageTest, LargeRequestTakesASlightlyLargerPooledBlock) {
+  EXPECT_EQ(StorageReuseLimit(1024), 1024u);
+  EXPECT_EQ(StorageReuseLimit(kMiB), kMiB);
+  EXPECT_EQ(StorageReuseLimit(2 * kMiB), 2 * kMiB);
+  EXPECT_EQ(StorageReuseLimit(3 * kMiB), 4 * kMiB);
+  EXPECT_EQ(StorageReuseLimit(6 * kMiB), 8 * kMiB);
+
+  auto storage = Storage::Create();
+  const Context cpu = Context::CPU(0);
+  absl::StatusOr<StorageHandle> big = storage->Alloc(9 * kMiB, cpu);
+  absl::StatusOr<StorageHandle> four = storage->Alloc(3 * kMiB + 5, cpu);  // class 4 MiB
+  ASSERT_THAT(big, IsOk());
+  ASSERT_THAT(four, IsOk());
+  storage->Free(*big);
+  storage->Free(*four);
+  // 3 MiB: its class is empty; the 4 MiB block is within 4/3, the 9 MiB one is not.
+  absl::StatusOr<StorageHandle> three = storage->Alloc(3 * kMiB, cpu);
+  ASSERT_THAT(three, IsOk());
+  EXPECT_EQ(three->dptr, four->dptr);
+  StorageStats stats = storage->Stats(cpu);
+  EXPECT_EQ(stats.pool_hits, 1u);
+  EXPECT_EQ(stats.bytes_in_use, 4 * kMiB);
+  EXPECT_EQ(stats.bytes_pooled, 9 * kMiB);
+  // Freed, it goes back as the 4 MiB block it is.
+  storage->Free(*three);
+  stats = storage->Stats(cpu);
+  EXPECT_EQ(stats.bytes_in_use, 0u);
+  EXPECT_EQ(stats.bytes_pooled, 13 * kMiB);
+  // 2 MiB may not take the 4 MiB block (over 4/3), and small classes reuse exactly only.
+  absl::StatusOr<StorageHandle> two = storage->Alloc(2 * kMiB, cpu);
+  ASSERT_THAT(two, IsOk());
+  EXPECT_NE(two->dptr, four->dptr);
+  EXPECT_EQ(storage->Stats(cpu).pool_hits, 1u);
+  storage->Free(*two);
+  absl::StatusOr<StorageHandle> small = storage->Alloc(1000, cpu);
+  ASSERT_THAT(small, IsOk());
+  EXPECT_EQ(storage->Stats(cpu).pool_hits, 1u);
+  storage->Free(*small);
+}
+
 TEST(StorageTest, DirectFreeBypassesThePool) {
   auto storage = Storage::Create();
   absl::StatusOr<StorageHandle> a = storage->Alloc(2 * kMiB, Context::CPU(0));

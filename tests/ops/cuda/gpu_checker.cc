@@ -23,6 +23,15 @@ namespace tessera::ops::testing {
 
 namespace {
 
+// The case's argument dtypes: `dtype` unless input_dtypes says otherwise.
+std::vector<DType> InputTypes(const GpuCase& c, size_t n) {
+  std::vector<DType> types(n, c.dtype);
+  for (const auto& [index, dtype] : c.input_dtypes) {
+    if (index >= 0 && static_cast<size_t>(index) < n) types[index] = dtype;
+  }
+  return types;
+}
+
 absl::Status RunCaseWithoutGpu(const GpuCase& c) {
   ASSIGN_OR_RETURN(std::unique_ptr<OwnedRuntime> runtime, OwnedRuntime::Create(1));
   ASSIGN_OR_RETURN(std::unique_ptr<OperatorProperty> prop,
@@ -32,7 +41,7 @@ absl::Status RunCaseWithoutGpu(const GpuCase& c) {
   in.resize(prop->ListArguments().size());
   ASSIGN_OR_RETURN(bool known, prop->InferShape(&in, &out, &aux));
   if (!known) return absl::InvalidArgumentError("shapes not inferred");
-  std::vector<DType> it(in.size(), c.dtype), ot(out.size(), DType::kUnknown),
+  std::vector<DType> it = InputTypes(c, in.size()), ot(out.size(), DType::kUnknown),
       at(aux.size(), DType::kUnknown);
   ASSIGN_OR_RETURN(known, prop->InferType(&it, &ot, &at));
   if (!known) return absl::InvalidArgumentError("types not inferred");
@@ -51,22 +60,27 @@ absl::Status RunCaseWithoutGpu(const GpuCase& c) {
   std::vector<TBlob> in_b = buffers(in, 0.5, &in_s), out_b = buffers(out, 0, &out_s),
                      aux_b = buffers(aux, 0.5, &aux_s);
   std::vector<std::vector<char>> bytes;
-  auto retype = [&](std::vector<TBlob>* blobs) {
-    for (TBlob& b : *blobs) {
-      bytes.emplace_back(b.Size() * DTypeSize(c.dtype));
-      TESSERA_FLOAT_TYPE_SWITCH(c.dtype, T,
-                                {
-                                  T* p = reinterpret_cast<T*>(bytes.back().data());
-                                  for (int64_t i = 0; i < b.Size(); ++i)
-                                    p[i] = static_cast<T>(0.5f);
-                                },
-                                {});
-      b = TBlob(bytes.back().data(), b.shape, c.dtype, Context::CPU());
+  // Integer inputs (labels, indices) get 0, every other value 0.5.
+  auto retype = [&](std::vector<TBlob>* blobs, const std::vector<DType>& types,
+                    bool inputs) {
+    for (size_t k = 0; k < blobs->size(); ++k) {
+      TBlob& b = (*blobs)[k];
+      const DType t = types[k];
+      const double v = inputs && c.integer_inputs.count(static_cast<int>(k)) ? 0.0 : 0.5;
+      bytes.emplace_back(b.Size() * DTypeSize(t));
+      TESSERA_TYPE_SWITCH(t, T,
+                          {
+                            T* p = reinterpret_cast<T*>(bytes.back().data());
+                            for (int64_t i = 0; i < b.Size(); ++i)
+                              p[i] = static_cast<T>(static_cast<AccType<T>>(v));
+                          },
+                          {});
+      b = TBlob(bytes.back().data(), b.shape, t, Context::CPU());
     }
   };
-  retype(&in_b);
-  retype(&out_b);
-  retype(&aux_b);
+  retype(&in_b, it, true);
+  retype(&out_b, ot, false);
+  retype(&aux_b, at, false);
   OpContext ctx;
   ctx.is_train = c.is_train;
   ctx.run_ctx.ctx = Context::CPU();
@@ -79,8 +93,8 @@ absl::Status RunCaseWithoutGpu(const GpuCase& c) {
   if (c.backward) {
     std::vector<Shape> og(out.begin(), out.begin() + prop->NumVisibleOutputs());
     std::vector<TBlob> og_b = buffers(og, 0.5, &og_s), grad_b = buffers(in, 0, &grad_s);
-    retype(&og_b);
-    retype(&grad_b);
+    retype(&og_b, std::vector<DType>(ot.begin(), ot.begin() + og.size()), false);
+    retype(&grad_b, it, false);
     ctx.requested.clear();
     for (const ResourceRequest& r : prop->BackwardResource(in)) {
       ASSIGN_OR_RETURN(engine::Resource res, runtime->get().resources->Request(Context::CPU(), r));
@@ -135,27 +149,35 @@ Values Random(int64_t n, bool positive, std::mt19937_64& rng) {
   return v;
 }
 
+// Integers in [0, n), as doubles (labels and indices).
+Values RandomIntegers(int64_t size, int n, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> pick(0, n - 1);
+  Values v(size);
+  for (double& x : v) x = pick(rng);
+  return v;
+}
+
 std::vector<char> ToBytes(const Values& v, DType t) {
   std::vector<char> bytes(v.size() * DTypeSize(t));
-  TESSERA_FLOAT_TYPE_SWITCH(t, T,
-                            {
-                              T* p = reinterpret_cast<T*>(bytes.data());
-                              for (size_t i = 0; i < v.size(); ++i)
-                                p[i] = static_cast<T>(static_cast<AccType<T>>(v[i]));
-                            },
-                            {});
+  TESSERA_TYPE_SWITCH(t, T,
+                      {
+                        T* p = reinterpret_cast<T*>(bytes.data());
+                        for (size_t i = 0; i < v.size(); ++i)
+                          p[i] = static_cast<T>(static_cast<AccType<T>>(v[i]));
+                      },
+                      {});
   return bytes;
 }
 
 Values FromBytes(const char* p, int64_t n, DType t) {
   Values v(n);
-  TESSERA_FLOAT_TYPE_SWITCH(t, T,
-                            {
-                              const T* q = reinterpret_cast<const T*>(p);
-                              for (int64_t i = 0; i < n; ++i)
-                                v[i] = static_cast<double>(static_cast<AccType<T>>(q[i]));
-                            },
-                            {});
+  TESSERA_TYPE_SWITCH(t, T,
+                      {
+                        const T* q = reinterpret_cast<const T*>(p);
+                        for (int64_t i = 0; i < n; ++i)
+                          v[i] = static_cast<double>(static_cast<AccType<T>>(q[i]));
+                      },
+                      {});
   return v;
 }
 
@@ -190,9 +212,11 @@ class DeviceBuffer {
 
 using Buffers = std::vector<std::unique_ptr<DeviceBuffer>>;
 
-Buffers Allocate(const std::vector<Shape>& shapes, DType dtype) {
+Buffers Allocate(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
   Buffers b;
-  for (const Shape& s : shapes) b.push_back(std::make_unique<DeviceBuffer>(s, dtype));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    b.push_back(std::make_unique<DeviceBuffer>(shapes[i], dtypes[i]));
+  }
   return b;
 }
 
@@ -203,6 +227,12 @@ std::vector<TBlob> Blobs(const Buffers& b) {
 }
 
 Values Filled(int64_t n, double v) { return Values(n, v); }
+
+// `v` as stored in dtype t (integers round toward zero, floats to their precision).
+Values Representable(const Values& v, DType t) {
+  std::vector<char> bytes = ToBytes(v, t);
+  return FromBytes(bytes.data(), static_cast<int64_t>(v.size()), t);
+}
 Values Plus(const Values& a, const Values& b) {
   Values r(a.size());
   for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] + b[i];
@@ -262,16 +292,22 @@ class Checker {
       aux_shapes_.resize(prop_->ListAuxiliaryStates().size());
       ASSIGN_OR_RETURN(bool known, prop_->InferShape(&in_shapes_, &out_shapes_, &aux_shapes_));
       if (!known) return absl::InvalidArgumentError("shapes not inferred");
-      std::vector<DType> it(in_shapes_.size(), c_.dtype), ot(out_shapes_.size(), DType::kUnknown),
-          at(aux_shapes_.size(), DType::kUnknown);
-      ASSIGN_OR_RETURN(known, prop_->InferType(&it, &ot, &at));
+      in_types_ = InputTypes(c_, in_shapes_.size());
+      out_types_.assign(out_shapes_.size(), DType::kUnknown);
+      aux_types_.assign(aux_shapes_.size(), DType::kUnknown);
+      ASSIGN_OR_RETURN(known, prop_->InferType(&in_types_, &out_types_, &aux_types_));
       if (!known) return absl::InvalidArgumentError("types not inferred");
       ASSIGN_OR_RETURN(cpu_op_, prop_->CreateOperator(Context::CPU()));
       absl::StatusOr<std::unique_ptr<Operator>> gpu = CreateGpuOperator(*prop_, Context::GPU(0));
       // SimpleOps carry their GPU functions in their own property, not the factory registry.
       if (absl::IsUnimplemented(gpu.status())) gpu = prop_->CreateOperator(Context::GPU(0));
       ASSIGN_OR_RETURN(gpu_op_, std::move(gpu));
-      for (const Shape& s : in_shapes_) inputs_.push_back(Random(s.Size(), c_.positive, rng_));
+      for (size_t i = 0; i < in_shapes_.size(); ++i) {
+        auto integer = c_.integer_inputs.find(static_cast<int>(i));
+        inputs_.push_back(integer != c_.integer_inputs.end()
+                              ? RandomIntegers(in_shapes_[i].Size(), integer->second, rng_)
+                              : Random(in_shapes_[i].Size(), c_.positive, rng_));
+      }
       // Aux states are statistics (a variance must be positive).
       for (const Shape& s : aux_shapes_) aux_.push_back(Random(s.Size(), true, rng_));
       nv_ = prop_->NumVisibleOutputs();
@@ -312,10 +348,11 @@ class Checker {
   struct Host {
     std::vector<std::vector<char>> bytes;
     std::vector<TBlob> blobs;
-    Host(const std::vector<Values>& values, const std::vector<Shape>& shapes, DType t) {
-      for (size_t i = 0; i < shapes.size(); ++i) bytes.push_back(ToBytes(values[i], t));
+    Host(const std::vector<Values>& values, const std::vector<Shape>& shapes,
+         const std::vector<DType>& types) {
+      for (size_t i = 0; i < shapes.size(); ++i) bytes.push_back(ToBytes(values[i], types[i]));
       for (size_t i = 0; i < shapes.size(); ++i) {
-        blobs.emplace_back(bytes[i].data(), shapes[i], t, Context::CPU());
+        blobs.emplace_back(bytes[i].data(), shapes[i], types[i], Context::CPU());
       }
     }
     Values Get(size_t i) const {
@@ -330,8 +367,8 @@ class Checker {
   }
 
   void RunCpu() {
-    Host in(inputs_, in_shapes_, c_.dtype), out(Zeros(out_shapes_), out_shapes_, c_.dtype),
-        aux(aux_, aux_shapes_, c_.dtype);
+    Host in(inputs_, in_shapes_, in_types_), out(Zeros(out_shapes_), out_shapes_, out_types_),
+        aux(aux_, aux_shapes_, aux_types_);
     std::vector<OpReqType> req(out_shapes_.size(), OpReqType::kWriteTo);
     absl::Status s = cpu_op_->Forward(Ctx(false, true), in.blobs, req, out.blobs, aux.blobs);
     ASSERT_TRUE(s.ok()) << c_.op << " CPU forward: " << s;
@@ -339,7 +376,7 @@ class Checker {
     for (size_t i = 0; i < aux_shapes_.size(); ++i) cpu_aux_.push_back(aux.Get(i));
     if (!c_.backward) return;
     std::vector<Shape> og_shapes(out_shapes_.begin(), out_shapes_.begin() + nv_);
-    Host og(out_grads_, og_shapes, c_.dtype), grad(Zeros(in_shapes_), in_shapes_, c_.dtype);
+    Host og(out_grads_, og_shapes, OutGradTypes()), grad(Zeros(in_shapes_), in_shapes_, in_types_);
     std::vector<OpReqType> greq(in_shapes_.size(), OpReqType::kWriteTo);
     s = cpu_op_->Backward(Ctx(false, false), og.blobs, in.blobs, out.blobs, greq, grad.blobs,
                           aux.blobs);
@@ -352,9 +389,9 @@ class Checker {
   // device buffers of inputs / outputs / aux in gpu_in_ / gpu_out_ / gpu_aux_.
   absl::Status GpuForward(OpReqType req, const std::vector<Values>& prefill, int inplace_in = -1,
                           int inplace_out = -1) {
-    gpu_in_ = Allocate(in_shapes_, c_.dtype);
-    gpu_out_ = Allocate(out_shapes_, c_.dtype);
-    gpu_aux_ = Allocate(aux_shapes_, c_.dtype);
+    gpu_in_ = Allocate(in_shapes_, in_types_);
+    gpu_out_ = Allocate(out_shapes_, out_types_);
+    gpu_aux_ = Allocate(aux_shapes_, aux_types_);
     for (size_t i = 0; i < in_shapes_.size(); ++i) gpu_in_[i]->Upload(inputs_[i]);
     for (size_t i = 0; i < out_shapes_.size(); ++i) gpu_out_[i]->Upload(prefill[i]);
     for (size_t i = 0; i < aux_shapes_.size(); ++i) gpu_aux_[i]->Upload(aux_[i]);
@@ -381,10 +418,13 @@ class Checker {
     const std::string& op = c_.op;
     // kWriteTo
     std::vector<Values> nan, added, seven;
-    for (const Shape& s : out_shapes_) {
-      nan.push_back(Filled(s.Size(), NAN));
-      added.push_back(Random(s.Size(), false, rng_));
-      seven.push_back(Filled(s.Size(), 7.0));
+    for (size_t i = 0; i < out_shapes_.size(); ++i) {
+      const int64_t n = out_shapes_[i].Size();
+      const DType t = out_types_[i];
+      // Integer buffers cannot hold NaN or fractions: a sentinel and whole numbers instead.
+      nan.push_back(Filled(n, IsFloatingPoint(t) ? NAN : -77.0));
+      added.push_back(Representable(Random(n, false, rng_), t));
+      seven.push_back(Filled(n, 7.0));
     }
     absl::Status s = GpuForward(OpReqType::kWriteTo, nan);
     ASSERT_TRUE(s.ok()) << op << " GPU forward: " << s;
@@ -430,8 +470,8 @@ class Checker {
   absl::StatusOr<std::vector<Values>> GpuBackward(OpReqType req, const std::vector<Values>& prefill,
                                                   int inplace_og = -1, int inplace_ig = -1) {
     std::vector<Shape> og_shapes(out_shapes_.begin(), out_shapes_.begin() + nv_);
-    Buffers og = Allocate(og_shapes, c_.dtype);
-    Buffers grad = Allocate(in_shapes_, c_.dtype);
+    Buffers og = Allocate(og_shapes, OutGradTypes());
+    Buffers grad = Allocate(in_shapes_, in_types_);
     for (int i = 0; i < nv_; ++i) og[i]->Upload(out_grads_[i]);
     for (size_t i = 0; i < in_shapes_.size(); ++i) grad[i]->Upload(prefill[i]);
     std::vector<TBlob> og_blobs = Blobs(og), grad_blobs = Blobs(grad);
@@ -457,10 +497,13 @@ class Checker {
   void CheckBackward() {
     const std::string& op = c_.op;
     std::vector<Values> nan, added, seven;
-    for (const Shape& s : in_shapes_) {
-      nan.push_back(Filled(s.Size(), NAN));
-      added.push_back(Random(s.Size(), false, rng_));
-      seven.push_back(Filled(s.Size(), 7.0));
+    for (size_t i = 0; i < in_shapes_.size(); ++i) {
+      const int64_t n = in_shapes_[i].Size();
+      const DType t = in_types_[i];
+      // Integer buffers cannot hold NaN or fractions: a sentinel and whole numbers instead.
+      nan.push_back(Filled(n, IsFloatingPoint(t) ? NAN : -77.0));
+      added.push_back(Representable(Random(n, false, rng_), t));
+      seven.push_back(Filled(n, 7.0));
     }
     absl::StatusOr<std::vector<Values>> g = GpuBackward(OpReqType::kWriteTo, nan);
     ASSERT_TRUE(g.ok()) << op << " GPU backward: " << g.status();
@@ -493,8 +536,13 @@ class Checker {
     }
   }
 
+  std::vector<DType> OutGradTypes() const {
+    return std::vector<DType>(out_types_.begin(), out_types_.begin() + nv_);
+  }
+
   GpuCase c_;
   std::mt19937_64 rng_;
+  std::vector<DType> in_types_, out_types_, aux_types_;
   std::unique_ptr<OwnedRuntime> runtime_;
   std::unique_ptr<OperatorProperty> prop_;
   std::unique_ptr<Operator> cpu_op_, gpu_op_;

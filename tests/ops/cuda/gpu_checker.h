@@ -13,6 +13,7 @@
 #ifndef TESSERA_TESTS_OPS_CUDA_GPU_CHECKER_H_
 #define TESSERA_TESTS_OPS_CUDA_GPU_CHECKER_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct GpuCase {
   std::vector<Shape> in_shapes;  // the arguments' shapes (the rest is inferred)
   DType dtype = DType::kFloat32;
   bool positive = false;  // inputs in [0.1, 1] instead of [-1, -0.1] U [0.1, 1]
+  // Inputs that hold class labels or indices: input index -> n, the input gets integers drawn
+  // from [0, n) (stored in its dtype). Their gradients are compared like any other.
+  std::map<int, int> integer_inputs;
+  // Inputs whose dtype differs from `dtype` (Embedding's int32 indices): input index -> dtype.
+  std::map<int, DType> input_dtypes;
   bool is_train = true;
   bool backward = true;
   double rtol = 1e-4;
