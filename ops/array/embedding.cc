@@ -203,7 +203,7 @@ class EmbeddingProp : public PropertyWithParam<EmbeddingProp, EmbeddingParam> {
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    RETURN_IF_ERROR(array_internal::CheckCpu("Embedding", ctx));
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     return std::make_unique<EmbeddingOp>(param_);
   }
   std::string TypeString() const override { return "Embedding"; }
