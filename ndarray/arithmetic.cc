@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +13,12 @@
 #include "core/cuda_status.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
+#include "engine/resource.h"
 #include "ndarray/math.h"
+
+#if TESSERA_USE_CUDA
+#include "ndarray/cuda/device_math.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -25,14 +31,15 @@ absl::Status CheckNotNone(const char* op, const NDArray& a) {
   return absl::OkStatus();
 }
 
-// The kernels of math.h are host kernels.
+// Arrays on a GPU compute with ndarray/cuda's kernels, which exist only in a CUDA build.
 absl::Status CheckComputable(const char* op, const NDArray& a) {
   RETURN_IF_ERROR(CheckNotNone(op, a));
+#if !TESSERA_USE_CUDA
   if (a.ctx().is_gpu()) {
-    return absl::UnimplementedError(
-        absl::StrCat(op, ": no GPU kernel for NDArray arithmetic (array on ", a.ctx().ToString(),
-                     "); CopyTo a CPU context first"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": array on ", a.ctx().ToString(), " but Tessera was built without CUDA"));
   }
+#endif
   return absl::OkStatus();
 }
 
@@ -49,12 +56,52 @@ absl::Status CheckSameCtxAndDType(const char* op, const NDArray& a, const NDArra
   return absl::OkStatus();
 }
 
-// Pushes a host function that writes `out` and reads `inputs`.
-absl::Status PushCompute(const char* name, std::function<absl::Status()> fn,
-                         std::vector<engine::VarHandle> const_vars, const NDArray& out) {
+// A kernel call on the device of the blobs it is given: on a GPU it gets the run context's
+// stream, on the CPU a null one.
+using Kernel = std::function<absl::Status(void* stream)>;
+
+// Pushes `fn` on out's device, writing `out` (and `extra_mutate`, e.g. a scratch resource)
+// and reading `const_vars`.
+absl::Status PushCompute(const char* name, Kernel fn, std::vector<engine::VarHandle> const_vars,
+                         const NDArray& out, std::vector<engine::VarHandle> extra_mutate = {}) {
   const Runtime& rt = out.runtime();
-  return rt.engine->PushSync([fn = std::move(fn)](RunContext) { return fn(); }, out.ctx(),
-                             const_vars, {out.var()}, FnProperty::kNormal, 0, name);
+  std::vector<engine::VarHandle> mutate = {out.var()};
+  mutate.insert(mutate.end(), extra_mutate.begin(), extra_mutate.end());
+  const bool gpu = out.ctx().is_gpu();
+  return rt.engine->PushSync(
+      [fn = std::move(fn), gpu](RunContext rctx) {
+        return fn(gpu ? rctx.stream : nullptr);
+      },
+      out.ctx(), std::move(const_vars), std::move(mutate), FnProperty::kNormal, 0, name);
+}
+
+// math.h's kernels, or their device twins (ndarray/cuda/device_math.h) for GPU blobs.
+#if TESSERA_USE_CUDA
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+#define TESSERA_ON_DEVICE(blob, cpu_call, gpu_call) \
+  ((blob).ctx.is_gpu() ? (gpu_call) : (cpu_call))
+#else
+#define TESSERA_ON_DEVICE(blob, cpu_call, gpu_call) (cpu_call)
+#endif
+
+absl::Status DoBroadcastBinary(math::BinaryOp op, const TBlob& a, const TBlob& b, OpReqType req,
+                               const TBlob& o, void* stream) {
+  return TESSERA_ON_DEVICE(o, math::BroadcastBinary(op, a, b, req, o),
+                           gpu_math::BroadcastBinary(op, a, b, req, o, AsStream(stream)));
+}
+
+absl::Status DoBinaryScalar(math::BinaryOp op, const TBlob& a, double scalar, bool left,
+                            OpReqType req, const TBlob& o, void* stream) {
+  return TESSERA_ON_DEVICE(o, math::BinaryScalar(op, a, scalar, left, req, o),
+                           gpu_math::BinaryScalar(op, a, scalar, left, req, o, AsStream(stream)));
+}
+
+absl::Status DoFill(const TBlob& o, double value, void* stream) {
+  return TESSERA_ON_DEVICE(o, math::Fill(o, value), gpu_math::Fill(o, value, AsStream(stream)));
+}
+
+absl::Status DoCast(const TBlob& i, const TBlob& o, void* stream) {
+  return TESSERA_ON_DEVICE(o, math::Cast(i, o), gpu_math::Cast(i, o, AsStream(stream)));
 }
 
 // Whether two blobs' byte ranges intersect.
@@ -76,7 +123,10 @@ absl::StatusOr<NDArray> Binary(const char* name, math::BinaryOp op, const NDArra
   ASSIGN_OR_RETURN(NDArray out, NDArray::Empty(lhs.runtime(), *shape, lhs.ctx(), lhs.dtype()));
   const TBlob a = lhs.data(), b = rhs.data(), o = out.data();
   RETURN_IF_ERROR(PushCompute(
-      name, [op, a, b, o] { return math::BroadcastBinary(op, a, b, OpReqType::kWriteTo, o); },
+      name,
+      [op, a, b, o](void* stream) {
+        return DoBroadcastBinary(op, a, b, OpReqType::kWriteTo, o, stream);
+      },
       {lhs.var(), rhs.var()}, out));
   return out;
 }
@@ -88,8 +138,8 @@ absl::StatusOr<NDArray> Scalar(const char* name, math::BinaryOp op, const NDArra
   const TBlob a = in.data(), o = out.data();
   RETURN_IF_ERROR(PushCompute(
       name,
-      [op, a, o, scalar, scalar_on_left] {
-        return math::BinaryScalar(op, a, scalar, scalar_on_left, OpReqType::kWriteTo, o);
+      [op, a, o, scalar, scalar_on_left](void* stream) {
+        return DoBinaryScalar(op, a, scalar, scalar_on_left, OpReqType::kWriteTo, o, stream);
       },
       {in.var()}, out));
   return out;
@@ -111,10 +161,21 @@ absl::Status InPlace(const char* name, math::BinaryOp op, const NDArray& lhs, co
   // so such an rhs is snapshotted first, giving NumPy's "read everything, then write".
   const bool snapshot =
       lhs.var() == rhs.var() && Overlaps(a, b) && !(a.dptr == b.dptr && a.shape == b.shape);
+  if (snapshot && lhs.ctx().is_gpu()) {
+    // A device snapshot is an array of its own, copied first (engine-ordered).
+    ASSIGN_OR_RETURN(NDArray copy, CopyTo(rhs, rhs.ctx()));
+    const TBlob c = copy.data();
+    return PushCompute(
+        name,
+        [op, a, c](void* stream) {
+          return DoBroadcastBinary(op, a, c, OpReqType::kWriteInplace, a, stream);
+        },
+        {copy.var()}, lhs);
+  }
   return PushCompute(
       name,
-      [op, a, b, snapshot]() -> absl::Status {
-        if (!snapshot) return math::BroadcastBinary(op, a, b, OpReqType::kWriteInplace, a);
+      [op, a, b, snapshot](void* stream) -> absl::Status {
+        if (!snapshot) return DoBroadcastBinary(op, a, b, OpReqType::kWriteInplace, a, stream);
         std::vector<char> copy(b.Bytes());
         std::memcpy(copy.data(), b.dptr, copy.size());
         const TBlob rhs_copy(copy.data(), b.shape, b.dtype, b.ctx);
@@ -128,9 +189,8 @@ absl::Status InPlaceScalar(const char* name, math::BinaryOp op, const NDArray& l
   const TBlob a = lhs.data();
   return PushCompute(
       name,
-      [op, a, scalar] {
-        return math::BinaryScalar(op, a, scalar, /*scalar_on_left=*/false, OpReqType::kWriteInplace,
-                                  a);
+      [op, a, scalar](void* stream) {
+        return DoBinaryScalar(op, a, scalar, /*left=*/false, OpReqType::kWriteInplace, a, stream);
       },
       {}, lhs);
 }
@@ -167,12 +227,41 @@ absl::StatusOr<NDArray> Reduction(const char* name, math::ReduceOp op, const NDA
   if (out_shape.ndim() == 0) out_shape = Shape{1};
   ASSIGN_OR_RETURN(NDArray out, NDArray::Empty(in.runtime(), out_shape, in.ctx(), in.dtype()));
   const TBlob i = in.data(), o = out.data();
+  if (!in.ctx().is_gpu()) {
+    RETURN_IF_ERROR(PushCompute(
+        name,
+        [op, i, o, normalized = std::move(normalized)](void*) {
+          return math::Reduce(op, i, normalized, OpReqType::kWriteTo, o);
+        },
+        {in.var()}, out));
+    return out;
+  }
+#if TESSERA_USE_CUDA
+  // A reduction with few outputs spreads over the whole device and needs scratch for its
+  // partial results: the device's temp space resource (engine-ordered like any variable).
+  ASSIGN_OR_RETURN(size_t scratch_bytes, gpu_math::ReduceScratchBytes(i, normalized));
+  std::optional<engine::Resource> scratch;
+  std::vector<engine::VarHandle> extra;
+  if (scratch_bytes > 0) {
+    const Runtime& rt = in.runtime();
+    if (rt.resources == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(name, ": runtime without resources"));
+    }
+    ASSIGN_OR_RETURN(scratch, rt.resources->Request(in.ctx(), {engine::ResourceRequest::kTempSpace}));
+    extra.push_back(scratch->var);
+  }
   RETURN_IF_ERROR(PushCompute(
       name,
-      [op, i, o, normalized = std::move(normalized)] {
-        return math::Reduce(op, i, normalized, OpReqType::kWriteTo, o);
+      [op, i, o, normalized = std::move(normalized), scratch, scratch_bytes](
+          void* stream) -> absl::Status {
+        void* space = nullptr;
+        if (scratch.has_value()) {
+          ASSIGN_OR_RETURN(space, scratch->get_space(scratch_bytes));
+        }
+        return gpu_math::Reduce(op, i, normalized, OpReqType::kWriteTo, o, space, AsStream(stream));
       },
-      {in.var()}, out));
+      {in.var()}, out, std::move(extra)));
+#endif
   return out;
 }
 
@@ -181,29 +270,10 @@ absl::StatusOr<NDArray> Reduction(const char* name, math::ReduceOp op, const NDA
 // ---- Filled arrays ----
 
 absl::Status Fill(const NDArray& array, double value) {
-  RETURN_IF_ERROR(CheckNotNone("Fill", array));
+  RETURN_IF_ERROR(CheckComputable("Fill", array));
   const TBlob o = array.data();
-  if (!o.ctx.is_gpu()) {
-    return PushCompute(
-        "Fill", [o, value] { return math::Fill(o, value); }, {}, array);
-  }
-#if TESSERA_USE_CUDA
-  // No device fill kernel yet: fill on the host and copy over the copy stream.
-  return array.runtime().engine->PushSync(
-      [o, value](RunContext rctx) -> absl::Status {
-        std::vector<char> host(o.Bytes());
-        RETURN_IF_ERROR(math::Fill(TBlob(host.data(), o.shape, o.dtype, Context::CPU()), value));
-        cudaStream_t stream = rctx.get_stream<cudaStream_t>();
-        CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(o.dptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream));
-        CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // `host` dies on return
-        return absl::OkStatus();
-      },
-      array.ctx(), {}, {array.var()}, FnProperty::kCopyToGPU, 0, "Fill");
-#else
-  return absl::FailedPreconditionError(
-      absl::StrCat("Fill: array on ", o.ctx.ToString(), " but Tessera was built without CUDA"));
-#endif
+  return PushCompute(
+      "Fill", [o, value](void* stream) { return DoFill(o, value, stream); }, {}, array);
 }
 
 absl::StatusOr<NDArray> Full(const Runtime& rt, const Shape& shape, double value, Context ctx,
@@ -287,10 +357,16 @@ absl::StatusOr<NDArray> Dot(const NDArray& a, const NDArray& b, bool transpose_a
         absl::StrCat("Dot: inner dimensions differ (", ka, " vs ", kb, ") in ", what));
   }
   ASSIGN_OR_RETURN(NDArray out, NDArray::Empty(a.runtime(), Shape{m, n}, a.ctx(), a.dtype()));
+  if (a.ctx().is_gpu()) {
+    // cuBLAS lives with the operators: ops::Invoke("dot", ...) runs it on the GPU.
+    return absl::UnimplementedError(absl::StrCat("Dot: arrays on ", a.ctx().ToString(),
+                                                 "; NDArray Dot is CPU only, use the dot operator "
+                                                 "(ops::Invoke(\"dot\", ...)) on a GPU"));
+  }
   const TBlob x = a.data(), y = b.data(), c = out.data();
   RETURN_IF_ERROR(PushCompute(
       "Dot",
-      [x, y, c, transpose_a, transpose_b]() -> absl::Status {
+      [x, y, c, transpose_a, transpose_b](void*) -> absl::Status {
         return math::Gemm(transpose_a, transpose_b, 1.0, x, y, 0.0, c);
       },
       {a.var(), b.var()}, out));
@@ -308,7 +384,7 @@ absl::StatusOr<NDArray> Cast(const NDArray& in, DType dtype) {
   ASSIGN_OR_RETURN(NDArray out, NDArray::Empty(in.runtime(), in.shape(), in.ctx(), dtype));
   const TBlob i = in.data(), o = out.data();
   RETURN_IF_ERROR(PushCompute(
-      "Cast", [i, o] { return math::Cast(i, o); }, {in.var()}, out));
+      "Cast", [i, o](void* stream) { return DoCast(i, o, stream); }, {in.var()}, out));
   return out;
 }
 

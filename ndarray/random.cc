@@ -10,6 +10,10 @@
 #include "engine/philox.h"
 #include "engine/resource.h"
 
+#if TESSERA_USE_CUDA
+#include "ndarray/cuda/device_math.h"
+#endif
+
 namespace tessera {
 namespace {
 
@@ -51,30 +55,24 @@ absl::Status Sample(const char* name, Distribution dist, double a, double b, con
   const TBlob blob = out.data();
   auto fn = [dist, a, b, blob, res](engine::RunContext rctx) -> absl::Status {
     engine::PhiloxRandom* gen = res.get_random();
-    void* host = blob.dptr;
-    std::vector<char> staging;
-    if (blob.ctx.is_gpu()) {
-      staging.resize(blob.Bytes());
-      host = staging.data();
+    if (!blob.ctx.is_gpu()) {
+      TESSERA_FLOAT_TYPE_SWITCH(blob.dtype, DT,
+                                Draw<DT>(dist, a, b, gen, static_cast<DT*>(blob.dptr), blob.Size()),
+                                return absl::InternalError("random fill: unexpected dtype"));
+      return absl::OkStatus();
     }
-    TESSERA_FLOAT_TYPE_SWITCH(blob.dtype, DT,
-                              Draw<DT>(dist, a, b, gen, static_cast<DT*>(host), blob.Size()),
-                              return absl::InternalError("random fill: unexpected dtype"));
-    if (!blob.ctx.is_gpu()) return absl::OkStatus();
 #if TESSERA_USE_CUDA
-    cudaStream_t stream = rctx.get_stream<cudaStream_t>();
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(blob.dptr, host, staging.size(), cudaMemcpyHostToDevice, stream));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // `staging` dies on return
-    return absl::OkStatus();
+    // The same draws, made on the device from the generator's current position.
+    return gpu_math::Sample(dist == Distribution::kNormal ? gpu_math::Distribution::kNormal
+                                                          : gpu_math::Distribution::kUniform,
+                            a, b, gen, blob, rctx.get_stream<cudaStream_t>());
 #else
     (void)rctx;
     return absl::FailedPreconditionError("random fill: GPU array without CUDA");
 #endif
   };
-  return rt.engine->PushSync(
-      fn, out.ctx(), {}, {out.var(), res.var},
-      out.ctx().is_gpu() ? engine::FnProperty::kCopyToGPU : engine::FnProperty::kNormal, 0, name);
+  return rt.engine->PushSync(fn, out.ctx(), {}, {out.var(), res.var}, engine::FnProperty::kNormal,
+                             0, name);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "ops/param.h"
 
+#include <charconv>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
@@ -83,8 +84,20 @@ std::string Parse(absl::string_view text, DType* out) {
 std::string Format(bool v) { return v ? "true" : "false"; }
 std::string Format(int v) { return absl::StrCat(v); }
 std::string Format(int64_t v) { return absl::StrCat(v); }
-std::string Format(float v) { return absl::StrCat(v); }
-std::string Format(double v) { return absl::StrCat(v); }
+// Six significant digits (StrCat's, and what symbol files usually hold) when they read back
+// as the same value; otherwise the shortest text that does, so a property rebuilt from
+// GetParams() (the GPU operators' factories, a saved symbol) computes with the same number.
+template <typename T>
+std::string FormatExactly(T v) {
+  std::string text = absl::StrCat(v);
+  T back;
+  if (Parse(text, &back).empty() && back == v) return text;
+  char buffer[64];
+  const std::to_chars_result r = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  return std::string(buffer, r.ptr);
+}
+std::string Format(float v) { return FormatExactly(v); }
+std::string Format(double v) { return FormatExactly(v); }
 std::string Format(const std::string& v) { return v; }
 std::string Format(const Shape& v) { return v.ToString(); }
 std::string Format(const std::vector<int>& v) {

@@ -119,6 +119,21 @@ TEST(ParamSchemaTest, GetRoundTrips) {
   EXPECT_EQ(TestParam::Schema().Get(q), params);
 }
 
+TEST(ParamSchemaTest, FloatsFormatToTheSameValue) {
+  // Six digits where they suffice (what symbol files hold), more where they do not: a GPU
+  // operator built from GetParams() must compute with the CPU operator's number.
+  EXPECT_EQ(param_internal::Format(0.5), "0.5");
+  EXPECT_EQ(param_internal::Format(0.0001), "0.0001");
+  for (double v : {0.1234567, 1.0 / 3.0, 2.718281828459045, 1e-7 / 3}) {
+    double back = 0;
+    ASSERT_EQ(param_internal::Parse(param_internal::Format(v), &back), "");
+    EXPECT_EQ(back, v) << param_internal::Format(v);
+  }
+  float f = 0;
+  ASSERT_EQ(param_internal::Parse(param_internal::Format(0.1234567f), &f), "");
+  EXPECT_EQ(f, 0.1234567f);
+}
+
 TEST(ParamSchemaTest, ReadableErrors) {
   TestParam p;
   EXPECT_THAT(TestParam::Schema().Init(&p, {}),

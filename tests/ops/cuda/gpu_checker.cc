@@ -421,8 +421,9 @@ class Checker {
     for (size_t i = 0; i < out_shapes_.size(); ++i) {
       const int64_t n = out_shapes_[i].Size();
       const DType t = out_types_[i];
-      // Integer buffers cannot hold NaN or fractions: a sentinel and whole numbers instead.
-      nan.push_back(Filled(n, IsFloatingPoint(t) ? NAN : -77.0));
+      // Integer buffers cannot hold NaN or fractions: a sentinel every integer type holds, and
+      // whole numbers instead.
+      nan.push_back(Filled(n, IsFloatingPoint(t) ? NAN : 77.0));
       added.push_back(Representable(Random(n, false, rng_), t));
       seven.push_back(Filled(n, 7.0));
     }
@@ -500,8 +501,9 @@ class Checker {
     for (size_t i = 0; i < in_shapes_.size(); ++i) {
       const int64_t n = in_shapes_[i].Size();
       const DType t = in_types_[i];
-      // Integer buffers cannot hold NaN or fractions: a sentinel and whole numbers instead.
-      nan.push_back(Filled(n, IsFloatingPoint(t) ? NAN : -77.0));
+      // Integer buffers cannot hold NaN or fractions: a sentinel every integer type holds, and
+      // whole numbers instead.
+      nan.push_back(Filled(n, IsFloatingPoint(t) ? NAN : 77.0));
       added.push_back(Representable(Random(n, false, rng_), t));
       seven.push_back(Filled(n, 7.0));
     }
