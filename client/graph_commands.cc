@@ -123,7 +123,7 @@ absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph
     it = known ? std::next(it) : bind.shapes.erase(it);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<graph::Executor> exec,
-                   graph::Executor::SimpleBind(rt, symbol, Context::CPU(), bind));
+                   graph::Executor::SimpleBind(rt, symbol, options.device, bind));
   const auto fill = [&](const std::map<std::string, NDArray>& bound) -> absl::Status {
     for (const auto& [name, array] : bound) {
       if (auto in = inputs.find(name); in != inputs.end()) {
@@ -157,7 +157,8 @@ absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph
   const std::vector<std::string> names = symbol.ListOutputs();
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string path = (std::filesystem::path(options.output_dir) / (names[i] + ".npy")).string();
-    RETURN_IF_ERROR(SaveNpy(path, exec->outputs()[i]));
+    ASSIGN_OR_RETURN(NDArray host, CopyTo(exec->outputs()[i], Context::CPU()));
+    RETURN_IF_ERROR(SaveNpy(path, host));
     written.push_back(path);
   }
   return written;

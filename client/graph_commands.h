@@ -37,6 +37,7 @@ struct RunGraphOptions {
   std::string params_path;
   uint64_t seed = 0;
   std::string output_dir;  // created if missing
+  Context device = Context::CPU();  // where the graph is bound and runs
 };
 
 // Runs the forward pass (inference mode) of `symbol` on the inputs and writes each output

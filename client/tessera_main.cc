@@ -3,7 +3,7 @@
 //   tessera ops [NAME]   list every registered operator (or one), with its arguments,
 //                        outputs, auxiliary states and parameters
 //   tessera graph inspect FILE.json [--shape NAME=D1,D2,...]...
-//   tessera graph run FILE.json [--params FILE] [--seed N] --input NAME=FILE.npy...
+//   tessera graph run FILE.json [--params FILE] [--seed N] [--device D] --input NAME=FILE.npy...
 //                        --output DIR
 //   tessera data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]
 //                        images (a folder of class folders, or a .lst) into OUTPUT.rec/.idx
@@ -35,7 +35,7 @@ int Usage() {
                "                             arguments, auxiliary states and outputs of a symbol\n"
                "                             file with their shapes, and the parameter count\n"
                "  graph run FILE.json --input NAME=FILE.npy... --output DIR\n"
-               "            [--params FILE] [--seed N]\n"
+               "            [--params FILE] [--seed N] [--device cpu(0)|gpu(N)]\n"
                "                             the forward pass on .npy inputs; each output is\n"
                "                             written to DIR/<output>.npy\n"
                "  data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]\n"
@@ -106,7 +106,7 @@ int RunGraph(int argc, char** argv) {
     return 0;
   }
   if (sub != "run") return Usage();
-  auto flags = ParseFlags(argc, argv, 4, {"input", "output", "params", "seed"});
+  auto flags = ParseFlags(argc, argv, 4, {"input", "output", "params", "seed", "device"});
   if (!flags.ok()) return Fail(command, flags.status());
   tessera::client::RunGraphOptions options;
   for (const auto& [name, value] : *flags) {
@@ -118,6 +118,13 @@ int RunGraph(int argc, char** argv) {
       options.output_dir = value;
     } else if (name == "params") {
       options.params_path = value;
+    } else if (name == "device") {
+      auto device = tessera::Context::Parse(value);
+      if (!device.ok()) {
+        return Fail(command, absl::InvalidArgumentError(
+                                 absl::StrCat("--device '", value, "': ", device.status().message())));
+      }
+      options.device = *device;
     } else if (!absl::SimpleAtoi(value, &options.seed)) {
       return Fail(command, absl::InvalidArgumentError(absl::StrCat("--seed '", value, "' is not a number")));
     }

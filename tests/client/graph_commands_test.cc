@@ -13,6 +13,7 @@
 #include "graph/symbol_json.h"
 #include "gtest/gtest.h"
 #include "ndarray/serialization.h"
+#include "tests/gpu_test_util.h"
 #include "tests/graph/graph_test_util.h"
 #include "tests/ndarray/test_util.h"
 
@@ -20,6 +21,7 @@ namespace tessera::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using tessera::testing::IsOk;
 using tessera::testing::StatusIs;
 
@@ -121,6 +123,39 @@ TEST_F(RunGraphTest, SeededInitializationIsReproducible) {
   }
   EXPECT_EQ(results[0], results[1]);
   EXPECT_NE(results[0], results[2]);
+}
+
+TEST_F(RunGraphTest, RunsOnTheDeviceItIsGiven) {
+  auto mlp = examples::Mlp(2, 16, 4);
+  ASSERT_THAT(mlp.status(), IsOk());
+  const std::string dir = TempDir() + "/run_device";
+  std::filesystem::create_directories(dir);
+  std::vector<float> x(3 * 8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  auto data = FromVector<float>(rt(), Shape{3, 8}, x);
+  ASSERT_THAT(data.status(), IsOk());
+  ASSERT_THAT(SaveNpy(dir + "/x.npy", *data), IsOk());
+  RunGraphOptions options{.inputs = {{"data", dir + "/x.npy"}}, .seed = 3,
+                          .output_dir = dir + "/gpu", .device = Context::GPU(0)};
+  if (!tessera::testing::NoGpuReason().empty()) {
+    // No device: binding fails, naming it, and nothing is written.
+    EXPECT_THAT(RunGraph(rt(), *mlp, options).status(), Not(IsOk()));
+    EXPECT_THAT(RunGraph(rt(), *mlp, options).status().message(), HasSubstr("gpu(0)"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/gpu/softmax_output.npy"));
+    return;
+  }
+  auto gpu = RunGraph(rt(), *mlp, options);
+  ASSERT_THAT(gpu.status(), IsOk());
+  options.device = Context::CPU();
+  options.output_dir = dir + "/cpu";
+  auto cpu = RunGraph(rt(), *mlp, options);
+  ASSERT_THAT(cpu.status(), IsOk());
+  auto a = LoadNpy(rt(), (*gpu)[0]), b = LoadNpy(rt(), (*cpu)[0]);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  const std::vector<float> va = graph::testing::Values(*a), vb = graph::testing::Values(*b);
+  ASSERT_EQ(va.size(), vb.size());
+  for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(va[i], vb[i], 1e-5) << i;
 }
 
 }  // namespace

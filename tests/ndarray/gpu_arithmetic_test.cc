@@ -16,37 +16,14 @@
 #include "ndarray/arithmetic.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/random.h"
+#include "tests/gpu_test_util.h"
 #include "tests/ndarray/test_util.h"
-
-#if TESSERA_USE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace tessera {
 namespace {
 
 using ::testing::HasSubstr;
 using testing::IsOk;
-
-std::string NoGpuReason() {
-#if TESSERA_USE_CUDA
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
-  }
-  return count == 0 ? "cudaGetDeviceCount returned 0" : "";
-#else
-  return "built without CUDA (configure with --config=cuda)";
-#endif
-}
-
-#define SKIP_WITHOUT_GPU()                                               \
-  do {                                                                   \
-    const std::string reason = NoGpuReason();                            \
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device: " << reason;   \
-  } while (false)
 
 const Context kGpu = Context::GPU(0);
 const Context kCpu = Context::CPU();
@@ -94,7 +71,7 @@ class GpuArithmeticTest : public testing::EngineTest {
 TESSERA_INSTANTIATE_ENGINES(GpuArithmeticTest);
 
 TEST_P(GpuArithmeticTest, BinaryWithBroadcastingMatchesTheCpu) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   struct Case {
     Shape lhs, rhs;
   };
@@ -112,7 +89,7 @@ TEST_P(GpuArithmeticTest, BinaryWithBroadcastingMatchesTheCpu) {
 }
 
 TEST_P(GpuArithmeticTest, ScalarsOnBothSidesMatchTheCpu) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   const std::vector<float> v = Values(37);
   NDArray c = Make({37}, v, kCpu), g = Make({37}, v, kGpu);
   ExpectNear(Host(g + 1.5), Host(c + 1.5), 1e-6, "x + s");
@@ -124,7 +101,7 @@ TEST_P(GpuArithmeticTest, ScalarsOnBothSidesMatchTheCpu) {
 }
 
 TEST_P(GpuArithmeticTest, InPlaceUpdatesIncludingAnOverlappingRhs) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   const std::vector<float> v = Values(12), w = Values(4, 0.2f);
   NDArray c = Make({3, 4}, v, kCpu), g = Make({3, 4}, v, kGpu);
   NDArray rc = Make({4}, w, kCpu), rg = Make({4}, w, kGpu);
@@ -143,7 +120,7 @@ TEST_P(GpuArithmeticTest, InPlaceUpdatesIncludingAnOverlappingRhs) {
 }
 
 TEST_P(GpuArithmeticTest, ReductionsMatchTheCpu) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   struct Case {
     Shape shape;
     std::vector<int> axes;
@@ -162,7 +139,7 @@ TEST_P(GpuArithmeticTest, ReductionsMatchTheCpu) {
 }
 
 TEST_P(GpuArithmeticTest, FillsAndCastsOverEveryDtype) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                   DType::kUInt8, DType::kInt8, DType::kInt32, DType::kInt64}) {
     for (double value : std::vector<double>{0.0, 3.0, -2.5, 1e10, NAN}) {
@@ -186,7 +163,7 @@ TEST_P(GpuArithmeticTest, FillsAndCastsOverEveryDtype) {
 }
 
 TEST_P(GpuArithmeticTest, CopiesBetweenCpuPinnedAndGpu) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   const std::vector<float> v = Values(1000);
   NDArray c = Make({10, 100}, v, kCpu);
   absl::StatusOr<NDArray> pinned = CopyTo(c, Context::CPUPinned(0));
@@ -201,7 +178,7 @@ TEST_P(GpuArithmeticTest, CopiesBetweenCpuPinnedAndGpu) {
 }
 
 TEST_P(GpuArithmeticTest, RandomFillsDrawTheCpuAlgorithmsNumbers) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   ASSERT_THAT(rt().resources->SeedRandom(7), IsOk());
   constexpr int kN = 1001;  // not a multiple of the Philox block of 4
   absl::StatusOr<NDArray> u = NDArray::Empty(rt(), {kN}, kGpu, DType::kFloat32);
@@ -225,7 +202,7 @@ TEST_P(GpuArithmeticTest, RandomFillsDrawTheCpuAlgorithmsNumbers) {
 }
 
 TEST_P(GpuArithmeticTest, IntegerArithmeticOnTheGpuIsAClearError) {
-  SKIP_WITHOUT_GPU();
+  TESSERA_SKIP_WITHOUT_GPU();
   absl::StatusOr<NDArray> a = Full(rt(), {4}, 1, kGpu, DType::kInt32);
   ASSERT_THAT(a, IsOk());
   absl::StatusOr<NDArray> b = *a + *a;
@@ -236,7 +213,7 @@ TEST_P(GpuArithmeticTest, IntegerArithmeticOnTheGpuIsAClearError) {
 }
 
 TEST_P(GpuArithmeticTest, GpuArrayWithoutAGpuIsAClearError) {
-  if (NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present; the tests above cover it";
+  if (testing::NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present; the tests above cover it";
   absl::StatusOr<NDArray> a = NDArray::Empty(rt(), {4}, kGpu, DType::kFloat32);
   EXPECT_FALSE(a.ok());
   EXPECT_THAT(a.status().message(), HasSubstr("gpu(0)"));

@@ -121,21 +121,10 @@ void CheckCaseWithoutGpu(const GpuCase& c) {
 
 #if !TESSERA_USE_CUDA
 
-std::string NoGpuReason() { return "built without CUDA (configure with --config=cuda)"; }
 void CheckGpuAgainstCpu(const GpuCase&) { GTEST_SKIP() << "no CUDA device: " << NoGpuReason(); }
 
 #else  // TESSERA_USE_CUDA
 
-std::string NoGpuReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return absl::StrCat("cudaGetDeviceCount failed: ", cudaGetErrorString(err));
-  }
-  if (count == 0) return "cudaGetDeviceCount returned 0";
-  return "";
-}
 
 namespace {
 

@@ -8,8 +8,9 @@
 // Forward/BackwardInplaceOption. Aux states (BatchNorm's moving statistics) are compared after
 // forward. Backward on the GPU reads the GPU forward's outputs.
 //
-// Without a GPU the checks cannot run: NoGpuReason() says why, for GTEST_SKIP. Built without
-// CUDA (no --config=cuda) the whole harness compiles to that reason.
+// Without a GPU the checks cannot run: NoGpuReason() (tests/gpu_test_util.h) says why, and
+// TESSERA_SKIP_WITHOUT_GPU() skips. Built without CUDA (no --config=cuda) the whole harness
+// compiles to that reason.
 #ifndef TESSERA_TESTS_OPS_CUDA_GPU_CHECKER_H_
 #define TESSERA_TESTS_OPS_CUDA_GPU_CHECKER_H_
 
@@ -20,11 +21,11 @@
 #include "core/dtype.h"
 #include "core/shape.h"
 #include "ops/param.h"
+#include "tests/gpu_test_util.h"
 
 namespace tessera::ops::testing {
 
-// Empty when a CUDA device is usable, else the reason (built without CUDA, no driver, ...).
-std::string NoGpuReason();
+using ::tessera::testing::NoGpuReason;
 
 struct GpuCase {
   std::string op;
@@ -52,12 +53,5 @@ void CheckGpuAgainstCpu(const GpuCase& c);
 void CheckCaseWithoutGpu(const GpuCase& c);
 
 }  // namespace tessera::ops::testing
-
-// Skips the current test with a one-line reason when there is no usable GPU.
-#define TESSERA_SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                                   \
-    const std::string tessera_no_gpu_ = ::tessera::ops::testing::NoGpuReason();          \
-    if (!tessera_no_gpu_.empty()) GTEST_SKIP() << "no CUDA device: " << tessera_no_gpu_; \
-  } while (false)
 
 #endif  // TESSERA_TESTS_OPS_CUDA_GPU_CHECKER_H_
