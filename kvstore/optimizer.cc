@@ -97,11 +97,14 @@ absl::Status Optimizer::CheckUpdateLocked(int index, const NDArray& weight,
     return absl::InvalidArgumentError(absl::StrCat(who, ": weight on ", weight.ctx().ToString(),
                                                    " but grad on ", grad.ctx().ToString()));
   }
+#if !TESSERA_USE_CUDA
   if (weight.ctx().is_gpu()) {
-    return absl::UnimplementedError(
-        absl::StrCat(who, ": weight on ", weight.ctx().ToString(),
-                     ": no GPU update kernel yet; update a CPU copy (KVStore local_update_cpu)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": float32 weight on ", weight.ctx().ToString(),
+                     ", but Tessera was built without CUDA (build with --config=cuda), so there "
+                     "is no GPU update kernel; update a CPU copy (KVStore local_update_cpu)"));
   }
+#endif
   auto it = slots_.find(KeyOf(index, weight.ctx()));
   if (it != slots_.end() && !it->second.states.empty() &&
       it->second.states[0].shape() != weight.shape()) {
@@ -120,13 +123,22 @@ absl::Status Optimizer::Update(int index, const NDArray& weight, const NDArray& 
                                int priority) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(CheckUpdateLocked(index, weight, grad));
+  // What the engine or the allocator refuses (a GPU this process does not see, memory) says
+  // which update it refused.
+  auto refused = [&](const absl::Status& s) {
+    return absl::Status(
+        s.code(), absl::StrCat(name_, ": index ", index, ", float32 ", weight.shape().ToString(),
+                               " on ", weight.ctx().ToString(), ": ", s.message()));
+  };
   const SlotKey key = KeyOf(index, weight.ctx());
   auto it = slots_.find(key);
-  if (it == slots_.end()) {
+  const bool new_slot = it == slots_.end();
+  if (new_slot) {
     Slot slot;
     for (int i = 0; i < NumStates(); ++i) {
-      ASSIGN_OR_RETURN(NDArray state, Zeros(weight.runtime(), weight.shape(), weight.ctx()));
-      slot.states.push_back(std::move(state));
+      absl::StatusOr<NDArray> state = Zeros(weight.runtime(), weight.shape(), weight.ctx());
+      if (!state.ok()) return refused(state.status());
+      slot.states.push_back(*std::move(state));
     }
     it = slots_.emplace(key, std::move(slot)).first;
   }
@@ -138,14 +150,17 @@ absl::Status Optimizer::Update(int index, const NDArray& weight, const NDArray& 
   step.lr = BaseLrLocked();
   step.wd = wd_;
   step.t = slot.count;
+  step.index = index;
   if (auto m = lr_mult_.find(index); m != lr_mult_.end()) step.lr *= m->second;
   if (auto m = wd_mult_.find(index); m != wd_mult_.end()) step.wd *= m->second;
   absl::Status pushed = PushUpdate(step, weight, grad, slot.states, priority);
-  if (!pushed.ok()) {  // the engine refused: count nothing
+  if (!pushed.ok()) {  // the engine refused: count nothing, keep no state
     --slot.count;
     num_update_ = old_num_update;
+    if (new_slot) slots_.erase(it);
+    return refused(pushed);
   }
-  return pushed;
+  return absl::OkStatus();
 }
 
 absl::Status Optimizer::SetLearningRate(double lr) {

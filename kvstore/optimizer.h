@@ -23,7 +23,9 @@
 //
 // Arrays: weight and grad are float32 of one shape on one device; the state lives beside
 // the weight. The update is a single engine push (weight and state mutated, grad read) and
-// Update returns at once. GPU weights are UNIMPLEMENTED for now (no device kernels yet).
+// Update returns at once: a host loop for a CPU weight, a device kernel on the run
+// context's stream for a GPU weight, with the same float32 arithmetic (internal/
+// update_kernels_gpu.h). A GPU weight in a build without CUDA is FAILED_PRECONDITION.
 //
 // Thread safety: every method may be called from any thread; updates of one weight are
 // pushed in the order their Update calls take the internal lock.
@@ -67,7 +69,8 @@ class Optimizer {
   // first update of (index, weight's device). `priority` goes to the engine push. Returns at
   // once; INVALID_ARGUMENT (nothing pushed, nothing counted) for a none array, a dtype other
   // than float32, differing shapes or devices, or a weight whose shape differs from the
-  // state already kept for (index, device); UNIMPLEMENTED for a GPU weight.
+  // state already kept for (index, device); FAILED_PRECONDITION for a GPU weight in a build
+  // without CUDA, or (from the engine) on a GPU this process does not see.
   absl::Status Update(int index, const NDArray& weight, const NDArray& grad, int priority = 0);
   // Update's checks alone, so a caller updating several copies can check all of them first.
   absl::Status CheckUpdate(int index, const NDArray& weight, const NDArray& grad) const;
@@ -117,6 +120,7 @@ class Optimizer {
     double lr = 0;
     double wd = 0;
     int64_t t = 0;  // this weight's update count, this update included
+    int index = 0;  // the parameter, for error messages
   };
 
   Optimizer(std::string name, double learning_rate, bool learning_rate_given, double wd)

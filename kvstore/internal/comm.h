@@ -20,8 +20,9 @@ inline bool OnHost(const NDArray& a) { return !a.ctx().is_gpu(); }
 // CopyFromTo (ndarray/arithmetic.h) at `priority`.
 absl::Status Copy(const NDArray& from, const NDArray& to, int priority);
 
-// out = in[0] + in[1] + ... in that order (so every store sums alike), on out's device.
-// Every array on the host, all of out's shape and dtype; `in` non-empty.
+// out = in[0] + in[1] + ... in that order (so every store sums alike), on out's device: every
+// array on the host, or every array on out's GPU; all of out's shape and dtype; `in`
+// non-empty.
 absl::Status SumInto(absl::Span<const NDArray> in, const NDArray& out, int priority);
 
 }  // namespace tessera::kvstore::internal

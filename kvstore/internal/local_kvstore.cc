@@ -8,6 +8,12 @@
 #include "core/status_macros.h"
 #include "kvstore/internal/comm.h"
 
+#if TESSERA_USE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kvstore/internal/nccl_communicator.h"
+#endif
+
 namespace tessera::kvstore::internal {
 namespace {
 
@@ -121,11 +127,6 @@ absl::StatusOr<std::vector<LocalKVStore::PushPlan>> LocalKVStore::PreparePush(
                          " devices from ", e.replicas[0].ctx().ToString(), ")"));
       }
     }
-    if (mode_ == LocalMode::kAllreduceDevice && arrays[0].ctx().is_gpu()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "Push: key ", key, ": local_allreduce_device would sum on ", arrays[0].ctx().ToString(),
-          ", and there is no device reduction yet (NCCL is not wired into the build)"));
-    }
     if (!allreduce()) {
       RETURN_IF_ERROR(CheckUpdater(key, e.stored));
     } else if (!e.replicas.empty()) {
@@ -139,14 +140,47 @@ absl::StatusOr<std::vector<LocalKVStore::PushPlan>> LocalKVStore::PreparePush(
     plan.key = key;
     plan.entry = &entries_.at(key);
     Entry* e = plan.entry;
+    if (mode_ == LocalMode::kAllreduceDevice) {
+      // In the replicas' order once there are replicas, so grads[i] belongs to replicas[i].
+      std::vector<NDArray> ordered = arrays;
+      if (!e->replicas.empty()) {
+        ordered.clear();
+        for (const NDArray& r : e->replicas) {
+          for (const NDArray& a : arrays) {
+            if (a.ctx() == r.ctx()) ordered.push_back(a);
+          }
+        }
+      }
+      if (ordered.size() == arrays.size() &&
+          (e->replicas.empty() || ordered.size() == e->replicas.size())) {
+        ASSIGN_OR_RETURN(plan.nccl, NcclFor(ordered));
+      }
+      if (plan.nccl != nullptr) {
+        plan.sources = ordered;
+        for (const NDArray& a : ordered) {
+          ASSIGN_OR_RETURN(NDArray grad, Buffer(e, kGrad, 0, a.ctx()));
+          plan.grads.push_back(std::move(grad));
+          if (e->replicas.empty()) {
+            ASSIGN_OR_RETURN(NDArray replica,
+                             NDArray::Empty(a.runtime(), a.shape(), a.ctx(), a.dtype()));
+            plan.new_replicas.push_back(std::move(replica));
+          }
+        }
+        plans.push_back(std::move(plan));
+        continue;
+      }
+    }
     const Context reduce_ctx = mode_ == LocalMode::kAllreduceDevice ? arrays[0].ctx() : e->host;
     ASSIGN_OR_RETURN(plan.merged, Buffer(e, kMerged, 0, reduce_ctx));
     for (size_t i = 0; i < arrays.size(); ++i) {
-      if (OnHost(arrays[i])) {
+      // Summed where they are when that is where the sum runs; else copied there first (a
+      // GPU's gradient to the host store, another GPU's to the reducing device).
+      const bool in_place = reduce_ctx.is_gpu() ? arrays[i].ctx() == reduce_ctx : OnHost(arrays[i]);
+      if (in_place) {
         plan.sources.push_back(arrays[i]);
         continue;
       }
-      ASSIGN_OR_RETURN(NDArray staged, Buffer(e, kStage, static_cast<int>(i), e->host));
+      ASSIGN_OR_RETURN(NDArray staged, Buffer(e, kStage, static_cast<int>(i), reduce_ctx));
       plan.stage.emplace_back(arrays[i], staged);
       plan.sources.push_back(staged);
     }
@@ -188,6 +222,18 @@ absl::Status LocalKVStore::ExecutePush(std::vector<PushPlan>& plans, int priorit
   const bool has_updater = optimizer_ != nullptr || static_cast<bool>(updater_);
   for (PushPlan& plan : plans) {
     Entry* e = plan.entry;
+    if (plan.nccl != nullptr) {
+      RETURN_IF_ERROR(PushNcclSum(plan, priority));
+      if (!plan.new_replicas.empty()) {
+        for (const NDArray& r : plan.new_replicas) RETURN_IF_ERROR(Copy(e->stored, r, priority));
+        e->replicas = std::move(plan.new_replicas);
+      }
+      for (size_t j = 0; j < e->replicas.size(); ++j) {
+        RETURN_IF_ERROR(has_updater ? Apply(plan.key, plan.grads[j], e->replicas[j], priority)
+                                    : Copy(plan.grads[j], e->replicas[j], priority));
+      }
+      continue;
+    }
     for (const auto& [from, to] : plan.stage) RETURN_IF_ERROR(Copy(from, to, priority));
     RETURN_IF_ERROR(SumInto(plan.sources, plan.merged, priority));
     if (!allreduce()) {
@@ -209,6 +255,53 @@ absl::Status LocalKVStore::ExecutePush(std::vector<PushPlan>& plans, int priorit
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<NcclCommunicator>> LocalKVStore::NcclFor(
+    const std::vector<NDArray>& arrays) {
+  std::vector<int> devices;
+  for (const NDArray& a : arrays) {
+    if (!a.ctx().is_gpu()) return nullptr;
+    if (std::find(devices.begin(), devices.end(), a.ctx().id) != devices.end()) return nullptr;
+    devices.push_back(a.ctx().id);
+  }
+#if TESSERA_USE_CUDA
+  auto it = nccl_.find(devices);
+  if (it == nccl_.end()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, NcclCommunicator::Create(devices));
+    it = nccl_.emplace(devices, std::shared_ptr<NcclCommunicator>(std::move(comm))).first;
+  }
+  return it->second;
+#else
+  return nullptr;
+#endif
+}
+
+absl::Status LocalKVStore::PushNcclSum(const PushPlan& plan, int priority) {
+#if TESSERA_USE_CUDA
+  std::vector<engine::VarHandle> reads, writes;
+  std::vector<TBlob> send, recv;
+  for (size_t i = 0; i < plan.sources.size(); ++i) {
+    reads.push_back(plan.sources[i].var());
+    writes.push_back(plan.grads[i].var());
+    send.push_back(plan.sources[i].data());
+    recv.push_back(plan.grads[i].data());
+  }
+  // On the first device's stream; the communicator orders its own streams after it.
+  const NDArray& first = plan.sources[0];
+  return first.runtime().engine->PushSync(
+      [comm = plan.nccl, send = std::move(send), recv = std::move(recv)](
+          engine::RunContext rctx) -> absl::Status {
+        const std::vector<std::vector<TBlob>> s = {send}, r = {recv};
+        return comm->AllReduceSum(s, r, rctx.get_stream<cudaStream_t>());
+      },
+      first.ctx(), std::move(reads), std::move(writes), engine::FnProperty::kNormal, priority,
+      "kvstore_nccl_allreduce");
+#else
+  (void)priority;
+  return absl::FailedPreconditionError(
+      absl::StrCat("Push: key ", plan.key, ": NCCL needs a CUDA build"));
+#endif
 }
 
 absl::StatusOr<std::vector<LocalKVStore::PullPlan>> LocalKVStore::PreparePull(

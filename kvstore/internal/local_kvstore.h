@@ -5,6 +5,12 @@
 // Every call works in two phases under the store's lock: Prepare* checks everything and
 // allocates every buffer (so a bad call or an allocation failure returns before anything
 // is pushed or any key changes), then Execute* pushes the copies, sums and updates.
+//
+// local_allreduce_device with one array per GPU (the usual data-parallel worker) sums with
+// NCCL: one communicator per device set, each key's allreduce an engine function that starts
+// as soon as that key's gradients are ready, at the push's priority, and leaves the sum on
+// every device, where each device's copy of the weight is updated. Other mixes of devices
+// (several arrays on one GPU, host arrays) copy to the first array's device and sum there.
 #ifndef TESSERA_KVSTORE_INTERNAL_LOCAL_KVSTORE_H_
 #define TESSERA_KVSTORE_INTERNAL_LOCAL_KVSTORE_H_
 
@@ -20,6 +26,8 @@
 #include "kvstore/kvstore.h"
 
 namespace tessera::kvstore::internal {
+
+class NcclCommunicator;  // nccl_communicator.h, CUDA builds only
 
 enum class LocalMode { kUpdateCpu, kAllreduceCpu, kAllreduceDevice };
 
@@ -61,6 +69,9 @@ class LocalKVStore : public KVStore {
     NDArray merged;
     std::vector<NDArray> new_replicas;  // allreduce, first push: made from `stored`
     std::vector<NDArray> grads;         // allreduce: the sum on each copy's device
+    // local_allreduce_device over NCCL: `sources` in the order of the key's devices (the
+    // replicas'), each summed into grads[i] on its own device. Null: the copy-and-sum path.
+    std::shared_ptr<NcclCommunicator> nccl;
   };
   struct PullPlan {
     Entry* entry = nullptr;
@@ -83,12 +94,20 @@ class LocalKVStore : public KVStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckUpdater(int key, const NDArray& like) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static absl::StatusOr<NDArray> Buffer(Entry* entry, Role role, int slot, Context ctx);
+  // The communicator over the devices of `arrays`, in their order, created on first use; null
+  // when they are not one array per distinct GPU (or the build has no CUDA).
+  absl::StatusOr<std::shared_ptr<NcclCommunicator>> NcclFor(const std::vector<NDArray>& arrays)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PushNcclSum(const PushPlan& plan, int priority);
 
   const LocalMode mode_;
   std::mutex mu_;  // not absl::Mutex, for TSan (see optimizer.h)
   std::map<int, Entry> entries_ ABSL_GUARDED_BY(mu_);  // a map: plans hold Entry pointers
   Updater updater_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  // GPU ids (in a push's order) -> their communicator. shared_ptr: the type is complete only
+  // where it is created (CUDA builds).
+  std::map<std::vector<int>, std::shared_ptr<NcclCommunicator>> nccl_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::kvstore::internal

@@ -321,7 +321,6 @@ TEST_P(KVStoreTest, AllreduceDevicesAreFixedByTheFirstPush) {
 TEST_P(KVStoreTest, GpuArraysThroughTheCpuStore) {
   absl::StatusOr<NDArray> probe = NDArray::Empty(rt(), Shape{1}, Context::GPU(0));
   if (!probe.ok()) GTEST_SKIP() << "no GPU: " << probe.status().message();
-  if (allreduce()) GTEST_SKIP() << GetParam() << " updates on the GPU: no device kernels yet";
   ASSERT_THAT(store_->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "1"}})), IsOk());
   NDArray g = *CopyTo(Arr({1, 2}), Context::GPU(0));
   ASSERT_THAT(store_->Init({0}, {g}), IsOk());

@@ -380,13 +380,5 @@ TEST_P(OptimizerTest, BadArraysAreRejectedBeforeAnythingIsCounted) {
   EXPECT_EQ(opt->update_count(0), 1);
 }
 
-TEST_P(OptimizerTest, GpuWeightIsUnimplemented) {
-  absl::StatusOr<NDArray> w = NDArray::Empty(rt(), Shape{2}, Context::GPU(0));
-  if (!w.ok()) GTEST_SKIP() << "no GPU: " << w.status().message();
-  auto opt = Create("sgd", {});
-  EXPECT_THAT(opt->Update(0, *w, *w),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("gpu(0)")));
-}
-
 }  // namespace
 }  // namespace tessera::kvstore
