@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/container/node_hash_set.h"
@@ -12,7 +15,14 @@
 #include "core/status_macros.h"
 #include "graph/gradient.h"
 #include "graph/infer.h"
+#include "graph/internal/stream_graph.h"
 #include "ndarray/arithmetic.h"
+
+#if TESSERA_USE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "ndarray/cuda/device_math.h"
+#endif
 
 namespace tessera::graph {
 namespace {
@@ -51,12 +61,28 @@ struct Executor::NodeState {
   engine::VarHandle op_var;           // orders every use of `op` (it may cache per call)
   bool owns_op = false;               // kBackward states borrow their forward's op and op_var
   engine::OprHandle train, infer;     // pre-built pushes (infer: kForward only)
+  // What those pushes run, callable directly (a captured pass calls them in order).
+  using Body = std::function<absl::Status(engine::RunContext)>;
+  Body train_body, infer_body;
+  std::vector<engine::VarHandle> const_vars, mutate_vars;
+  bool random = false;  // requests the random resource: a replay would repeat its numbers
+};
+
+// One pass run as a single engine function: every node's body in order on one stream,
+// through a StreamGraph (captured after the first run).
+struct Executor::Pass {
+  explicit Pass(std::string name) : graph(std::move(name)) {}
+  engine::OprHandle opr;
+  internal::StreamGraph graph;
 };
 
 Executor::Executor(const Runtime& rt, Symbol symbol, Context ctx, ExecutorOptions options)
     : rt_(rt), symbol_(std::move(symbol)), ctx_(ctx), options_(std::move(options)) {}
 
 Executor::~Executor() {
+  for (const std::unique_ptr<Pass>& p : passes_) {
+    if (p != nullptr && p->opr) (void)rt_.engine->DeleteOperator(p->opr);
+  }
   for (const std::unique_ptr<NodeState>& n : nodes_) {
     if (n == nullptr) continue;
     for (engine::OprHandle h : {n->train, n->infer}) {
@@ -163,7 +189,115 @@ absl::Status Executor::Init(std::vector<NDArray> args, std::vector<NDArray> arg_
   nodes_.resize(exec_.nodes.size());
   for (uint32_t id = 0; id < exec_.nodes.size(); ++id) RETURN_IF_ERROR(BuildNode(id));
   for (uint32_t e : exec_.outputs) outputs_.push_back(entries_[e]);
+  if (options_.cuda_graphs) {
+    graph_obstacle_ = GraphObstacle();
+    if (graph_obstacle_.empty()) RETURN_IF_ERROR(BuildPasses());
+  }
   return absl::OkStatus();
+}
+
+bool ExecutorOptions::CudaGraphsFromEnv() {
+  const char* value = std::getenv("TESSERA_CUDA_GRAPHS");
+  return value != nullptr && std::string(value) == "1";
+}
+
+std::string Executor::GraphObstacle() const {
+#if !TESSERA_USE_CUDA
+  return "Tessera was built without CUDA";
+#endif
+  if (!ctx_.is_gpu()) return absl::StrCat("the executor runs on ", ctx_.ToString());
+  if (!options_.group2ctx.empty()) return "model parallelism (group2ctx) spans devices";
+  if (options_.poison_released) return "poison_released fills dead values between operators";
+  for (uint32_t id = 0; id < exec_.nodes.size(); ++id) {
+    const ExecNode& node = exec_.nodes[id];
+    if (node.kind == ExecNodeKind::kCopy) {
+      return absl::StrCat("node '", node.name, "' copies between devices");
+    }
+    if (node.kind == ExecNodeKind::kVariable || node.kind == ExecNodeKind::kHeadGrad) continue;
+    if (node.ctx != ctx_) {
+      return absl::StrCat("node '", node.name, "' runs on ", node.ctx.ToString());
+    }
+    if (nodes_[id] != nullptr && nodes_[id]->random) {
+      return absl::StrCat("node '", node.name, "' draws random numbers");
+    }
+  }
+  return "";
+}
+
+absl::Status Executor::BuildPasses() {
+  struct Range {
+    uint32_t begin, end;
+    bool is_train;
+  };
+  const uint32_t num_nodes = static_cast<uint32_t>(exec_.nodes.size());
+  for (const Range& r : {Range{0, exec_.num_forward_nodes, true},
+                         Range{0, exec_.num_forward_nodes, false},
+                         Range{exec_.num_forward_nodes, num_nodes, true}}) {
+    if (r.begin == r.end) continue;
+    // The union of the nodes' variables: written by any node means mutated by the pass.
+    std::vector<engine::VarHandle> reads, writes;
+    const auto contains = [](const std::vector<engine::VarHandle>& list, engine::VarHandle v) {
+      return std::find(list.begin(), list.end(), v) != list.end();
+    };
+    std::vector<std::function<absl::Status(engine::RunContext)>> steps;
+    for (uint32_t id = r.begin; id < r.end; ++id) {
+      const ExecNode& node = exec_.nodes[id];
+      if (node.kind == ExecNodeKind::kZeros) {
+        const TBlob out = entries_[node.first_output].data();
+        for (engine::VarHandle v : {entries_[node.first_output].var()}) {
+          if (!contains(writes, v)) writes.push_back(v);
+        }
+        steps.push_back([out](engine::RunContext rc) -> absl::Status {
+#if TESSERA_USE_CUDA
+          return gpu_math::Fill(out, 0.0, rc.get_stream<cudaStream_t>());
+#else
+          return absl::FailedPreconditionError("a GPU pass without CUDA");
+#endif
+        });
+        continue;
+      }
+      if (nodes_[id] == nullptr) continue;  // variables and head gradients: nothing to run
+      const NodeState& state = *nodes_[id];
+      for (engine::VarHandle v : state.mutate_vars) {
+        if (!contains(writes, v)) writes.push_back(v);
+      }
+      for (engine::VarHandle v : state.const_vars) {
+        if (!contains(reads, v)) reads.push_back(v);
+      }
+      const bool infer = node.kind == ExecNodeKind::kForward && !r.is_train;
+      steps.push_back(infer ? state.infer_body : state.train_body);
+    }
+    reads.erase(std::remove_if(reads.begin(), reads.end(), [&](engine::VarHandle v) { return contains(writes, v); }),
+                reads.end());
+    const int index = PassIndex(r.begin, r.is_train);
+    const std::string name = absl::StrCat(index == 2 ? "backward" : (r.is_train ? "forward" : "forward_infer"),
+                                          " pass (CUDA graph)");
+    auto pass = std::make_unique<Pass>(name);
+    internal::StreamGraph* graph = &pass->graph;
+    auto fn = [graph, steps = std::move(steps)](engine::RunContext rc, engine::CallbackOnComplete done) {
+      done(graph->Run(rc.stream, [&]() -> absl::Status {
+        for (const auto& step : steps) RETURN_IF_ERROR(step(rc));
+        return absl::OkStatus();
+      }));
+    };
+    ASSIGN_OR_RETURN(pass->opr, rt_.engine->NewOperator(std::move(fn), reads, writes, engine::FnProperty::kNormal,
+                                                        InternName(name)));
+    passes_[index] = std::move(pass);
+  }
+  return absl::OkStatus();
+}
+
+std::string Executor::cuda_graph_status() const {
+  if (!options_.cuda_graphs) return "off";
+  if (!graph_obstacle_.empty()) return graph_obstacle_;
+  bool all = true, any_disabled = false;
+  for (const std::unique_ptr<Pass>& p : passes_) {
+    if (p == nullptr) continue;
+    all = all && p->graph.captured();
+    any_disabled = any_disabled || p->graph.disabled();
+  }
+  if (any_disabled) return "capture failed (see the log); running operator by operator";
+  return all ? "captured" : "warming up";
 }
 
 absl::Status Executor::AllocateEntries() {
@@ -219,8 +353,13 @@ absl::Status Executor::BuildNode(uint32_t id) {
     state->op = fwd.op;
     state->op_var = fwd.op_var;
   } else {
-    ASSIGN_OR_RETURN(std::unique_ptr<ops::Operator> op, node.op->CreateOperator(node.ctx));
-    state->op = std::move(op);
+    absl::StatusOr<std::unique_ptr<ops::Operator>> op = node.op->CreateOperator(node.ctx);
+    if (!op.ok()) {
+      // Refused at bind time, naming the node: e.g. an operator with no GPU kernel.
+      return absl::Status(op.status().code(),
+                          absl::StrCat("node '", node.name, "': ", op.status().message()));
+    }
+    state->op = std::move(op).value();
     state->op_var = rt_.engine->NewVariable();
     state->owns_op = true;
   }
@@ -238,6 +377,7 @@ absl::Status Executor::BuildNode(uint32_t id) {
     if (!res.ok()) return res.status();
     resources.push_back(*res);
     mutate_vars.push_back(res->var);
+    if (r.type == engine::ResourceRequest::kRandom) state->random = true;
   }
   std::vector<TBlob> aux = blobs(fnode.aux);
   for (uint32_t e : fnode.aux) {
@@ -245,33 +385,40 @@ absl::Status Executor::BuildNode(uint32_t id) {
   }
   std::shared_ptr<ops::Operator> op = state->op;
   const char* name = InternName(node.name);
-  const auto make = [&](engine::Engine::AsyncFn fn) {
+  const auto make = [&](const NodeState::Body& body) {
+    auto fn = [body](engine::RunContext rc, engine::CallbackOnComplete done) { done(body(rc)); };
     return rt_.engine->NewOperator(std::move(fn), const_vars, mutate_vars, engine::FnProperty::kNormal, name);
   };
   if (node.kind == ExecNodeKind::kBackward) {
-    auto fn = [op, resources, out_grad = blobs(node.out_grad), in_data = blobs(node.in_data),
-               out_data = blobs(node.out_data), req, in_grad = blobs(outputs),
-               aux](engine::RunContext rc, engine::CallbackOnComplete done) {
+    state->train_body = [op, resources, out_grad = blobs(node.out_grad), in_data = blobs(node.in_data),
+                         out_data = blobs(node.out_data), req, in_grad = blobs(outputs),
+                         aux](engine::RunContext rc) {
       const ops::OpContext ctx{.is_train = true, .run_ctx = rc, .requested = resources};
-      done(op->Backward(ctx, out_grad, in_data, out_data, req, in_grad, aux));
+      return op->Backward(ctx, out_grad, in_data, out_data, req, in_grad, aux);
     };
-    ASSIGN_OR_RETURN(state->train, make(std::move(fn)));
+    ASSIGN_OR_RETURN(state->train, make(state->train_body));
   } else {
     for (bool is_train : {true, false}) {
-      auto fn = [op, resources, in = blobs(node.inputs), req, out = blobs(outputs), aux,
-                 is_train](engine::RunContext rc, engine::CallbackOnComplete done) {
+      NodeState::Body body = [op, resources, in = blobs(node.inputs), req, out = blobs(outputs), aux,
+                              is_train](engine::RunContext rc) {
         const ops::OpContext ctx{.is_train = is_train, .run_ctx = rc, .requested = resources};
-        done(op->Forward(ctx, in, req, out, aux));
+        return op->Forward(ctx, in, req, out, aux);
       };
       engine::OprHandle& handle = is_train ? state->train : state->infer;
-      ASSIGN_OR_RETURN(handle, make(std::move(fn)));
+      ASSIGN_OR_RETURN(handle, make(body));
+      (is_train ? state->train_body : state->infer_body) = std::move(body);
     }
   }
+  state->const_vars = std::move(const_vars);
+  state->mutate_vars = std::move(mutate_vars);
   nodes_[id] = std::move(state);
   return absl::OkStatus();
 }
 
 absl::Status Executor::RunNodes(uint32_t begin, uint32_t end, bool is_train) {
+  if (const std::unique_ptr<Pass>& pass = passes_[PassIndex(begin, is_train)]; pass != nullptr) {
+    return rt_.engine->Push(pass->opr, ctx_);
+  }
   for (uint32_t id = begin; id < end; ++id) {
     const ExecNode& node = exec_.nodes[id];
     switch (node.kind) {

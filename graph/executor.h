@@ -43,6 +43,16 @@ struct ExecutorOptions {
   // Debug: poison values once dead (see above).
   bool poison_released = false;
   MemoryPlanOptions memory;
+  // On a GPU: run each pass (forward in training, forward in inference, backward) as one
+  // engine function whose kernels are captured once into a CUDA graph and replayed
+  // (graph/internal/stream_graph.h), as MXNet 2's MXNET_ENABLE_CUDA_GRAPHS. Default: the
+  // TESSERA_CUDA_GRAPHS environment variable ("1" on). Graphs are used only where a replay
+  // computes what a fresh run would: every node on the executor's GPU, no operator drawing
+  // random numbers (Dropout, rrelu), no model parallelism, no poisoning; otherwise the
+  // executor runs operator by operator and cuda_graph_status() says why.
+  bool cuda_graphs = CudaGraphsFromEnv();
+
+  static bool CudaGraphsFromEnv();
 };
 
 struct SimpleBindOptions {
@@ -101,15 +111,24 @@ class Executor {
   const Symbol& symbol() const { return symbol_; }
   const ExecGraph& exec_graph() const { return exec_; }
   const MemoryPlan& memory_plan() const { return plan_; }
+  // "off", "captured", "warming up" or why CUDA graphs are not used (e.g. "node 'drop1'
+  // draws random numbers").
+  std::string cuda_graph_status() const;
 
  private:
   struct NodeState;
+  struct Pass;  // one pass as a single engine function (CUDA graphs)
   Executor(const Runtime& rt, Symbol symbol, Context ctx, ExecutorOptions options);
   absl::Status Init(std::vector<NDArray> args, std::vector<NDArray> arg_grads,
                     std::vector<OpReqType> grad_reqs, std::vector<NDArray> aux_states);
   absl::Status AllocateEntries();
   absl::Status BuildNode(uint32_t id);
   absl::Status RunNodes(uint32_t begin, uint32_t end, bool is_train);
+  // Why the nodes cannot run as captured passes; empty when they can.
+  std::string GraphObstacle() const;
+  absl::Status BuildPasses();
+  // Pass 0: forward in training, 1: forward in inference, 2: backward.
+  static int PassIndex(uint32_t begin, bool is_train) { return begin > 0 ? 2 : (is_train ? 0 : 1); }
   // This executor's own scratch buffer on `ctx` (engine/resource.h says why not a shared one).
   absl::StatusOr<engine::Resource> TempSpace(Context ctx);
 
@@ -129,6 +148,8 @@ class Executor {
   std::vector<std::unique_ptr<NodeState>> nodes_;
   absl::flat_hash_map<Context, engine::Resource> temp_spaces_;  // private; released at the end
   bool trained_forward_ = false;
+  std::string graph_obstacle_;              // why there are no passes (cuda_graphs requested)
+  std::unique_ptr<Pass> passes_[3];         // null when nodes run one by one
 };
 
 }  // namespace tessera::graph
