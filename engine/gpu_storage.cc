@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -145,6 +146,24 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> NewGpuAllocator(int device) {
 
 std::unique_ptr<DeviceAllocator> NewCudaHostAllocator() {
   return std::make_unique<CudaHostAllocator>();
+}
+
+absl::Status FreeWhenStreamReaches(void* stream, std::function<void()> release) {
+  auto* payload = new std::function<void()>(std::move(release));
+  const cudaError_t err = cudaLaunchHostFunc(
+      static_cast<cudaStream_t>(stream),
+      [](void* p) {
+        auto* fn = static_cast<std::function<void()>*>(p);
+        (*fn)();
+        delete fn;
+      },
+      payload);
+  if (err != cudaSuccess) {
+    delete payload;
+    cudaGetLastError();
+    return absl::InternalError(CudaErrorText("cudaLaunchHostFunc", err));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::engine::storage_internal

@@ -40,7 +40,7 @@ PhiloxRandom* Resource::get_random() const {
   return &state_->random;
 }
 
-absl::StatusOr<void*> Resource::get_space(size_t bytes) const {
+absl::StatusOr<void*> Resource::get_space(size_t bytes, void* stream) const {
   if (state_ == nullptr) {
     return absl::FailedPreconditionError(
         "get_space on a Resource that no ResourceManager handed out");
@@ -52,11 +52,19 @@ absl::StatusOr<void*> Resource::get_space(size_t bytes) const {
   StorageHandle& space = state_->space;
   if (bytes == 0) return space.dptr;
   if (space.dptr != nullptr && StorageSizeClass(space.size) >= bytes) return space.dptr;
-  // Grow. DirectFree, not Free: on a GPU, kernels queued earlier on another stream may
-  // still use the old block. cudaFree waits for the device, whereas a pooled block could be
-  // handed to another stream at once (MXNet's temp space makes the same choice). Freeing
-  // before allocating keeps the peak at one buffer.
-  state_->storage->DirectFree(space);
+  // Grow. Not a plain Free on a GPU: kernels queued earlier on other streams may still use
+  // the old block, and a pooled block could be handed to another stream at once. Every
+  // earlier user is ordered before the caller's stream (they all mutated this resource's
+  // variable), so the block goes back to the pool when that stream gets here; without a
+  // stream, cudaFree, which waits for the whole device (MXNet's temp space's choice).
+  // Freeing before allocating keeps the peak at one buffer on the host.
+  if (ctx.is_gpu() && stream != nullptr) {
+    if (absl::Status s = state_->storage->FreeAfterStream(space, stream); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("temp space resource ", id, ": ", s.message()));
+    }
+  } else {
+    state_->storage->DirectFree(space);
+  }
   space = StorageHandle{};
   absl::StatusOr<StorageHandle> grown = state_->storage->Alloc(bytes, ctx);
   if (!grown.ok()) {

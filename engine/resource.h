@@ -77,8 +77,11 @@ struct Resource {
   // A buffer of at least `bytes` on `ctx` (a device pointer for GPU contexts), 64-byte
   // aligned, valid until the calling function returns; its contents are not preserved
   // across calls. Grows the buffer when needed; out of memory is RESOURCE_EXHAUSTED.
-  // FAILED_PRECONDITION on a resource that is not kTempSpace.
-  absl::StatusOr<void*> get_space(size_t bytes) const;
+  // FAILED_PRECONDITION on a resource that is not kTempSpace. On a GPU, pass the calling
+  // function's stream: the outgrown buffer then returns to the pool when that stream reaches
+  // this point (Storage::FreeAfterStream) instead of through cudaFree, which would
+  // synchronize the whole device.
+  absl::StatusOr<void*> get_space(size_t bytes, void* stream = nullptr) const;
 
  private:
   friend class ResourceManager;

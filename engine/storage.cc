@@ -33,6 +33,9 @@ absl::StatusOr<int> CudaDeviceCount();
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> NewGpuAllocator(int device);
 // cudaHostAlloc (portable pinned memory); call only when a device exists.
 std::unique_ptr<DeviceAllocator> NewCudaHostAllocator();
+// Runs `release` on a CUDA runtime thread once `stream` reaches this point
+// (cudaLaunchHostFunc). `release` must not call CUDA.
+absl::Status FreeWhenStreamReaches(void* stream, std::function<void()> release);
 }  // namespace storage_internal
 #endif
 
@@ -225,6 +228,20 @@ class PooledStorage final : public Storage {
 
   void Free(StorageHandle handle) override { Release(handle, /*to_system=*/false); }
   void DirectFree(StorageHandle handle) override { Release(handle, /*to_system=*/true); }
+
+  absl::Status FreeAfterStream(StorageHandle handle, void* stream) override {
+    if (stream == nullptr || !handle.ctx.is_gpu() || handle.dptr == nullptr) {
+      Free(handle);
+      return absl::OkStatus();
+    }
+#if TESSERA_USE_CUDA
+    return storage_internal::FreeWhenStreamReaches(
+        stream, [this, handle] { Release(handle, /*to_system=*/false); });
+#else
+    Free(handle);
+    return absl::OkStatus();
+#endif
+  }
 
   void ReleaseAll(Context ctx) override {
     if (DevicePool* pool = FindPool(ctx)) pool->ReleaseAll();

@@ -124,6 +124,13 @@ class Storage {
   virtual void Free(StorageHandle handle) = 0;
   // Returns the block to the system at once.
   virtual void DirectFree(StorageHandle handle) = 0;
+  // Returns a GPU block to its pool once `stream` (a cudaStream_t of its device) has reached
+  // this point, without blocking anyone or synchronizing the device (a host function
+  // enqueued on the stream; the block stays "in use" until then). For a block whose last
+  // users are all ordered before that point on the stream, e.g. a scratch buffer grown by the
+  // function that now holds it. A null stream or a host block is Free() at once. The Storage
+  // must outlive the stream's pending work (runtimes wait for all work before tearing down).
+  virtual absl::Status FreeAfterStream(StorageHandle handle, void* stream) = 0;
   // Returns every pooled block of `ctx` to the system; blocks in use are untouched.
   virtual void ReleaseAll(Context ctx) = 0;
   // Zeros for a device never used.

@@ -256,7 +256,7 @@ absl::StatusOr<NDArray> Reduction(const char* name, math::ReduceOp op, const NDA
           void* stream) -> absl::Status {
         void* space = nullptr;
         if (scratch.has_value()) {
-          ASSIGN_OR_RETURN(space, scratch->get_space(scratch_bytes));
+          ASSIGN_OR_RETURN(space, scratch->get_space(scratch_bytes, stream));
         }
         return gpu_math::Reduce(op, i, normalized, OpReqType::kWriteTo, o, space, AsStream(stream));
       },

@@ -72,6 +72,12 @@ void RegisterGpuOperator(const std::string& op, GpuOperatorFactory factory) {
   GpuFactories()[op] = std::move(factory);
 }
 
+bool HasGpuOperator(const std::string& op) { return GpuFactories().contains(op); }
+
+bool OperatorProperty::HasKernel(DeviceType device) const {
+  return device != DeviceType::kGPU || HasGpuOperator(TypeString());
+}
+
 absl::StatusOr<std::unique_ptr<Operator>> CreateGpuOperator(const OperatorProperty& prop,
                                                             Context ctx) {
   auto it = GpuFactories().find(prop.TypeString());

@@ -115,6 +115,9 @@ class OperatorProperty {
 
   // An Operator for `ctx`; UNIMPLEMENTED naming the op and device when there is no kernel.
   virtual absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const = 0;
+  // Whether this build has a kernel of this operator for `device` (without touching one):
+  // every operator has a CPU kernel; a GPU kernel is a factory registered by ops/cuda.
+  virtual bool HasKernel(DeviceType device) const;
 
   virtual std::unique_ptr<OperatorProperty> Copy() const = 0;
   // The registered name, e.g. "Convolution".
@@ -155,6 +158,8 @@ void RegisterGpuOperator(const std::string& op, GpuOperatorFactory factory);
 // device when this build has none (e.g. built without CUDA).
 absl::StatusOr<std::unique_ptr<Operator>> CreateGpuOperator(const OperatorProperty& prop,
                                                             Context ctx);
+// Whether a GPU factory is registered for operator `op`.
+bool HasGpuOperator(const std::string& op);
 
 // Which list of a property a shape belongs to, for error messages.
 enum class Slot { kArgument, kOutput, kAux };

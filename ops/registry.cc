@@ -81,6 +81,11 @@ absl::StatusOr<std::string> DescribeOperators(absl::string_view only) {
     absl::StrAppend(&out, "  outputs: ", Names(prop->ListOutputs()), "\n");
     const auto aux = prop->ListAuxiliaryStates();
     if (!aux.empty()) absl::StrAppend(&out, "  auxiliary states: ", Names(aux), "\n");
+    absl::StrAppend(&out, "  devices: ",
+                    prop->HasKernel(DeviceType::kGPU)
+                        ? "cpu, gpu"
+                        : "cpu only (no GPU kernel in this build: binding it on a GPU is refused)",
+                    "\n");
     if (info->params.empty()) {
       absl::StrAppend(&out, "  parameters: -\n");
     } else {

@@ -148,6 +148,10 @@ class SimpleOpProperty : public OperatorProperty {
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override;
+  bool HasKernel(DeviceType device) const override {
+    const SimpleOpRegEntry::DeviceFunctions& fns = entry_->functions(device);
+    return fns.unary != nullptr || fns.binary != nullptr;
+  }
 
   std::unique_ptr<OperatorProperty> Copy() const override {
     return std::make_unique<SimpleOpProperty>(*this);

@@ -51,8 +51,15 @@ class EventPool {
         return e;
       }
     }
+    // An event belongs to the device current at its creation and can only be recorded on
+    // that device's streams: create it on `device`, whatever the calling thread's device.
+    int current = 0;
+    CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    if (current != device) CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     cudaEvent_t e;
-    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    const cudaError_t created = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (current != device) CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    CUDA_RETURN_IF_ERROR(created);
     return e;
   }
   void Give(int device, cudaEvent_t e) {

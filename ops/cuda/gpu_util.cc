@@ -80,7 +80,7 @@ absl::StatusOr<void*> Workspace::Get(size_t bytes) {
   if (bytes == 0) return nullptr;
   for (const engine::Resource& r : ctx_.requested) {
     if (r.type == engine::ResourceRequest::kTempSpace && r.ctx.is_gpu()) {
-      return r.get_space(bytes);
+      return r.get_space(bytes, StreamOf(ctx_));
     }
   }
   if (owned_ != nullptr) {

@@ -11,6 +11,17 @@ done
 grep -q "num_filter (int" <<<"$out" || { echo "Convolution's num_filter is not documented"; exit 1; }
 tail -n1 <<<"$out" | grep -Eq '^[0-9]+ operators$' || { echo "no closing count line"; exit 1; }
 
+# Every operator says where it runs; a CUDA build has a GPU kernel for each of them.
+ops=$(grep -cE '^[A-Za-z_]' <<<"$out" || true)
+devices=$(grep -c '^  devices: ' <<<"$out" || true)
+((ops == devices)) || { echo "$ops operators but $devices devices lines"; exit 1; }
+if grep -q '^  devices: cpu only' <<<"$out"; then
+  gpu=$(grep -c '^  devices: cpu, gpu' <<<"$out" || true)
+  # Without CUDA none has a GPU kernel; with it, every one.
+  ((gpu == 0)) || { echo "some operators lack a GPU kernel in a CUDA build:"; \
+    grep -B5 '^  devices: cpu only' <<<"$out" | grep -E '^[A-Za-z_]'; exit 1; }
+fi
+
 one=$("$bin" ops Pooling)
 grep -q "pool_type" <<<"$one" || { echo "'tessera ops Pooling' lacks pool_type"; exit 1; }
 

@@ -1,6 +1,7 @@
 #include "engine/storage.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -156,6 +157,15 @@ TEST(StorageTest, LargeRequestTakesASlightlyLargerPooledBlock) {
   ASSERT_THAT(small, IsOk());
   EXPECT_EQ(storage->Stats(cpu).pool_hits, 1u);
   storage->Free(*small);
+}
+
+TEST(StorageTest, FreeAfterStreamOfAHostBlockFreesAtOnce) {
+  auto storage = Storage::Create();
+  absl::StatusOr<StorageHandle> a = storage->Alloc(1000, Context::CPU(0));
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(storage->FreeAfterStream(*a, nullptr), IsOk());
+  EXPECT_EQ(storage->Stats(Context::CPU(0)).bytes_in_use, 0u);
+  EXPECT_EQ(storage->Stats(Context::CPU(0)).bytes_pooled, 1024u);
 }
 
 TEST(StorageTest, DirectFreeBypassesThePool) {
@@ -473,6 +483,27 @@ TEST_F(StorageGpuTest, PoolReusesBlocksAndHoldsData) {
   storage_->Free(*b);
   storage_->ReleaseAll(gpu);
   EXPECT_EQ(storage_->Stats(gpu).bytes_pooled, 0u);
+}
+
+TEST_F(StorageGpuTest, FreeAfterStreamReturnsTheBlockWhenTheStreamGetsThere) {
+  const Context gpu = Context::GPU(0);
+  absl::StatusOr<StorageHandle> a = storage_->Alloc(2 * kMiB, gpu);
+  ASSERT_THAT(a, IsOk());
+#if TESSERA_USE_CUDA
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // Work still queued on the stream keeps the block in use until it has run.
+  ASSERT_EQ(cudaMemsetAsync(a->dptr, 0, a->size, stream), cudaSuccess);
+  ASSERT_THAT(storage_->FreeAfterStream(*a, stream), IsOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  // The host function has run once the stream is drained; give its thread a moment.
+  for (int i = 0; i < 1000 && storage_->Stats(gpu).bytes_in_use != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(storage_->Stats(gpu).bytes_in_use, 0u);
+  EXPECT_EQ(storage_->Stats(gpu).bytes_pooled, 2 * kMiB);
+  cudaStreamDestroy(stream);
+#endif
 }
 
 TEST_F(StorageGpuTest, OutOfDeviceMemoryNamesSizeAndDevice) {
