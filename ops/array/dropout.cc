@@ -219,6 +219,7 @@ class DropoutProp : public PropertyWithParam<DropoutProp, DropoutParam> {
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(array_internal::CheckCpu("Dropout", ctx));
     return std::make_unique<DropoutOp>(param_);
   }

@@ -365,6 +365,7 @@ class LeakyReLUProp : public PropertyWithParam<LeakyReLUProp, LeakyReLUParam> {
   }
 
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(array_internal::CheckCpu("LeakyReLU", ctx));
     return std::make_unique<LeakyReLUOp>(param_);
   }

@@ -1,8 +1,10 @@
 // Activation on the GPU: relu, sigmoid and tanh on cuDNN, softrelu (no cuDNN mode) on the
-// elementwise kernel. Backward has only the output (DeclareBackwardDependency of the CPU
-// property, as MXNet), so cuDNN gets y where it asks for x: these three derivatives are
-// functions of y (relu's sign of x is the sign of y), which is what MXNet's cuDNN path relies
-// on too. In-place (out_grad and in_grad sharing memory) is allowed by both kernels.
+// elementwise kernel, softsign (none either) on own kernels (nn_kernels.h). Backward has only
+// the output (DeclareBackwardDependency of the CPU property, as MXNet), so cuDNN gets y where
+// it asks for x: these three derivatives are functions of y (relu's sign of x is the sign of
+// y), which is what MXNet's cuDNN path relies on too; softrelu's is 1 - exp(-y) and
+// softsign's the CPU's (1 - |y|)^2. In-place (out_grad and in_grad sharing memory) is allowed
+// by every kernel.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +17,7 @@
 #include "ops/cuda/cudnn_status.h"
 #include "ops/cuda/gpu_util.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/nn_kernels.h"
 #include "ops/operator.h"
 
 namespace tessera::ops::cuda {
@@ -35,6 +38,12 @@ class ActivationGpuOp : public Operator {
                                      static_cast<int>(req[0]), StreamOf(ctx)));
       return absl::OkStatus();
     }
+    if (act_type_ == "softsign") {
+      CUDA_RETURN_IF_ERROR(LaunchSoftsign(static_cast<const float*>(in[0].dptr),
+                                          static_cast<float*>(out[0].dptr), out[0].Size(),
+                                          static_cast<int>(req[0]), StreamOf(ctx)));
+      return absl::OkStatus();
+    }
     ASSIGN_OR_RETURN(cudnnHandle_t handle, CudnnHandle(ctx));
     RETURN_IF_ERROR(Prepare(in[0].shape));
     const float one = 1.0f, beta = BetaFor(req[0]);
@@ -53,6 +62,13 @@ class ActivationGpuOp : public Operator {
       CUDA_RETURN_IF_ERROR(LaunchMap(MapCode::kSoftReluGrad, KernelType::kFloat32, out_grad[0].dptr,
                                      out[0].dptr, nullptr, in_grad[0].dptr, in_grad[0].Size(), 0,
                                      static_cast<int>(req[0]), StreamOf(ctx)));
+      return absl::OkStatus();
+    }
+    if (act_type_ == "softsign") {
+      CUDA_RETURN_IF_ERROR(LaunchSoftsignGrad(
+          static_cast<const float*>(out_grad[0].dptr), static_cast<const float*>(out[0].dptr),
+          static_cast<float*>(in_grad[0].dptr), in_grad[0].Size(), static_cast<int>(req[0]),
+          StreamOf(ctx)));
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(cudnnHandle_t handle, CudnnHandle(ctx));
