@@ -267,7 +267,9 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
     key.var = key.engine->NewVariable();
     const Runtime& rt = values[i].runtime();
     ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt, key.shape));
-    ASSIGN_OR_RETURN(key.received, NDArray::Empty(rt, key.shape));
+    // Pulls into GPU (or several) arrays land here first: pinned, so the copies to the
+    // devices are DMA transfers (plain host memory where there is no GPU).
+    ASSIGN_OR_RETURN(key.received, NDArray::Empty(rt, key.shape, Context::CPUPinned(0)));
     keys_.emplace(keys[i], std::move(key));
   }
   return absl::OkStatus();
@@ -304,7 +306,10 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
         }
         NDArray& stage = key.staged[static_cast<int>(d)];
         if (stage.is_none()) {
-          ASSIGN_OR_RETURN(stage, NDArray::Empty(arrays[d].runtime(), key.shape));
+          // Pinned: the device-to-host copy is a DMA transfer on the copy stream, pushed at
+          // the key's priority, so it overlaps the rest of the backward pass.
+          ASSIGN_OR_RETURN(stage,
+                           NDArray::Empty(arrays[d].runtime(), key.shape, Context::CPUPinned(0)));
         }
         RETURN_IF_ERROR(Copy(arrays[d], stage, priority));
         host.push_back(stage);

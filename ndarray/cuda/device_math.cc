@@ -36,9 +36,19 @@ absl::Status SameDType(const char* fn, const TBlob& a, const TBlob& b) {
 
 absl::Status SameShape(const char* fn, const TBlob& in, const TBlob& out) {
   if (in.shape == out.shape) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(fn, ": shape mismatch: in is ", in.shape.ToString(),
-                                                 ", out is ", out.shape.ToString()));
+  return absl::InvalidArgumentError(absl::StrCat(
+      fn, ": shape mismatch: in is ", in.shape.ToString(), ", out is ", out.shape.ToString()));
 }
+
+// ElemType mirrors DType's values so that converting is a cast.
+static_assert(static_cast<int>(cuda::ElemType::kFloat32) == static_cast<int>(DType::kFloat32));
+static_assert(static_cast<int>(cuda::ElemType::kFloat64) == static_cast<int>(DType::kFloat64));
+static_assert(static_cast<int>(cuda::ElemType::kFloat16) == static_cast<int>(DType::kFloat16));
+static_assert(static_cast<int>(cuda::ElemType::kBFloat16) == static_cast<int>(DType::kBFloat16));
+static_assert(static_cast<int>(cuda::ElemType::kUInt8) == static_cast<int>(DType::kUInt8));
+static_assert(static_cast<int>(cuda::ElemType::kInt8) == static_cast<int>(DType::kInt8));
+static_assert(static_cast<int>(cuda::ElemType::kInt32) == static_cast<int>(DType::kInt32));
+static_assert(static_cast<int>(cuda::ElemType::kInt64) == static_cast<int>(DType::kInt64));
 
 cuda::ElemType ElemTypeOf(DType dtype) { return static_cast<cuda::ElemType>(dtype); }
 
@@ -99,9 +109,10 @@ absl::StatusOr<std::vector<bool>> ReducedDims(const char* fn, const TBlob& in,
   for (int axis : axes) {
     absl::StatusOr<int> a = NormalizeAxis(axis, ndim);
     if (!a.ok() || (axes.size() > 1 && reduced[*a])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          fn, ": invalid axes (", absl::StrJoin(axes, ","), ") for input shape ",
-          in.shape.ToString(), a.ok() ? ": repeated axis" : absl::StrCat(": ", a.status().message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat(fn, ": invalid axes (", absl::StrJoin(axes, ","), ") for input shape ",
+                       in.shape.ToString(),
+                       a.ok() ? ": repeated axis" : absl::StrCat(": ", a.status().message())));
     }
     reduced[*a] = true;
   }
@@ -224,8 +235,8 @@ absl::Status BinaryScalar(math::BinaryOp op, const TBlob& in, double scalar, boo
   if (req == OpReqType::kNullOp) return absl::OkStatus();
   ASSIGN_OR_RETURN(KernelType type, FloatKernelType(kFn, out.dtype));
   CUDA_RETURN_IF_ERROR(cuda::LaunchMap(ScalarCode(op, scalar_on_left), type, in.dptr, nullptr,
-                                       nullptr, out.dptr, out.Size(), scalar,
-                                       static_cast<int>(req), stream));
+                                       nullptr, out.dptr, out.Size(), scalar, static_cast<int>(req),
+                                       stream));
   return absl::OkStatus();
 }
 
@@ -243,10 +254,9 @@ absl::Status Reduce(math::ReduceOp op, const TBlob& in, absl::Span<const int> ax
   int64_t kept = 1;
   for (int d = 0; d < plan.kept.ndim; ++d) kept *= plan.kept.shape[d];
   if (out.Size() != kept) {
-    return absl::InvalidArgumentError(absl::StrCat(kFn, ": reducing ", in.shape.ToString(),
-                                                   " over axes (", absl::StrJoin(axes, ","),
-                                                   ") gives ", kept, " elements, but out is ",
-                                                   out.shape.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kFn, ": reducing ", in.shape.ToString(), " over axes (", absl::StrJoin(axes, ","),
+        ") gives ", kept, " elements, but out is ", out.shape.ToString()));
   }
   if (req == OpReqType::kNullOp) return absl::OkStatus();
   cuda::ReduceCode code = cuda::ReduceCode::kSum;
@@ -268,9 +278,8 @@ absl::Status Reduce(math::ReduceOp op, const TBlob& in, absl::Span<const int> ax
       code = cuda::ReduceCode::kProd;
       break;
   }
-  CUDA_RETURN_IF_ERROR(cuda::LaunchReduce(code, plan.type, plan.kept, plan.red, in.dptr,
-                                          out.dptr, scale, static_cast<int>(req), scratch,
-                                          stream));
+  CUDA_RETURN_IF_ERROR(cuda::LaunchReduce(code, plan.type, plan.kept, plan.red, in.dptr, out.dptr,
+                                          scale, static_cast<int>(req), scratch, stream));
   return absl::OkStatus();
 }
 

@@ -7,68 +7,19 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cuda/std/limits>
-
 #include <cmath>
 #include <cstdint>
+#include <cuda/std/limits>
 #include <limits>
 #include <type_traits>
 
 #include "engine/philox.h"
+#include "ndarray/cuda/element_types.cuh"
 #include "ndarray/cuda/launch_util.cuh"
 #include "ndarray/cuda/tensor_kernels.h"
 
 namespace tessera::cuda {
 namespace {
-
-// ---- element types ----
-
-template <typename T>
-struct AccOf {
-  using type = T;
-};
-template <>
-struct AccOf<__half> {
-  using type = float;
-};
-template <>
-struct AccOf<__nv_bfloat16> {
-  using type = float;
-};
-template <typename T>
-using Acc = typename AccOf<T>::type;
-
-template <typename T>
-__device__ __forceinline__ Acc<T> Load(const T* p) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(*p);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(*p);
-  } else {
-    return *p;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T Round(Acc<T> v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return v;
-  }
-}
-
-// *out per req = v, through the storage type.
-template <typename T>
-__device__ __forceinline__ void StoreAcc(T* out, int req, Acc<T> v) {
-  if (req == 3) {
-    *out = Round<T>(Load(out) + v);
-  } else if (req != 0) {
-    *out = Round<T>(v);
-  }
-}
 
 // Calls f with a null pointer of the storage type of `type` (for template deduction).
 template <typename F>
@@ -82,29 +33,6 @@ cudaError_t ForKernelType(KernelType type, F f) {
       return f(static_cast<__half*>(nullptr));
     case KernelType::kBFloat16:
       return f(static_cast<__nv_bfloat16*>(nullptr));
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <typename F>
-cudaError_t ForElemType(ElemType type, F f) {
-  switch (type) {
-    case ElemType::kFloat32:
-      return f(static_cast<float*>(nullptr));
-    case ElemType::kFloat64:
-      return f(static_cast<double*>(nullptr));
-    case ElemType::kFloat16:
-      return f(static_cast<__half*>(nullptr));
-    case ElemType::kBFloat16:
-      return f(static_cast<__nv_bfloat16*>(nullptr));
-    case ElemType::kUInt8:
-      return f(static_cast<uint8_t*>(nullptr));
-    case ElemType::kInt8:
-      return f(static_cast<int8_t*>(nullptr));
-    case ElemType::kInt32:
-      return f(static_cast<int32_t*>(nullptr));
-    case ElemType::kInt64:
-      return f(static_cast<int64_t*>(nullptr));
   }
   return cudaErrorInvalidValue;
 }
@@ -244,9 +172,9 @@ __global__ void MapKernel(MapCode code, const T* a, const T* b, const T* c, T* o
   using A = Acc<T>;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
     // Read every operand before the store: out may alias any of them.
-    const A va = a ? Load(a + i) : A(0);
-    const A vb = b ? Load(b + i) : A(0);
-    const A vc = c ? Load(c + i) : A(0);
+    const A va = a ? ToAcc(a[i]) : A(0);
+    const A vb = b ? ToAcc(b[i]) : A(0);
+    const A vc = c ? ToAcc(c[i]) : A(0);
     StoreAcc(out + i, req, Apply(code, va, vb, vc, s));
   }
 }
@@ -264,16 +192,16 @@ __global__ void StridedMapKernel(MapCode code, StridedSpace space, const T* a, c
       ob += idx * space.stride[1][d];
       oc += idx * space.stride[2][d];
     }
-    const A va = a ? Load(a + oa) : A(0);
-    const A vb = b ? Load(b + ob) : A(0);
-    const A vc = c ? Load(c + oc) : A(0);
+    const A va = a ? ToAcc(a[oa]) : A(0);
+    const A vb = b ? ToAcc(b[ob]) : A(0);
+    const A vc = c ? ToAcc(c[oc]) : A(0);
     StoreAcc(out + i, req, Apply(code, va, vb, vc, s));
   }
 }
 
 template <typename T>
 __global__ void AddToKernel(const T* in, T* out, int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) StoreAcc(out + i, 3, Load(in + i));
+  for (int64_t i = GridStart(); i < n; i += GridStride()) StoreAcc(out + i, 3, ToAcc(in[i]));
 }
 
 // ---- reductions ----
@@ -347,7 +275,7 @@ __global__ void ReduceKernel(ReduceCode code, StridedSpace kept, StridedSpace re
     const int64_t base = Offset(kept, o);
     A acc = Identity<A>(code);
     for (int64_t r = k * blockDim.x + threadIdx.x; r < red_size; r += splits * blockDim.x) {
-      acc = Combine(code, acc, static_cast<A>(Load(in + base + Offset(reduced, r))));
+      acc = Combine(code, acc, static_cast<A>(ToAcc(in[base + Offset(reduced, r)])));
     }
     acc = BlockCombine(code, acc);
     if (threadIdx.x == 0) {
@@ -402,7 +330,7 @@ template <typename To, typename From>
 __device__ __forceinline__ To Convert(From v) {
   using FA = Acc<From>;
   using TA = Acc<To>;
-  const FA x = static_cast<FA>(Load(&v));
+  const FA x = static_cast<FA>(ToAcc(v));
   if constexpr (std::is_integral_v<TA> && std::is_floating_point_v<FA>) {
     const double d = static_cast<double>(x);
     if (isnan(d)) return To(0);
@@ -414,7 +342,7 @@ __device__ __forceinline__ To Convert(From v) {
     }
     return static_cast<To>(static_cast<TA>(x));
   } else {
-    return Round<To>(static_cast<TA>(x));
+    return FromAcc<To>(static_cast<TA>(x));
   }
 }
 
@@ -458,10 +386,10 @@ __global__ void SampleKernel(SampleCode code, engine::PhiloxRandom gen, uint64_t
       const uint32_t u = OutputAt(gen, start + static_cast<uint64_t>(i));
       v = a + (b - a) * static_cast<double>(static_cast<float>(u >> 8) * (1.0f / 16777216.0f));
     }
-    T t = Round<T>(static_cast<Acc<T>>(v));
+    T t = FromAcc<T>(static_cast<Acc<T>>(v));
     // Rounding to a narrower type can land exactly on `high`; keep the interval half-open.
-    if (code == SampleCode::kUniform && static_cast<double>(Load(&t)) >= b) {
-      t = Round<T>(static_cast<Acc<T>>(a));
+    if (code == SampleCode::kUniform && static_cast<double>(ToAcc(t)) >= b) {
+      t = FromAcc<T>(static_cast<Acc<T>>(a));
     }
     out[i] = t;
   }
@@ -489,8 +417,8 @@ cudaError_t LaunchStridedMap(MapCode code, KernelType type, const StridedSpace& 
   return ForKernelType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     StridedMapKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-        code, space, static_cast<const T*>(a), static_cast<const T*>(b),
-        static_cast<const T*>(c), static_cast<T*>(out), n, static_cast<Acc<T>>(s), req);
+        code, space, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(c),
+        static_cast<T*>(out), n, static_cast<Acc<T>>(s), req);
     return cudaGetLastError();
   });
 }
@@ -500,14 +428,13 @@ cudaError_t LaunchAddTo(KernelType type, const void* in, void* out, int64_t n,
   if (n == 0) return cudaSuccess;
   return ForKernelType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    AddToKernel<T><<<Blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(in),
-                                                        static_cast<T*>(out), n);
+    AddToKernel<T>
+        <<<Blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n);
     return cudaGetLastError();
   });
 }
 
-size_t ReduceScratchBytes(KernelType type, const StridedSpace& kept,
-                          const StridedSpace& reduced) {
+size_t ReduceScratchBytes(KernelType type, const StridedSpace& kept, const StridedSpace& reduced) {
   const int64_t out_size = Elements(kept);
   const int64_t splits = SplitsFor(out_size, Elements(reduced));
   if (splits == 1) return 0;
@@ -542,46 +469,44 @@ cudaError_t LaunchReduce(ReduceCode code, KernelType type, const StridedSpace& k
   });
 }
 
+// The CPU's Convert of a double (math_scalar.h): integers saturate and NaN gives 0.
+template <typename T>
+T ConvertFillValue(double value) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    return FromAcc<T>(static_cast<float>(value));
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(value)) return T(0);
+    if (value <= static_cast<double>(std::numeric_limits<T>::lowest())) {
+      return std::numeric_limits<T>::lowest();
+    }
+    if (value >= static_cast<double>(std::numeric_limits<T>::max())) {
+      return std::numeric_limits<T>::max();
+    }
+    return static_cast<T>(value);
+  } else {
+    return static_cast<T>(value);
+  }
+}
+
 cudaError_t LaunchFill(ElemType type, void* out, int64_t n, double value, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return ForElemType(type, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    // The value converts on the device once per element; the conversion is the CPU's.
-    T converted;
-    if constexpr (std::is_same_v<T, __half>) {
-      converted = __float2half_rn(static_cast<float>(value));
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      converted = __float2bfloat16_rn(static_cast<float>(value));
-    } else if constexpr (std::is_integral_v<T>) {
-      if (std::isnan(value)) {
-        converted = T(0);
-      } else if (value <= static_cast<double>(std::numeric_limits<T>::lowest())) {
-        converted = std::numeric_limits<T>::lowest();
-      } else if (value >= static_cast<double>(std::numeric_limits<T>::max())) {
-        converted = std::numeric_limits<T>::max();
-      } else {
-        converted = static_cast<T>(value);
-      }
-    } else {
-      converted = static_cast<T>(value);
-    }
-    FillKernel<T><<<Blocks(n), kThreads, 0, stream>>>(static_cast<T*>(out), n, converted);
-    return cudaGetLastError();
+  TESSERA_ELEM_TYPE_SWITCH(type, T, {
+    FillKernel<T>
+        <<<Blocks(n), kThreads, 0, stream>>>(static_cast<T*>(out), n, ConvertFillValue<T>(value));
   });
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchCast(ElemType from, const void* in, ElemType to, void* out, int64_t n,
                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return ForElemType(from, [&](auto* from_tag) {
-    using From = std::remove_pointer_t<decltype(from_tag)>;
-    return ForElemType(to, [&](auto* to_tag) {
-      using To = std::remove_pointer_t<decltype(to_tag)>;
+  TESSERA_ELEM_TYPE_SWITCH(from, From, {
+    TESSERA_ELEM_TYPE_SWITCH(to, To, {
       CastKernel<To, From><<<Blocks(n), kThreads, 0, stream>>>(static_cast<const From*>(in),
                                                                static_cast<To*>(out), n);
-      return cudaGetLastError();
     });
   });
+  return cudaGetLastError();
 }
 
 int64_t SampleOutputs(SampleCode code, KernelType type, int64_t n) {

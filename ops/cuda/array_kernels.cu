@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ndarray/cuda/element_types.cuh"
 #include "ndarray/cuda/launch_util.cuh"
 #include "ops/cuda/array_kernels.h"
 
@@ -21,87 +22,13 @@ using ::tessera::cuda::GridStart;
 using ::tessera::cuda::GridStride;
 using ::tessera::cuda::kThreads;
 
-// ---- typed element access ----
-
-template <typename T>
-struct AccOf {
-  using type = T;
-};
-template <>
-struct AccOf<__half> {
-  using type = float;
-};
-template <>
-struct AccOf<__nv_bfloat16> {
-  using type = float;
-};
-template <typename T>
-using Acc = typename AccOf<T>::type;
-
-template <typename T>
-__host__ __device__ __forceinline__ T ToAcc(T v) {
-  return v;
-}
-__host__ __device__ __forceinline__ float ToAcc(__half v) { return __half2float(v); }
-__host__ __device__ __forceinline__ float ToAcc(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// Integer types wrap on the way back (C++20 conversions are modular), as on the CPU.
-template <typename T>
-__host__ __device__ __forceinline__ T FromAcc(Acc<T> v) {
-  return static_cast<T>(v);
-}
-template <>
-__host__ __device__ __forceinline__ __half FromAcc<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__host__ __device__ __forceinline__ __nv_bfloat16 FromAcc<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// *out per req = v, the kAddTo sum taken in Acc<T> (core/tblob.h's Assign).
-template <typename T>
-__host__ __device__ __forceinline__ void StoreReq(T* out, int req, Acc<T> v) {
-  if (req == 3) {
-    *out = FromAcc<T>(ToAcc(*out) + v);
-  } else if (req != 0) {
-    *out = FromAcc<T>(v);
-  }
-}
+using ::tessera::cuda::Acc;
+using ::tessera::cuda::FromAcc;
+using ::tessera::cuda::StoreAcc;
+using ::tessera::cuda::ToAcc;
 
 __device__ __forceinline__ float Exp(float x) { return expf(x); }
 __device__ __forceinline__ double Exp(double x) { return exp(x); }
-
-// One case per ArrayType with T its device type; unknown values fail the launch.
-#define TESSERA_ARRAY_CASE_(value, type_, T, ...) \
-  case ArrayType::value: {                        \
-    using T = type_;                              \
-    __VA_ARGS__;                                  \
-  } break;
-
-#define TESSERA_ARRAY_FLOAT_SWITCH_(type, T, ...)                 \
-  switch (type) {                                                 \
-    TESSERA_ARRAY_CASE_(kFloat32, float, T, __VA_ARGS__)          \
-    TESSERA_ARRAY_CASE_(kFloat64, double, T, __VA_ARGS__)         \
-    TESSERA_ARRAY_CASE_(kFloat16, __half, T, __VA_ARGS__)         \
-    TESSERA_ARRAY_CASE_(kBFloat16, __nv_bfloat16, T, __VA_ARGS__) \
-    default:                                                      \
-      return cudaErrorInvalidValue;                               \
-  }
-
-#define TESSERA_ARRAY_TYPE_SWITCH_(type, T, ...)                  \
-  switch (type) {                                                 \
-    TESSERA_ARRAY_CASE_(kFloat32, float, T, __VA_ARGS__)          \
-    TESSERA_ARRAY_CASE_(kFloat64, double, T, __VA_ARGS__)         \
-    TESSERA_ARRAY_CASE_(kFloat16, __half, T, __VA_ARGS__)         \
-    TESSERA_ARRAY_CASE_(kBFloat16, __nv_bfloat16, T, __VA_ARGS__) \
-    TESSERA_ARRAY_CASE_(kUInt8, uint8_t, T, __VA_ARGS__)          \
-    TESSERA_ARRAY_CASE_(kInt8, int8_t, T, __VA_ARGS__)            \
-    TESSERA_ARRAY_CASE_(kInt32, int32_t, T, __VA_ARGS__)          \
-    TESSERA_ARRAY_CASE_(kInt64, int64_t, T, __VA_ARGS__)          \
-    default:                                                      \
-      return cudaErrorInvalidValue;                               \
-  }
 
 int64_t ElemSize(ArrayType type) {
   switch (type) {
@@ -230,7 +157,7 @@ __global__ void SumKernel(SumInputs inputs, T* out, int64_t n, int mode, int req
     if (mode == static_cast<int>(SumMode::kChain)) {
       out[i] = FromAcc<T>(acc);
     } else {
-      StoreReq(out + i, req, acc);
+      StoreAcc(out + i, req, acc);
     }
   }
 }
@@ -279,17 +206,17 @@ __global__ void ScatterAddKernel(const I* data, const T* out_grad, A* acc, int64
 
 template <typename T>
 __global__ void FinishKernel(const float* acc, T* grad, int64_t n, int req) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) StoreReq(grad + i, req, acc[i]);
+  for (int64_t i = GridStart(); i < n; i += GridStride()) StoreAcc(grad + i, req, acc[i]);
 }
 
 template <typename T>
 cudaError_t GatherT(ArrayType index_type, const void* data, int64_t num_indices, const void* weight,
                     int64_t rows, int64_t dim, void* out, int req, cudaStream_t stream) {
   const int64_t total = num_indices * dim;
-  TESSERA_ARRAY_TYPE_SWITCH_(index_type, I,
-                             GatherKernel<T, I><<<Blocks(total), kThreads, 0, stream>>>(
-                                 static_cast<const I*>(data), static_cast<const T*>(weight),
-                                 static_cast<T*>(out), total, dim, rows, req));
+  TESSERA_ELEM_TYPE_SWITCH(index_type, I,
+                           GatherKernel<T, I><<<Blocks(total), kThreads, 0, stream>>>(
+                               static_cast<const I*>(data), static_cast<const T*>(weight),
+                               static_cast<T*>(out), total, dim, rows, req));
   return cudaGetLastError();
 }
 
@@ -299,10 +226,10 @@ cudaError_t ScatterAddT(ArrayType index_type, const void* data, int64_t num_indi
                         cudaStream_t stream) {
   using A = std::conditional_t<std::is_same_v<Acc<T>, T>, T, float>;
   const int64_t total = num_indices * dim;
-  TESSERA_ARRAY_TYPE_SWITCH_(index_type, I,
-                             ScatterAddKernel<A, T, I><<<Blocks(total), kThreads, 0, stream>>>(
-                                 static_cast<const I*>(data), static_cast<const T*>(out_grad),
-                                 static_cast<A*>(acc), total, dim, rows));
+  TESSERA_ELEM_TYPE_SWITCH(index_type, I,
+                           ScatterAddKernel<A, T, I><<<Blocks(total), kThreads, 0, stream>>>(
+                               static_cast<const I*>(data), static_cast<const T*>(out_grad),
+                               static_cast<A*>(acc), total, dim, rows));
   return cudaGetLastError();
 }
 
@@ -312,7 +239,7 @@ template <typename T>
 __global__ void SigmoidKernel(const T* x, T* out, int64_t n, int req) {
   using A = Acc<T>;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    StoreReq(out + i, req, A(1) / (A(1) + Exp(-ToAcc(x[i]))));
+    StoreAcc(out + i, req, A(1) / (A(1) + Exp(-ToAcc(x[i]))));
   }
 }
 
@@ -323,7 +250,7 @@ __global__ void RegressionGradKernel(bool sign, const T* out, const T* label, T*
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
     const A diff = ToAcc(out[i]) - ToAcc(label[i]);
     const A v = sign ? scale * static_cast<A>((diff > A(0)) - (diff < A(0))) : scale * diff;
-    StoreReq(grad + i, req, v);
+    StoreAcc(grad + i, req, v);
   }
 }
 
@@ -350,7 +277,7 @@ __global__ void MakeLossGradKernel(T* grad, int64_t n, double grad_scale,
   using A = Acc<T>;
   const double divisor = count == nullptr ? norm : static_cast<double>(*count > 0 ? *count : 1);
   const A value = static_cast<A>(grad_scale / divisor);
-  for (int64_t i = GridStart(); i < n; i += GridStride()) StoreReq(grad + i, req, value);
+  for (int64_t i = GridStart(); i < n; i += GridStride()) StoreAcc(grad + i, req, value);
 }
 
 }  // namespace
@@ -406,7 +333,7 @@ cudaError_t LaunchStridedCopy(ArrayType type, const CopySpace& space, const void
   if (n == 0) return cudaSuccess;
 
   if (req == 3) {
-    TESSERA_ARRAY_TYPE_SWITCH_(
+    TESSERA_ELEM_TYPE_SWITCH(
         type, T,
         if (Fits32(s, n)) {
           StridedAddKernel<T, uint32_t><<<Blocks(n), kThreads, 0, stream>>>(
@@ -451,9 +378,9 @@ cudaError_t LaunchCopy(ArrayType type, const void* in, void* out, int64_t n, int
     return cudaMemcpyAsync(out, in, static_cast<size_t>(n * elem), cudaMemcpyDeviceToDevice,
                            stream);
   }
-  TESSERA_ARRAY_TYPE_SWITCH_(type, T,
-                             AddKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-                                 static_cast<const T*>(in), static_cast<T*>(out), n));
+  TESSERA_ELEM_TYPE_SWITCH(type, T,
+                           AddKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+                               static_cast<const T*>(in), static_cast<T*>(out), n));
   return cudaGetLastError();
 }
 
@@ -468,9 +395,9 @@ cudaError_t LaunchSum(ArrayType type, const SumInputs& inputs, void* out, int64_
                       int req, cudaStream_t stream) {
   if (inputs.n < 1 || inputs.n > kMaxSumInputs) return cudaErrorInvalidValue;
   if (n == 0 || (mode == SumMode::kStore && req == 0)) return cudaSuccess;
-  TESSERA_ARRAY_TYPE_SWITCH_(type, T,
-                             SumKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-                                 inputs, static_cast<T*>(out), n, static_cast<int>(mode), req));
+  TESSERA_ELEM_TYPE_SWITCH(type, T,
+                           SumKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+                               inputs, static_cast<T*>(out), n, static_cast<int>(mode), req));
   return cudaGetLastError();
 }
 
@@ -480,7 +407,7 @@ cudaError_t LaunchEmbeddingGather(ArrayType type, ArrayType index_type, const vo
   if (req == 0 || num_indices == 0 || dim == 0) return cudaSuccess;
   if (input_dim < 1) return cudaErrorInvalidValue;
   cudaError_t err = cudaSuccess;
-  TESSERA_ARRAY_FLOAT_SWITCH_(
+  TESSERA_ELEM_FLOAT_SWITCH(
       type, T,
       err = GatherT<T>(index_type, data, num_indices, weight, input_dim, dim, out, req, stream));
   return err;
@@ -492,7 +419,7 @@ cudaError_t LaunchEmbeddingScatterAdd(ArrayType type, ArrayType index_type, cons
   if (num_indices == 0 || dim == 0) return cudaSuccess;
   if (input_dim < 1) return cudaErrorInvalidValue;
   cudaError_t err = cudaSuccess;
-  TESSERA_ARRAY_FLOAT_SWITCH_(
+  TESSERA_ELEM_FLOAT_SWITCH(
       type, T,
       err = ScatterAddT<T>(index_type, data, num_indices, out_grad, input_dim, dim, acc, stream));
   return err;
@@ -519,9 +446,9 @@ cudaError_t LaunchEmbeddingFinish(ArrayType type, const float* acc, void* grad, 
 cudaError_t LaunchSigmoid(ArrayType type, const void* x, void* out, int64_t n, int req,
                           cudaStream_t stream) {
   if (n == 0 || req == 0) return cudaSuccess;
-  TESSERA_ARRAY_FLOAT_SWITCH_(type, T,
-                              SigmoidKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-                                  static_cast<const T*>(x), static_cast<T*>(out), n, req));
+  TESSERA_ELEM_FLOAT_SWITCH(type, T,
+                            SigmoidKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+                                static_cast<const T*>(x), static_cast<T*>(out), n, req));
   return cudaGetLastError();
 }
 
@@ -529,19 +456,19 @@ cudaError_t LaunchRegressionGrad(ArrayType type, bool sign, const void* out, con
                                  void* grad, int64_t n, double scale, int req,
                                  cudaStream_t stream) {
   if (n == 0 || req == 0) return cudaSuccess;
-  TESSERA_ARRAY_FLOAT_SWITCH_(type, T,
-                              RegressionGradKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-                                  sign, static_cast<const T*>(out), static_cast<const T*>(label),
-                                  static_cast<T*>(grad), n, static_cast<Acc<T>>(scale), req));
+  TESSERA_ELEM_FLOAT_SWITCH(type, T,
+                            RegressionGradKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+                                sign, static_cast<const T*>(out), static_cast<const T*>(label),
+                                static_cast<T*>(grad), n, static_cast<Acc<T>>(scale), req));
   return cudaGetLastError();
 }
 
 cudaError_t LaunchCountAbove(ArrayType type, const void* x, int64_t n, double thresh,
                              unsigned long long* count, cudaStream_t stream) {  // NOLINT
   if (n == 0) return cudaSuccess;
-  TESSERA_ARRAY_FLOAT_SWITCH_(type, T,
-                              CountAboveKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-                                  static_cast<const T*>(x), n, static_cast<Acc<T>>(thresh), count));
+  TESSERA_ELEM_FLOAT_SWITCH(type, T,
+                            CountAboveKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+                                static_cast<const T*>(x), n, static_cast<Acc<T>>(thresh), count));
   return cudaGetLastError();
 }
 
@@ -549,9 +476,9 @@ cudaError_t LaunchMakeLossGrad(ArrayType type, void* grad, int64_t n, double gra
                                const unsigned long long* count,  // NOLINT(runtime/int)
                                double norm, int req, cudaStream_t stream) {
   if (n == 0 || req == 0) return cudaSuccess;
-  TESSERA_ARRAY_FLOAT_SWITCH_(type, T,
-                              MakeLossGradKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-                                  static_cast<T*>(grad), n, grad_scale, count, norm, req));
+  TESSERA_ELEM_FLOAT_SWITCH(type, T,
+                            MakeLossGradKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+                                static_cast<T*>(grad), n, grad_scale, count, norm, req));
   return cudaGetLastError();
 }
 

@@ -18,21 +18,13 @@
 
 #include <cstdint>
 
+#include "ndarray/cuda/tensor_kernels.h"
+
 namespace tessera::ops::cuda {
 
-// Element types; the values are those of tessera::DType (core/dtype.h), which cannot be
-// included here (it needs absl): the operators convert with a cast, checked by static_asserts
-// in array_ops_util.cc.
-enum class ArrayType : int {
-  kFloat32 = 0,
-  kFloat64 = 1,
-  kFloat16 = 2,
-  kUInt8 = 3,
-  kInt32 = 4,
-  kInt8 = 5,
-  kInt64 = 6,
-  kBFloat16 = 12,
-};
+// Element types: tensor_kernels.h's, whose values are DType's (the operators convert with a
+// cast).
+using ArrayType = ::tessera::cuda::ElemType;
 
 // An index space of up to kMaxCopyDims dims read from `in` and written to `out`, each
 // through its own element strides. Transposes of up to 16 axes fit even before merging.

@@ -7,16 +7,6 @@
 
 namespace tessera::ops::cuda {
 
-// ArrayType mirrors DType's values so that ArrayTypeOf is a cast.
-static_assert(static_cast<int>(ArrayType::kFloat32) == static_cast<int>(DType::kFloat32));
-static_assert(static_cast<int>(ArrayType::kFloat64) == static_cast<int>(DType::kFloat64));
-static_assert(static_cast<int>(ArrayType::kFloat16) == static_cast<int>(DType::kFloat16));
-static_assert(static_cast<int>(ArrayType::kBFloat16) == static_cast<int>(DType::kBFloat16));
-static_assert(static_cast<int>(ArrayType::kUInt8) == static_cast<int>(DType::kUInt8));
-static_assert(static_cast<int>(ArrayType::kInt8) == static_cast<int>(DType::kInt8));
-static_assert(static_cast<int>(ArrayType::kInt32) == static_cast<int>(DType::kInt32));
-static_assert(static_cast<int>(ArrayType::kInt64) == static_cast<int>(DType::kInt64));
-
 absl::StatusOr<ArrayType> ArrayTypeOf(absl::string_view op, DType dtype) {
   if (dtype == DType::kUnknown || !IsValidDType(static_cast<int>(dtype))) {
     return absl::InvalidArgumentError(

@@ -1,10 +1,9 @@
 // Convolution (2-D, NCHW, groups, dilation) on cuDNN: forward, backward data / filter / bias.
 //
 // Algorithms come from cuDNN's heuristics (cudnnGet*Algorithm_v7), once per input shape and
-// cached in the operator, keeping the first that succeeds within the `workspace` limit (MB,
-// as MXNet) and preferring plain FP32 FMA math: TF32 tensor cores would round inputs to
-// 10-bit mantissas and drift from the CPU kernels. Scratch comes from the temp-space
-// resource; kAddTo is cuDNN's beta = 1.
+// cached in the operator, chosen within the `workspace` limit (MB, as MXNet) under the TF32
+// policy (cudnn_algorithm.h). Scratch comes from the temp-space resource; kAddTo is cuDNN's
+// beta = 1.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -14,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "ops/cuda/cudnn_algorithm.h"
 #include "ops/cuda/cudnn_status.h"
 #include "ops/cuda/gpu_util.h"
 #include "ops/operator.h"
@@ -30,26 +30,6 @@ struct ConvParams {
   bool no_bias = false;
   int64_t workspace_mb = 1024;
 };
-
-// Picks from cuDNN's ranked candidates: the first FMA-math success within the limit, else the
-// first success within the limit that is not a tensor-op (reduced precision) math mode.
-template <typename Perf>
-absl::StatusOr<Perf> Choose(const char* what, const Perf* perf, int count, size_t limit) {
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < count; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit) continue;
-      if (pass == 0 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-      if (pass == 1 && perf[i].mathType != CUDNN_DEFAULT_MATH &&
-          perf[i].mathType != CUDNN_FMA_MATH) {
-        continue;
-      }
-      return perf[i];
-    }
-  }
-  return absl::ResourceExhaustedError(absl::StrCat("Convolution: no cuDNN ", what,
-                                                   " algorithm fits the workspace limit of ", limit,
-                                                   " bytes; raise `workspace`"));
-}
 
 // Descriptors and algorithms for one input shape.
 struct Plan {
@@ -172,17 +152,19 @@ class ConvolutionGpuOp : public Operator {
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
         handle, plan->x.get(), plan->w.get(), plan->conv.get(), plan->y.get(), kMaxAlgos, &count,
         fwd));
-    ASSIGN_OR_RETURN(plan->fwd, Choose("forward", fwd, count, limit));
+    ASSIGN_OR_RETURN(plan->fwd, ChooseAlgorithm("Convolution", "forward", fwd, count, limit));
     cudnnConvolutionBwdDataAlgoPerf_t bwd_data[kMaxAlgos];
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         handle, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(), kMaxAlgos, &count,
         bwd_data));
-    ASSIGN_OR_RETURN(plan->bwd_data, Choose("backward-data", bwd_data, count, limit));
+    ASSIGN_OR_RETURN(plan->bwd_data,
+                     ChooseAlgorithm("Convolution", "backward-data", bwd_data, count, limit));
     cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[kMaxAlgos];
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), kMaxAlgos, &count,
         bwd_filter));
-    ASSIGN_OR_RETURN(plan->bwd_filter, Choose("backward-filter", bwd_filter, count, limit));
+    ASSIGN_OR_RETURN(plan->bwd_filter,
+                     ChooseAlgorithm("Convolution", "backward-filter", bwd_filter, count, limit));
     Plan* raw = plan.get();
     plans_.emplace(std::move(key), std::move(plan));
     return raw;

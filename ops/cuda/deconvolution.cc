@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_status.h"
 #include "core/status_macros.h"
+#include "ops/cuda/cudnn_algorithm.h"
 #include "ops/cuda/cudnn_status.h"
 #include "ops/cuda/gpu_util.h"
 #include "ops/cuda/nn_kernels.h"
@@ -59,26 +60,6 @@ absl::StatusOr<Pair> PairOf(const Shape& value, int64_t fallback, const char* na
                                                    value.ToString()));
   }
   return Pair{value[0], value[1]};
-}
-
-// Picks from cuDNN's ranked candidates: the first FMA-math success within the limit, else the
-// first success within the limit that is not a tensor-op (reduced precision) math mode.
-template <typename Perf>
-absl::StatusOr<Perf> Choose(const char* what, const Perf* perf, int count, size_t limit) {
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < count; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit) continue;
-      if (pass == 0 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-      if (pass == 1 && perf[i].mathType != CUDNN_DEFAULT_MATH &&
-          perf[i].mathType != CUDNN_FMA_MATH) {
-        continue;
-      }
-      return perf[i];
-    }
-  }
-  return absl::ResourceExhaustedError(absl::StrCat("Deconvolution: no cuDNN ", what,
-                                                   " algorithm fits the workspace limit of ", limit,
-                                                   " bytes; raise `workspace`"));
 }
 
 constexpr size_t kAlign = 256;
@@ -285,17 +266,20 @@ class DeconvolutionGpuOp : public Operator {
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         handle, plan->w.get(), plan->data.get(), plan->conv.get(), plan->y_ext.get(), kMaxAlgos,
         &count, fwd));
-    ASSIGN_OR_RETURN(plan->fwd, Choose("forward (backward-data)", fwd, count, limit));
+    ASSIGN_OR_RETURN(
+        plan->fwd, ChooseAlgorithm("Deconvolution", "forward (backward-data)", fwd, count, limit));
     cudnnConvolutionFwdAlgoPerf_t bwd_data[kMaxAlgos];
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
         handle, plan->y_ext.get(), plan->w.get(), plan->conv.get(), plan->data.get(), kMaxAlgos,
         &count, bwd_data));
-    ASSIGN_OR_RETURN(plan->bwd_data, Choose("backward-data (forward)", bwd_data, count, limit));
+    ASSIGN_OR_RETURN(plan->bwd_data, ChooseAlgorithm("Deconvolution", "backward-data (forward)",
+                                                     bwd_data, count, limit));
     cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[kMaxAlgos];
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         handle, plan->y_ext.get(), plan->data.get(), plan->conv.get(), plan->w.get(), kMaxAlgos,
         &count, bwd_filter));
-    ASSIGN_OR_RETURN(plan->bwd_filter, Choose("backward-filter", bwd_filter, count, limit));
+    ASSIGN_OR_RETURN(plan->bwd_filter,
+                     ChooseAlgorithm("Deconvolution", "backward-filter", bwd_filter, count, limit));
     Plan* raw = plan.get();
     plans_.emplace(std::move(key), std::move(plan));
     return raw;

@@ -2,6 +2,8 @@
 #include "ops/cuda/gpu_util.h"
 
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <utility>
 
@@ -39,6 +41,14 @@ absl::StatusOr<HandleKey> KeyOf(const OpContext& ctx) {
 
 }  // namespace
 
+bool AllowTf32() {
+  static const bool allow = [] {
+    const char* value = std::getenv("TESSERA_ALLOW_TF32");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return allow;
+}
+
 absl::StatusOr<cudnnHandle_t> CudnnHandle(const OpContext& ctx) {
   absl::StatusOr<HandleKey> key = KeyOf(ctx);
   if (!key.ok()) return key.status();
@@ -63,8 +73,9 @@ absl::StatusOr<cublasHandle_t> CublasHandle(const OpContext& ctx) {
   if (it == cache.cublas.end()) {
     cublasHandle_t handle = nullptr;
     CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
-    // Plain FP32 math: no TF32 tensor cores, so results agree with the CPU kernels.
-    CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    // Plain FP32 math unless TF32 is allowed (AllowTf32 says why).
+    CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+        handle, AllowTf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     it = cache.cublas.emplace(*key, handle).first;
   }
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(it->second, key->second));

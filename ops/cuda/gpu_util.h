@@ -36,6 +36,14 @@ inline cudaStream_t StreamOf(const OpContext& ctx) {
   return ctx.run_ctx.get_stream<cudaStream_t>();
 }
 
+// The TF32 policy of float32 convolutions and GEMMs. Off by default: TF32 tensor cores round
+// inputs to 10-bit mantissas, so results drift from the CPU kernels by ~1e-3 relative (the
+// GPU tests compare float32 against the CPU with it off). TESSERA_ALLOW_TF32=1 turns it on
+// for speed, as torch.backends.cuda.matmul.allow_tf32 does: cuBLAS then runs float32 GEMMs on
+// TF32 tensor cores and convolutions take cuDNN's fastest algorithm whatever its math.
+// Read once per process.
+bool AllowTf32();
+
 // The handles for the current device and ctx's stream, with that stream set.
 absl::StatusOr<cudnnHandle_t> CudnnHandle(const OpContext& ctx);
 absl::StatusOr<cublasHandle_t> CublasHandle(const OpContext& ctx);

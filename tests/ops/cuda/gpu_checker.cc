@@ -14,6 +14,7 @@
 #include "ndarray/runtime.h"
 #include "ops/operator.h"
 #include "ops/registry.h"
+#include "tests/ops/cuda/device_array.h"
 
 #if TESSERA_USE_CUDA
 #include <cuda_runtime_api.h>
@@ -42,7 +43,7 @@ absl::Status RunCaseWithoutGpu(const GpuCase& c) {
   ASSIGN_OR_RETURN(bool known, prop->InferShape(&in, &out, &aux));
   if (!known) return absl::InvalidArgumentError("shapes not inferred");
   std::vector<DType> it = InputTypes(c, in.size()), ot(out.size(), DType::kUnknown),
-      at(aux.size(), DType::kUnknown);
+                     at(aux.size(), DType::kUnknown);
   ASSIGN_OR_RETURN(known, prop->InferType(&it, &ot, &at));
   if (!known) return absl::InvalidArgumentError("types not inferred");
   ASSIGN_OR_RETURN(std::unique_ptr<Operator> op, prop->CreateOperator(Context::CPU()));
@@ -61,8 +62,7 @@ absl::Status RunCaseWithoutGpu(const GpuCase& c) {
                      aux_b = buffers(aux, 0.5, &aux_s);
   std::vector<std::vector<char>> bytes;
   // Integer inputs (labels, indices) get 0, every other value 0.5.
-  auto retype = [&](std::vector<TBlob>* blobs, const std::vector<DType>& types,
-                    bool inputs) {
+  auto retype = [&](std::vector<TBlob>* blobs, const std::vector<DType>& types, bool inputs) {
     for (size_t k = 0; k < blobs->size(); ++k) {
       TBlob& b = (*blobs)[k];
       const DType t = types[k];
@@ -125,10 +125,7 @@ void CheckGpuAgainstCpu(const GpuCase&) { GTEST_SKIP() << "no CUDA device: " << 
 
 #else  // TESSERA_USE_CUDA
 
-
 namespace {
-
-using Values = std::vector<double>;
 
 Values Random(int64_t n, bool positive, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> magnitude(0.1, 1.0);
@@ -146,65 +143,12 @@ Values RandomIntegers(int64_t size, int n, std::mt19937_64& rng) {
   return v;
 }
 
-std::vector<char> ToBytes(const Values& v, DType t) {
-  std::vector<char> bytes(v.size() * DTypeSize(t));
-  TESSERA_TYPE_SWITCH(t, T,
-                      {
-                        T* p = reinterpret_cast<T*>(bytes.data());
-                        for (size_t i = 0; i < v.size(); ++i)
-                          p[i] = static_cast<T>(static_cast<AccType<T>>(v[i]));
-                      },
-                      {});
-  return bytes;
-}
-
-Values FromBytes(const char* p, int64_t n, DType t) {
-  Values v(n);
-  TESSERA_TYPE_SWITCH(t, T,
-                      {
-                        const T* q = reinterpret_cast<const T*>(p);
-                        for (int64_t i = 0; i < n; ++i)
-                          v[i] = static_cast<double>(static_cast<AccType<T>>(q[i]));
-                      },
-                      {});
-  return v;
-}
-
-// Device memory of one blob; frees on destruction. Test-only: failures are fatal assertions.
-class DeviceBuffer {
- public:
-  DeviceBuffer(const Shape& shape, DType dtype) : shape_(shape), dtype_(dtype) {
-    const size_t bytes = std::max<size_t>(shape.Size() * DTypeSize(dtype), 1);
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void Upload(const Values& v) {
-    std::vector<char> bytes = ToBytes(v, dtype_);
-    EXPECT_EQ(cudaMemcpy(ptr_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  Values Download() const {
-    std::vector<char> bytes(shape_.Size() * DTypeSize(dtype_));
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(bytes.data(), ptr_, bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return FromBytes(bytes.data(), shape_.Size(), dtype_);
-  }
-  TBlob blob() const { return TBlob(ptr_, shape_, dtype_, Context::GPU(0)); }
-
- private:
-  Shape shape_;
-  DType dtype_;
-  void* ptr_ = nullptr;
-};
-
-using Buffers = std::vector<std::unique_ptr<DeviceBuffer>>;
+using Buffers = std::vector<std::unique_ptr<DeviceArray>>;
 
 Buffers Allocate(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
   Buffers b;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    b.push_back(std::make_unique<DeviceBuffer>(shapes[i], dtypes[i]));
+    b.push_back(std::make_unique<DeviceArray>(shapes[i], dtypes[i]));
   }
   return b;
 }
@@ -217,11 +161,6 @@ std::vector<TBlob> Blobs(const Buffers& b) {
 
 Values Filled(int64_t n, double v) { return Values(n, v); }
 
-// `v` as stored in dtype t (integers round toward zero, floats to their precision).
-Values Representable(const Values& v, DType t) {
-  std::vector<char> bytes = ToBytes(v, t);
-  return FromBytes(bytes.data(), static_cast<int64_t>(v.size()), t);
-}
 Values Plus(const Values& a, const Values& b) {
   Values r(a.size());
   for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] + b[i];

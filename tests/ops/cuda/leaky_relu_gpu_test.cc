@@ -22,6 +22,7 @@
 #include "ndarray/runtime.h"
 #include "ops/operator.h"
 #include "ops/registry.h"
+#include "tests/ops/cuda/device_array.h"
 #include "tests/ops/cuda/gpu_checker.h"
 
 #if TESSERA_USE_CUDA
@@ -95,55 +96,6 @@ TEST(LeakyReLURReluGpuTest, InferenceCaseValidWithoutGpu) {
 
 #if TESSERA_USE_CUDA
 
-using Values = std::vector<double>;
-
-// Host bytes of `v` in dtype t (float32 or float64) and back.
-std::vector<char> ToBytes(const Values& v, DType t) {
-  std::vector<char> b(v.size() * DTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kFloat32) {
-      reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v[i]);
-    } else {
-      reinterpret_cast<double*>(b.data())[i] = v[i];
-    }
-  }
-  return b;
-}
-
-Values FromBytes(const std::vector<char>& b, DType t) {
-  Values v(b.size() / DTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    v[i] = t == DType::kFloat32 ? reinterpret_cast<const float*>(b.data())[i]
-                                : reinterpret_cast<const double*>(b.data())[i];
-  }
-  return v;
-}
-
-// One device array; freed on destruction. Test-only: failures are gtest failures.
-class Device {
- public:
-  Device(const Values& v, DType t) : t_(t), bytes_(ToBytes(v, t).size()) {
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes_ > 0 ? bytes_ : 1), cudaSuccess);
-    const std::vector<char> b = ToBytes(v, t);
-    EXPECT_EQ(cudaMemcpy(ptr_, b.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Device() { cudaFree(ptr_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  Values Get() const {
-    std::vector<char> b(bytes_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(b.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return FromBytes(b, t_);
-  }
-  TBlob blob(const Shape& s) const { return TBlob(ptr_, s, t_, Context::GPU(0)); }
-
- private:
-  DType t_;
-  size_t bytes_;
-  void* ptr_ = nullptr;
-};
-
 void ExpectNear(const Values& gpu, const Values& cpu, double tol, const std::string& what) {
   ASSERT_EQ(gpu.size(), cpu.size()) << what;
   for (size_t i = 0; i < gpu.size(); ++i) {
@@ -195,27 +147,27 @@ TEST(LeakyReLURReluGpuTest, InferenceAgreesWithCpu) {
     ctx.run_ctx.ctx = Context::GPU(0);
     ctx.run_ctx.stream = stream;
     // Forward per req; the mask is written whole either way.
-    Device dx(x, dtype), dy(old, dtype), dmask(old, dtype);
+    DeviceArray dx(x, dtype), dy(old, dtype), dmask(old, dtype);
     ASSERT_TRUE((*gpu_op)
                     ->Forward(ctx, {dx.blob(shape)}, {OpReqType::kWriteTo, OpReqType::kWriteTo},
                               {dy.blob(shape), dmask.blob(shape)}, {})
                     .ok());
-    ExpectNear(dy.Get(), cpu_y, tol, "output (kWriteTo)");
-    ExpectNear(dmask.Get(), cpu_mask, tol, "mask (kWriteTo)");
+    ExpectNear(dy.Download(), cpu_y, tol, "output (kWriteTo)");
+    ExpectNear(dmask.Download(), cpu_mask, tol, "mask (kWriteTo)");
     {
-      Device ay(old, dtype), amask(old, dtype);
+      DeviceArray ay(old, dtype), amask(old, dtype);
       ASSERT_TRUE((*gpu_op)
                       ->Forward(ctx, {dx.blob(shape)}, {OpReqType::kAddTo, OpReqType::kAddTo},
                                 {ay.blob(shape), amask.blob(shape)}, {})
                       .ok());
       Values want = cpu_y;
       for (size_t i = 0; i < want.size(); ++i) want[i] += old[i];
-      ExpectNear(ay.Get(), want, tol, "output (kAddTo)");
-      ExpectNear(amask.Get(), cpu_mask, tol, "mask (overwritten under kAddTo)");
+      ExpectNear(ay.Download(), want, tol, "output (kAddTo)");
+      ExpectNear(amask.Download(), cpu_mask, tol, "mask (overwritten under kAddTo)");
     }
     // Backward per req from the kWriteTo forward's output and mask.
     for (OpReqType req : {OpReqType::kWriteTo, OpReqType::kAddTo}) {
-      Device dog(og, dtype), dgrad(old, dtype);
+      DeviceArray dog(og, dtype), dgrad(old, dtype);
       ASSERT_TRUE((*gpu_op)
                       ->Backward(ctx, {dog.blob(shape)}, {dx.blob(shape)},
                                  {dy.blob(shape), dmask.blob(shape)}, {req}, {dgrad.blob(shape)},
@@ -225,7 +177,7 @@ TEST(LeakyReLURReluGpuTest, InferenceAgreesWithCpu) {
       if (req == OpReqType::kAddTo) {
         for (size_t i = 0; i < want.size(); ++i) want[i] += old[i];
       }
-      ExpectNear(dgrad.Get(), want, tol,
+      ExpectNear(dgrad.Download(), want, tol,
                  req == OpReqType::kAddTo ? "gradient (kAddTo)" : "gradient (kWriteTo)");
     }
     cudaStreamDestroy(stream);

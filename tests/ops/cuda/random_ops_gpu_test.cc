@@ -22,6 +22,7 @@
 #include "ndarray/runtime.h"
 #include "ops/operator.h"
 #include "ops/registry.h"
+#include "tests/ops/cuda/device_array.h"
 #include "tests/ops/cuda/gpu_checker.h"
 
 #if TESSERA_USE_CUDA
@@ -56,32 +57,6 @@ TEST(RandomOpsGpuTest, CasesValidWithoutGpu) {
 
 #if TESSERA_USE_CUDA
 
-using Values = std::vector<double>;
-
-std::vector<char> ToBytes(const Values& v, DType t) {
-  std::vector<char> b(v.size() * DTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kFloat32) {
-      reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v[i]);
-    } else {
-      reinterpret_cast<double*>(b.data())[i] = v[i];
-    }
-  }
-  return b;
-}
-
-Values FromBytes(const std::vector<char>& b, DType t) {
-  Values v(b.size() / DTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    v[i] = t == DType::kFloat32 ? reinterpret_cast<const float*>(b.data())[i]
-                                : reinterpret_cast<const double*>(b.data())[i];
-  }
-  return v;
-}
-
-// `v` rounded to dtype t.
-Values In(const Values& v, DType t) { return FromBytes(ToBytes(v, t), t); }
-
 // a * b (or old + a * b) in dtype t's arithmetic, as the kernels compute it.
 double MulIn(double a, double b, DType t) {
   return t == DType::kFloat32 ? static_cast<double>(static_cast<float>(a) * static_cast<float>(b))
@@ -95,40 +70,6 @@ Values RandomValues(int64_t n, uint64_t seed) {
   for (double& x : v) x = u(rng);
   return v;
 }
-
-// One device array; freed on destruction.
-class Device {
- public:
-  Device(const Values& v, DType t) : t_(t), bytes_(v.size() * DTypeSize(t)) {
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes_ > 0 ? bytes_ : 1), cudaSuccess);
-    const std::vector<char> b = ToBytes(v, t);
-    EXPECT_EQ(cudaMemcpy(ptr_, b.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Device() { cudaFree(ptr_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  Values Get() const {
-    std::vector<char> b(bytes_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(b.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return FromBytes(b, t_);
-  }
-  // Field by field: through TBlob's constructor, which moves a Shape (an absl::InlinedVector),
-  // GCC's -Wmaybe-uninitialized misfires once inlined into the Runner below.
-  TBlob blob(const Shape& s) const {
-    TBlob b;
-    b.dptr = ptr_;
-    b.shape = s;
-    b.dtype = t_;
-    b.ctx = Context::GPU(0);
-    return b;
-  }
-
- private:
-  DType t_;
-  size_t bytes_;
-  void* ptr_ = nullptr;
-};
 
 struct Outputs {
   Values y, mask;
@@ -191,28 +132,28 @@ class Runner {
   // input's buffer (kWriteInplace).
   Outputs GpuForward(const Values& x, bool is_train, OpReqType y_req, OpReqType mask_req,
                      const Values& old, bool in_place = false) {
-    Device dx(x, dtype_), dy(old, dtype_), dmask(old, dtype_);
+    DeviceArray dx(x, dtype_), dy(old, dtype_), dmask(old, dtype_);
     OpContext ctx = GpuContext(is_train);
     const TBlob y = in_place ? dx.blob(shape_) : dy.blob(shape_);
     const absl::Status s = gpu_op_->Forward(ctx, {dx.blob(shape_)},
                                             {in_place ? OpReqType::kWriteInplace : y_req, mask_req},
                                             {y, dmask.blob(shape_)}, {});
     EXPECT_TRUE(s.ok()) << s;
-    return {in_place ? dx.Get() : dy.Get(), dmask.Get()};
+    return {in_place ? dx.Download() : dy.Download(), dmask.Download()};
   }
 
   // GPU backward from the forward's outputs; in_grad pre-filled with `old`, or (in_place)
   // the out_grad buffer itself.
   Values GpuBackward(const Values& og, const Values& x, const Outputs& fwd, OpReqType req,
                      const Values& old, bool in_place = false) {
-    Device dog(og, dtype_), dx(x, dtype_), dy(fwd.y, dtype_), dmask(fwd.mask, dtype_),
+    DeviceArray dog(og, dtype_), dx(x, dtype_), dy(fwd.y, dtype_), dmask(fwd.mask, dtype_),
         dgrad(old, dtype_);
     const absl::Status s = gpu_op_->Backward(
         GpuContext(true), {dog.blob(shape_)}, {dx.blob(shape_)},
         {dy.blob(shape_), dmask.blob(shape_)}, {in_place ? OpReqType::kWriteInplace : req},
         {in_place ? dog.blob(shape_) : dgrad.blob(shape_)}, {});
     EXPECT_TRUE(s.ok()) << s;
-    return in_place ? dog.Get() : dgrad.Get();
+    return in_place ? dog.Download() : dgrad.Download();
   }
 
  private:
@@ -274,7 +215,7 @@ TEST_P(SameStateTest, GpuMaskEqualsCpuMaskBitForBit) {
   const int64_t n = r.size();
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE(call);
-    const Values x = In(RandomValues(n, 100 + call), c.dtype);
+    const Values x = Representable(RandomValues(n, 100 + call), c.dtype);
     const Outputs cpu = r.CpuForward(x, /*is_train=*/true);
     const Outputs gpu =
         r.GpuForward(x, true, OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
@@ -330,10 +271,10 @@ TEST(DropoutGpuTest, KeepsAFractionAndScales) {
       Runner r("Dropout", {{"p", absl::StrCat(p)}}, {100, 100}, dtype, 1);
       ASSERT_TRUE(r.ok());
       const int64_t n = r.size();
-      const Values x = In(RandomValues(n, 1), dtype);
+      const Values x = Representable(RandomValues(n, 1), dtype);
       const Outputs out =
           r.GpuForward(x, true, OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
-      const double scale = In({1.0 / (1.0 - p)}, dtype)[0];
+      const double scale = Representable({1.0 / (1.0 - p)}, dtype)[0];
       int64_t dropped = 0;
       for (int64_t i = 0; i < n; ++i) {
         if (out.mask[i] == 0) {
@@ -357,8 +298,9 @@ TEST(DropoutGpuTest, BackwardAppliesTheForwardMask) {
     Runner r("Dropout", {{"p", "0.4"}}, {40, 25}, dtype, 3);
     ASSERT_TRUE(r.ok());
     const int64_t n = r.size();
-    const Values x = In(RandomValues(n, 2), dtype), og = In(RandomValues(n, 3), dtype),
-                 old = In(RandomValues(n, 4), dtype);
+    const Values x = Representable(RandomValues(n, 2), dtype),
+                 og = Representable(RandomValues(n, 3), dtype),
+                 old = Representable(RandomValues(n, 4), dtype);
     const Outputs fwd =
         r.GpuForward(x, true, OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
     const Values g = r.GpuBackward(og, x, fwd, OpReqType::kWriteTo, Prefix(Nans(n), n));
@@ -386,7 +328,7 @@ TEST(DropoutGpuTest, SameSeedSameMaskNextCallDiffers) {
   Runner b("Dropout", {{"p", "0.5"}}, {64, 64}, DType::kFloat32, 7);
   ASSERT_TRUE(a.ok() && b.ok());
   const int64_t n = a.size();
-  const Values x = In(RandomValues(n, 5), DType::kFloat32);
+  const Values x = Representable(RandomValues(n, 5), DType::kFloat32);
   const Outputs a1 =
       a.GpuForward(x, true, OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
   const Outputs b1 =
@@ -410,7 +352,8 @@ TEST(DropoutGpuTest, IdentityUnlessDropping) {
       Runner r("Dropout", kwargs, {20, 30}, dtype, 2);
       ASSERT_TRUE(r.ok());
       const int64_t n = r.size();
-      const Values x = In(RandomValues(n, 6), dtype), old = In(RandomValues(n, 7), dtype);
+      const Values x = Representable(RandomValues(n, 6), dtype),
+                   old = Representable(RandomValues(n, 7), dtype);
       const Outputs out =
           r.GpuForward(x, is_train, OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
       EXPECT_EQ(out.y, x);
@@ -425,7 +368,7 @@ TEST(DropoutGpuTest, IdentityUnlessDropping) {
     Runner r("Dropout", {{"p", "0.5"}, {"mode", "always"}}, {100, 100}, dtype, 2);
     ASSERT_TRUE(r.ok());
     const int64_t n = r.size();
-    const Outputs out = r.GpuForward(In(RandomValues(n, 8), dtype), /*is_train=*/false,
+    const Outputs out = r.GpuForward(Representable(RandomValues(n, 8), dtype), /*is_train=*/false,
                                      OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
     int64_t dropped = 0;
     for (double m : out.mask) dropped += m == 0;
@@ -440,7 +383,7 @@ TEST(DropoutGpuTest, AxesShareOneDecisionAlongThem) {
     Runner r("Dropout", {{"p", "0.5"}, {"axes", axes}}, {40, 6, 50}, DType::kFloat64, 4);
     ASSERT_TRUE(r.ok());
     const int64_t n = r.size();
-    const Outputs out = r.GpuForward(In(RandomValues(n, 9), DType::kFloat64), true,
+    const Outputs out = r.GpuForward(Representable(RandomValues(n, 9), DType::kFloat64), true,
                                      OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
     int64_t dropped = 0;
     for (int64_t b = 0; b < 40; ++b) {
@@ -463,8 +406,8 @@ TEST(DropoutGpuTest, OutputReqs) {
   Runner r("Dropout", {{"p", "0.3"}}, {30, 20}, DType::kFloat32, 5);
   ASSERT_TRUE(r.ok());
   const int64_t n = r.size();
-  const Values x = In(RandomValues(n, 10), DType::kFloat32),
-               old = In(RandomValues(n, 11), DType::kFloat32);
+  const Values x = Representable(RandomValues(n, 10), DType::kFloat32),
+               old = Representable(RandomValues(n, 11), DType::kFloat32);
   *r.cpu_gen() = *r.gpu_gen();
   const Outputs cpu = r.CpuForward(x, true);
   const Outputs null_y = r.GpuForward(x, true, OpReqType::kNullOp, OpReqType::kWriteTo, old);
@@ -493,14 +436,15 @@ TEST(RReluGpuTest, TrainingSlopesWithinBoundsAndBackwardUsesThem) {
              {100, 50}, dtype, 6);
     ASSERT_TRUE(r.ok());
     const int64_t n = r.size();
-    const Values x = In(RandomValues(n, 12), dtype), og = In(RandomValues(n, 13), dtype);
+    const Values x = Representable(RandomValues(n, 12), dtype),
+                 og = Representable(RandomValues(n, 13), dtype);
     const Outputs fwd =
         r.GpuForward(x, true, OpReqType::kWriteTo, OpReqType::kWriteTo, Prefix(Nans(n), n));
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
       const double s = fwd.mask[i];
-      ASSERT_GE(s, In({0.1}, dtype)[0]) << i;
-      ASSERT_LE(s, In({0.4}, dtype)[0]) << i;
+      ASSERT_GE(s, Representable({0.1}, dtype)[0]) << i;
+      ASSERT_LE(s, Representable({0.4}, dtype)[0]) << i;
       sum += s;
       ASSERT_EQ(fwd.y[i], x[i] > 0 ? x[i] : MulIn(s, x[i], dtype)) << i;
     }
