@@ -32,8 +32,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The KVStore types a job may name (the local_* variants are picked by "local").
-constexpr const char* kKVStores[] = {"local", "dist_sync", "dist_async"};
+// The KVStore types a job may name (kvstore/kvstore.h).
+constexpr const char* kKVStores[] = {"local",      "local_update_cpu", "local_allreduce_cpu",
+                                     "local_allreduce_device", "device", "nccl",
+                                     "dist_sync",  "dist_async"};
+
 
 // The IDX-file fields of kind mnist; the other kinds read data.train / data.test instead.
 constexpr const char* kMnistFields[] = {"dir",         "train_images", "train_labels",
@@ -328,15 +331,15 @@ class Parser {
         return Error(it->second, "kvstore",
                      absl::StrCat("unknown KVStore type \"", kv, "\" (", Names(kKVStores), ")"));
       }
-      if (kv == "local" && job.num_workers > 1) {
+      if (IsLocalKVStore(kv) && job.num_workers > 1) {
         return Error(
             it->second, "kvstore",
-            absl::StrCat("\"local\" would train each of the ", job.num_workers,
+            absl::StrCat("\"", kv, "\" would train each of the ", job.num_workers,
                          " workers alone: use dist_sync or dist_async, or cluster.workers: 1"));
       }
       spec.set_kvstore(kv);
     }
-    if (spec.kvstore() != "local" && job.num_servers < 1) {
+    if (!IsLocalKVStore(spec.kvstore()) && job.num_servers < 1) {
       // Only an explicit servers: 0 gets here, so "cluster" is in the file.
       return Error(top.at("cluster"), "cluster.servers",
                    absl::StrCat("kvstore ", spec.kvstore(), " needs at least 1 server"));
@@ -657,6 +660,8 @@ absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::st
                                      const std::string& file_name_for_errors) {
   return Parser(file_name_for_errors, base_dir).Parse(yaml_text);
 }
+
+bool IsLocalKVStore(const std::string& kvstore) { return kvstore.rfind("dist_", 0) != 0; }
 
 absl::StatusOr<JobFile> LoadJobFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -94,6 +94,10 @@ absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::st
 // Reads `path` and parses it with base_dir = its folder, made absolute.
 absl::StatusOr<JobFile> LoadJobFile(const std::string& path);
 
+// Whether a job with this KVStore type trains on one worker without servers: every type but
+// dist_sync and dist_async (local, local_update_cpu, local_allreduce_*, device, nccl).
+bool IsLocalKVStore(const std::string& kvstore);
+
 }  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_JOB_FILE_H_

@@ -51,9 +51,10 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   ASSIGN_OR_RETURN(JobFile job, LoadJobFile(options.job_path));
   if (options.num_workers) job.num_workers = *options.num_workers;
   if (options.num_servers) job.num_servers = *options.num_servers;
-  if (job.spec.kvstore() == "local" && job.num_workers > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(options.job_path, ": kvstore 'local' runs on one worker, the cluster has ",
-                                                   job.num_workers, " (use dist_sync or dist_async)"));
+  if (IsLocalKVStore(job.spec.kvstore()) && job.num_workers > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(options.job_path, ": kvstore '", job.spec.kvstore(),
+                                                   "' runs on one worker, the cluster has ", job.num_workers,
+                                                   " (use dist_sync or dist_async)"));
   }
   TrainSummary summary;
   summary.run_dir = job.run_dir;

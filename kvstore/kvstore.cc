@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type
   if (type == "local_allreduce_cpu") {
     return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceCpu);
   }
-  if (type == "local_allreduce_device") {
+  if (type == "local_allreduce_device" || type == "device" || type == "nccl") {
     return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceDevice);
   }
   if (type == "dist_sync" || type == "dist_async") {
@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown KVStore type \"", type,
-      "\" (known: local, local_update_cpu, local_allreduce_cpu, local_allreduce_device, "
-      "dist_sync, dist_async)"));
+      "\" (known: local, local_update_cpu, local_allreduce_cpu, local_allreduce_device (also "
+      "device, nccl), dist_sync, dist_async)"));
 }
 
 absl::StatusOr<std::string> KVStore::SaveOptimizerStates() {

@@ -12,20 +12,20 @@
 //   "local_update_cpu"       sum on the CPU, update the CPU copy once, Pull copies it out
 //   "local_allreduce_cpu"    sum on the CPU, copy the sum to every device and update each
 //                            device's own copy of the weight (optimizer state per device)
-//   "local_allreduce_device" as allreduce_cpu, but the sum is made on the device of the
-//                            push's first array
+//   "local_allreduce_device" as allreduce_cpu, but the sum is made on the devices: with one
+//                            array per GPU by NCCL (every GPU gets the sum), otherwise on
+//                            the device of the push's first array
 //   "local"                  local_update_cpu, as MXNet's "local" (its host buffers are in
 //                            pinned memory when the arrays live on GPUs)
+//   "device", "nccl"         local_allreduce_device, under MXNet's names for it
 // "dist_sync" and "dist_async" are the parameter servers' stores (dist_kvstore.h); Create
 // connects to the servers named by the environment's cluster spec (cluster_spec.h).
 //
 // Devices. Any host contexts work as devices (cpu(0), cpu(1), ... are distinct devices with
 // host memory), so every type runs without a GPU. GPU arrays: local_update_cpu copies them
-// to pinned host memory, sums and updates there, and copies back - complete. The allreduce
-// types run their update on each device's copy, so on GPUs they need a GPU updater (the
-// Optimizer has no GPU kernels yet: UNIMPLEMENTED); local_allreduce_device with a GPU first
-// array needs a device reduction (NCCL; not built yet: UNIMPLEMENTED naming the device).
-// Without a GPU, allreduce_device reduces on whichever host context the first array is on.
+// to pinned host memory, sums and updates there, and copies back. The allreduce types run
+// their update on each device's copy (the Optimizer's GPU kernels). Without a GPU,
+// allreduce_device reduces on whichever host context the first array is on.
 //
 // Allreduce copies: a key's device copies are made on its first Push, one per distinct
 // device of that push, from the value given to Init; later pushes may come from any of

@@ -186,6 +186,17 @@ TEST(JobFileTest, ShortForms) {
   EXPECT_EQ(job->spec.kvstore(), "local");  // one worker
 }
 
+TEST(JobFileTest, DataParallelGpusOnOneWorker) {
+  // MXNet's names for the device reduction; one worker and no servers.
+  for (const char* kv : {"device", "nccl", "local_allreduce_device", "local_allreduce_cpu"}) {
+    absl::StatusOr<JobFile> job = Parse(std::string(kMinimal) + "kvstore: " + kv +
+                                        "\ndevices: [gpu(0), gpu(1)]\ncluster: {workers: 1}\n");
+    ASSERT_THAT(job.status(), IsOk()) << kv;
+    EXPECT_EQ(job->spec.kvstore(), kv);
+    EXPECT_THAT(job->spec.devices(), ElementsAre("gpu(0)", "gpu(1)"));
+  }
+}
+
 TEST(JobFileTest, RelativePathsResolveAgainstBaseDir) {
   const std::string files = R"(network: {model: lenet}
 batch_size: 1
@@ -387,7 +398,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"NetworkNotAMap", Replace("network", "network: lenet"),
                   "network: expected a map, got \"lenet\""},
         ErrorCase{"UnknownModel", Replace("network", "network: {model: resnet}"),
-                  "network.model: unknown built-in model 'resnet' (mlp, lenet)"},
+                  "network.model: unknown built-in model 'resnet' (mlp, lenet, resnet18_cifar)"},
         ErrorCase{"LearningRateNotANumber",
                   With("optimizer:\n  name: sgd\n  params: {learning_rate: fast}"),
                   "job.yaml:7: optimizer.params.learning_rate: sgd: invalid value 'fast'"},
@@ -509,6 +520,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "kvstore: unknown KVStore type \"dist\""},
         ErrorCase{"LocalWithWorkers", With("kvstore: local\ncluster: {workers: 2}"),
                   "kvstore: \"local\" would train"},
+        ErrorCase{"NcclWithWorkers", With("kvstore: nccl\ncluster: {workers: 2}"),
+                  "kvstore: \"nccl\" would train"},
         ErrorCase{"NoWorkers", With("cluster: {workers: 0}"), "cluster.workers: must be >= 1"},
         ErrorCase{"DistWithoutServers", With("cluster: {workers: 2, servers: 0}"),
                   "cluster.servers: kvstore dist_sync needs"},

@@ -66,12 +66,18 @@ TEST(KVStoreCreateTest, TypesAndDistributedOnes) {
     EXPECT_THAT((*store)->Barrier(), IsOk());
     EXPECT_EQ((*store)->optimizer(), nullptr);
   }
+  // MXNet's names for local_allreduce_device.
+  for (const char* alias : {"device", "nccl"}) {
+    auto store = KVStore::Create(alias);
+    ASSERT_THAT(store, IsOk());
+    EXPECT_EQ((*store)->type(), alias);
+  }
   // The dist stores read their cluster from the environment, which names none here.
   EXPECT_THAT(KVStore::Create("dist_sync"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TESSERA_PS_HOSTS")));
   EXPECT_THAT(KVStore::Create("dist_async"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(KVStore::Create("nccl"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                HasSubstr("unknown KVStore type \"nccl\"")));
+  EXPECT_THAT(KVStore::Create("horovod"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   HasSubstr("unknown KVStore type \"horovod\"")));
 }
 
 TEST_P(KVStoreTest, InitKeepsACopyAndPullBroadcastsIt) {
