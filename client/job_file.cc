@@ -389,7 +389,9 @@ class Parser {
     if (model == symbol) {
       return Error(e, "network",
                    model ? "give one of model and symbol_file, not both"
-                         : "one of model (mlp, lenet) or symbol_file is required");
+                         : absl::StrCat("one of model (",
+                                        absl::StrJoin(examples::BuiltinModelNames(), ", "),
+                                        ") or symbol_file is required"));
     }
     if (model) {
       const Entry& m = network.at("model");

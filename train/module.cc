@@ -91,7 +91,7 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
   execs_.clear();
   for (size_t d = 0; d < options_.contexts.size(); ++d) {
     const auto [begin, end] = Slice(d);
-    graph::SimpleBindOptions bind;
+    graph::SimpleBindOptions bind{.executor = options_.executor};
     bind.grad_req = for_training ? OpReqType::kWriteTo : OpReqType::kNullOp;
     for (const io::DataDesc& in : inputs) {
       Shape s = in.shape;

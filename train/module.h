@@ -52,6 +52,8 @@ struct ModuleOptions {
   std::vector<Context> contexts = {Context::CPU()};
   // Parameters that are not trained (no gradient, never updated).
   std::vector<std::string> fixed_param_names;
+  // How each device's executor runs (e.g. cuda_graphs).
+  graph::ExecutorOptions executor;
 };
 
 // What a batch callback sees.

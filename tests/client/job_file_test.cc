@@ -71,6 +71,18 @@ TEST(JobFileTest, MlpExampleParses) {
   EXPECT_EQ(s.data().test_labels(), (expected / "t10k-labels-idx1-ubyte").string());
 }
 
+TEST(JobFileTest, LeNetGpuExampleParses) {
+  absl::StatusOr<JobFile> job = LoadJobFile("examples/mnist/lenet_gpu.yaml");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.model(), "lenet");
+  EXPECT_THAT(s.devices(), ElementsAre("gpu(0)"));
+  EXPECT_EQ(s.kvstore(), "local");
+  EXPECT_EQ(job->num_workers, 1);
+  EXPECT_EQ(job->num_servers, 0);
+  EXPECT_THAT(s.lr_scheduler_params(), UnorderedElementsAre(Pair("max_update", "625")));
+}
+
 TEST(JobFileTest, LeNetExampleParses) {
   absl::StatusOr<JobFile> job = LoadJobFile("examples/mnist/lenet.yaml");
   ASSERT_THAT(job.status(), IsOk());
@@ -392,7 +404,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"EpochsMissing", Replace("epochs", ""), "job.yaml: epochs: required"},
         ErrorCase{"BatchSizeMissing", Replace("batch_size", ""), "job.yaml: batch_size: required"},
         ErrorCase{"NetworkEmpty", Replace("network", "network: {}"),
-                  "network: one of model (mlp, lenet) or symbol_file is required"},
+                  "network: one of model (mlp, lenet, resnet18_cifar) or symbol_file is required"},
         ErrorCase{"NetworkBoth", Replace("network", "network: {model: mlp, symbol_file: x.json}"),
                   "network: give one of model and symbol_file, not both"},
         ErrorCase{"NetworkNotAMap", Replace("network", "network: lenet"),

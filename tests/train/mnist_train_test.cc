@@ -1,7 +1,9 @@
 // End to end on the MNIST split that `./tessera data mnist` writes (8,000 train / 2,000
 // test): the 784-128-64-10 MLP reaches 95% test accuracy within 10 epochs and LeNet 97.5%
-// within 5, with SGD (lr 0.1, momentum 0.9) at batch 64 on the CPU. `./tessera test`
-// fetches the data and sets TESSERA_MNIST_DIR; run alone without it, the tests skip.
+// within 5, with SGD (lr 0.1, momentum 0.9) at batch 64 on the CPU, and on gpu(0) (the same
+// targets; weights, optimizer and data on the device, with and without CUDA graphs; these
+// skip without a GPU). `./tessera test` fetches the data and sets TESSERA_MNIST_DIR; run
+// alone without it, the tests skip.
 //
 // The rate decays along a cosine to 0 over the run, with MXNet's MNIST-example weight decay
 // (1e-4). At a fixed rate both models oscillate once they fit the 8,000 digits, and which side
@@ -17,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "io/mnist_iter.h"
 #include "kvstore/lr_scheduler.h"
+#include "tests/gpu_test_util.h"
 #include "tests/ndarray/test_util.h"
 #include "train/module.h"
 
@@ -49,10 +52,13 @@ class MnistTrainTest : public ::testing::Test {
   }
 
   // The best test accuracy over `epochs` epochs of training `net`.
-  double Train(const graph::Symbol& net, bool flat, int epochs, double learning_rate) {
+  double Train(const graph::Symbol& net, bool flat, int epochs, double learning_rate,
+               Context device = Context::CPU(), bool cuda_graphs = false) {
     auto train = Iter(true, flat), test = Iter(false, flat);
     if (train == nullptr || test == nullptr) return 0;
-    Module mod(owned_->get(), net);
+    ModuleOptions module_options{.contexts = {device}};
+    module_options.executor.cuda_graphs = cuda_graphs;
+    Module mod(owned_->get(), net, module_options);
     double best = 0;
     const int64_t updates = epochs * train->num_batches();
     FitOptions options{.num_epoch = epochs,
@@ -88,6 +94,20 @@ TEST_F(MnistTrainTest, LeNetReaches97Point5PercentIn5Epochs) {
   auto net = examples::LeNet();
   ASSERT_THAT(net.status(), IsOk());
   EXPECT_GE(Train(*net, /*flat=*/false, 5, 0.1), 0.975);
+}
+
+TEST_F(MnistTrainTest, LeNetOnTheGpuReaches97Point5PercentIn5Epochs) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  auto net = examples::LeNet();
+  ASSERT_THAT(net.status(), IsOk());
+  EXPECT_GE(Train(*net, /*flat=*/false, 5, 0.1, Context::GPU(0)), 0.975);
+}
+
+TEST_F(MnistTrainTest, MlpOnTheGpuWithCudaGraphsReaches95PercentIn10Epochs) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  auto net = examples::MlpWithWidths({128, 64});
+  ASSERT_THAT(net.status(), IsOk());
+  EXPECT_GE(Train(*net, /*flat=*/true, 10, 0.1, Context::GPU(0), /*cuda_graphs=*/true), 0.95);
 }
 
 }  // namespace
