@@ -10,11 +10,12 @@
 //
 // Last line: one JSON object naming the machine (GPU, compute capability, driver, CUDA
 // runtime, cuDNN, CPU) and the peer (Python, torch, cuDNN), and per row <model>_b<batch>_:
-// samples_per_s (ours), pytorch_eager_samples_per_s, pytorch_graph_samples_per_s,
-// ratio_vs_eager and ratio_vs_graph (ours / theirs: > 1 means Tessera is faster; the target
-// is >= 1 against eager, and against graph replay once Tessera captures CUDA graphs, which it
-// does not yet: "cuda_graphs": false). A figure that could not be measured is left out and
-// an _error string says why; the peer's figures are never made up.
+// samples_per_s (ours, operator by operator), graph_samples_per_s (ours with the executor's
+// passes captured as CUDA graphs, TESSERA_CUDA_GRAPHS=1), pytorch_eager_samples_per_s,
+// pytorch_graph_samples_per_s, ratio_vs_eager (ours / PyTorch eager) and ratio_vs_graph (ours
+// with graphs / PyTorch's captured step); > 1 means Tessera is faster, the targets are >= 1
+// for both. A figure that could not be measured is left out and an _error string says why;
+// the peer's figures are never made up.
 //
 // Robustness, because the first run happens on a machine where nothing can be fixed: each
 // Tessera row runs in a child process (this program again, --child_row) with a time limit,
@@ -438,9 +439,11 @@ json RunPeer(const Flags& f, const std::vector<Row>& rows, const char* argv0,
   return report;
 }
 
-// One Tessera row: in a child process (the default) or here.
-json RunTesseraRow(const Flags& f, const Row& row, absl::Duration limit) {
+// One Tessera row, with or without CUDA graphs: in a child process (the default) or here.
+json RunTesseraRow(const Flags& f, const Row& row, bool cuda_graphs, absl::Duration limit) {
+  const char* graphs = cuda_graphs ? "1" : "0";
   if (!f.isolate) {
+    setenv("TESSERA_CUDA_GRAPHS", graphs, /*overwrite=*/1);
     absl::StatusOr<json> r = MeasureRow(row, f);
     return r.ok() ? *r : json{{"error", OneLine(r.status().ToString())}};
   }
@@ -451,7 +454,8 @@ json RunTesseraRow(const Flags& f, const Row& row, absl::Duration limit) {
       exe.string(), "--child_row=" + row.Spec(), absl::StrCat("--batches=", f.batches),
       absl::StrCat("--warmup=", f.warmup), absl::StrCat("--passes=", f.passes)};
   if (f.dry_run_on_cpu) argv.push_back("--dry_run_on_cpu");
-  ChildResult r = RunChild(argv, limit, row.Key());
+  ChildResult r = RunChild(argv, limit, absl::StrCat(row.Key(), cuda_graphs ? "_graph" : ""),
+                           {{"TESSERA_CUDA_GRAPHS", graphs}});
   if (!r.failure.empty()) return json{{"error", r.failure}};
   if (r.report.has_value() &&
       (r.report->contains("samples_per_s") || r.report->contains("error"))) {
@@ -526,25 +530,31 @@ int BenchMain(const Flags& f, const char* argv0) {
   peer_info.erase("partial");
   out["peer"] = peer_info;
 
-  std::printf("%-20s %14s %14s %14s %9s %9s\n", "row", "tessera", "torch eager", "torch graph",
-              "vs eager", "vs graph");
+  std::printf("%-20s %14s %14s %14s %14s %9s %9s\n", "row", "tessera", "tessera graph",
+              "torch eager", "torch graph", "vs eager", "vs graph");
   std::optional<double> min_vs_eager;
   bool all_rows = true;
   for (const Row& row : *rows) {
     const std::string key = row.Key();
-    json ours;
-    if (remaining(f.row_timeout_s) <= absl::ZeroDuration()) {
-      ours = json{{"error", absl::StrCat("not run: --deadline_s ", f.deadline_s, " was spent")}};
-    } else {
-      ours = RunTesseraRow(f, row, remaining(f.row_timeout_s));
-    }
-    std::optional<double> tessera;
-    if (ours.contains("samples_per_s") && ours["samples_per_s"].is_number()) {
-      tessera = ours["samples_per_s"].get<double>();
-      out[key + "_samples_per_s"] = Round(*tessera, 1);
-    } else {
-      out[key + "_error"] = OneLine(ours.value("error", std::string("no figure")));
-    }
+    const auto measure = [&](bool cuda_graphs, const std::string& prefix,
+                             json* report) -> std::optional<double> {
+      if (remaining(f.row_timeout_s) <= absl::ZeroDuration()) {
+        *report =
+            json{{"error", absl::StrCat("not run: --deadline_s ", f.deadline_s, " was spent")}};
+      } else {
+        *report = RunTesseraRow(f, row, cuda_graphs, remaining(f.row_timeout_s));
+      }
+      if (report->contains("samples_per_s") && (*report)["samples_per_s"].is_number()) {
+        const double figure = (*report)["samples_per_s"].get<double>();
+        out[prefix + "samples_per_s"] = Round(figure, 1);
+        return figure;
+      }
+      out[prefix + "error"] = OneLine(report->value("error", std::string("no figure")));
+      return std::nullopt;
+    };
+    json ours, ours_graph;
+    const std::optional<double> tessera = measure(false, key + "_", &ours);
+    const std::optional<double> tessera_graph = measure(true, key + "_graph_", &ours_graph);
     if (ours.contains("params")) out[key + "_params"] = ours["params"];
     std::string eager_error, graph_error;
     const std::optional<double> eager = PeerFigure(peer, row, "eager", &eager_error);
@@ -561,8 +571,8 @@ int BenchMain(const Flags& f, const char* argv0) {
     } else {
       all_rows = false;
     }
-    if (tessera.has_value() && graph.has_value()) {
-      vs_graph = *tessera / *graph;
+    if (tessera_graph.has_value() && graph.has_value()) {
+      vs_graph = *tessera_graph / *graph;
       out[key + "_ratio_vs_graph"] = Round(*vs_graph, 3);
     }
     // Both sides must train the same network: a parameter count that differs is a bug in
@@ -574,17 +584,17 @@ int BenchMain(const Flags& f, const char* argv0) {
             absl::StrCat("Tessera ", ours["params"].dump(), ", PyTorch ", r["params"].dump());
       }
     }
-    std::printf("%-20s %14s %14s %14s %9s %9s%s\n", key.c_str(), Figure(tessera, 0).c_str(),
-                Figure(eager, 0).c_str(), Figure(graph, 0).c_str(), Figure(vs_eager, 2).c_str(),
-                Figure(vs_graph, 2).c_str(),
+    std::printf("%-20s %14s %14s %14s %14s %9s %9s%s\n", key.c_str(), Figure(tessera, 0).c_str(),
+                Figure(tessera_graph, 0).c_str(), Figure(eager, 0).c_str(),
+                Figure(graph, 0).c_str(), Figure(vs_eager, 2).c_str(), Figure(vs_graph, 2).c_str(),
                 tessera.has_value() ? "" : ("  " + out[key + "_error"].get<std::string>()).c_str());
     std::fflush(stdout);
   }
   out["batches"] = f.batches;
   out["warmup"] = f.warmup;
   out["passes"] = f.passes;
-  out["cuda_graphs"] = false;  // Tessera does not capture CUDA graphs yet
   out["target_ratio_vs_eager"] = 1.0;
+  out["target_ratio_vs_graph"] = 1.0;
   if (min_vs_eager.has_value()) {
     out["min_ratio_vs_eager"] = Round(*min_vs_eager, 3);
     out["meets_eager_target"] = all_rows && *min_vs_eager >= 1.0;
