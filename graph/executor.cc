@@ -290,14 +290,16 @@ absl::Status Executor::BuildPasses() {
 std::string Executor::cuda_graph_status() const {
   if (!options_.cuda_graphs) return "off";
   if (!graph_obstacle_.empty()) return graph_obstacle_;
-  bool all = true, any_disabled = false;
+  bool any_ran = false, all_captured = true, any_disabled = false;
   for (const std::unique_ptr<Pass>& p : passes_) {
-    if (p == nullptr) continue;
-    all = all && p->graph.captured();
+    // A pass never run (e.g. inference during training) is not waiting for anything.
+    if (p == nullptr || !p->graph.ran()) continue;
+    any_ran = true;
+    all_captured = all_captured && p->graph.captured();
     any_disabled = any_disabled || p->graph.disabled();
   }
   if (any_disabled) return "capture failed (see the log); running operator by operator";
-  return all ? "captured" : "warming up";
+  return any_ran && all_captured ? "captured" : "warming up";
 }
 
 absl::Status Executor::AllocateEntries() {

@@ -111,8 +111,10 @@ class Executor {
   const Symbol& symbol() const { return symbol_; }
   const ExecGraph& exec_graph() const { return exec_; }
   const MemoryPlan& memory_plan() const { return plan_; }
-  // "off", "captured", "warming up" or why CUDA graphs are not used (e.g. "node 'drop1'
-  // draws random numbers").
+  // "off", "captured" (every pass that has run replays a graph), "warming up" (none has run
+  // yet, or one has run only once) or why CUDA graphs are not used (e.g. "node 'drop1' draws
+  // random numbers"). Read it after waiting for the executor's work (WaitForAll, or reading
+  // an output): the passes update it on the engine's threads.
   std::string cuda_graph_status() const;
 
  private:

@@ -6,12 +6,22 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "ndarray/arithmetic.h"
 #include "ndarray/random.h"
 
 namespace tessera::train {
 
 absl::Status Initializer::operator()(const std::string& name, const NDArray& array) const {
+  if (array.ctx().is_gpu()) {
+    // Drawn on the host and copied, as MXNet initializes parameters on the CPU: one seed then
+    // gives the same parameters on every device (each device's generator has its own
+    // subsequence).
+    ASSIGN_OR_RETURN(NDArray host,
+                     NDArray::Empty(array.runtime(), array.shape(), Context::CPU(), array.dtype()));
+    RETURN_IF_ERROR((*this)(name, host));
+    return CopyFromTo(host, array);
+  }
   for (const char* zero : {"bias", "beta", "moving_mean", "moving_inv_var"}) {
     if (absl::EndsWith(name, zero)) return Fill(array, 0.0);
   }

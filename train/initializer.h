@@ -4,7 +4,8 @@
 // Every initializer follows MXNet's conventions by name before its own rule: biases,
 // betas and moving means start at 0, gammas and moving variances at 1; only the other
 // parameters (weights) get the initializer's distribution. Draws come from the runtime's
-// random generator, so a seeded runtime initializes identically every time.
+// CPU random generator (a GPU array is filled on the host, then copied), so a seeded runtime
+// initializes identically every time, on every device.
 #ifndef TESSERA_TRAIN_INITIALIZER_H_
 #define TESSERA_TRAIN_INITIALIZER_H_
 

@@ -35,6 +35,8 @@ class StreamGraph {
   // `work` must enqueue on `stream` only and return its status.
   absl::Status Run(void* stream, const std::function<absl::Status()>& work);
 
+  // Whether Run was called at least once.
+  bool ran() const { return runs_ > 0; }
   // Whether runs now replay a captured graph.
   bool captured() const { return exec_ != nullptr; }
   // Whether capturing was given up (the reason was logged).

@@ -118,6 +118,13 @@ absl::StatusOr<std::vector<LocalKVStore::PushPlan>> LocalKVStore::PreparePush(
     Entry& e = it->second;
     for (size_t i = 0; i < arrays.size(); ++i) {
       RETURN_IF_ERROR(CheckLike("Push", key, absl::StrCat("array ", i), arrays[i], e.stored));
+      // "nccl" names the reduction itself (MXNet's KVStoreNCCL takes GPU arrays only);
+      // "device" and "local_allreduce_device" also reduce CPU arrays, on the CPU.
+      if (type() == "nccl" && !arrays[i].ctx().is_gpu()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Push: key ", key, ": array ", i, " is on ", arrays[i].ctx().ToString(),
+            "; KVStore \"nccl\" reduces GPU arrays only (use \"device\" or \"local\")"));
+      }
       if (allreduce() && !e.replicas.empty() &&
           std::none_of(e.replicas.begin(), e.replicas.end(),
                        [&](const NDArray& r) { return r.ctx() == arrays[i].ctx(); })) {

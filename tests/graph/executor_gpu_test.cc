@@ -116,6 +116,7 @@ TEST_F(ExecutorGpuTest, CapturedPassesComputeWhatUncapturedOnesDo) {
     ASSERT_THAT(plain->Forward(false), IsOk());
     ExpectNear(captured->outputs()[0], plain->outputs()[0], 1e-5, "inference");
   }
+  EXPECT_EQ(captured->cuda_graph_status(), "captured");
 }
 
 TEST_F(ExecutorGpuTest, RandomNodesKeepTheExecutorOffGraphs) {

@@ -59,7 +59,8 @@ class GpuArithmeticTest : public testing::EngineTest {
     ASSERT_EQ(gpu.size(), cpu.size()) << what;
     int reported = 0;
     for (size_t i = 0; i < gpu.size(); ++i) {
-      const bool ok = (std::isnan(gpu[i]) && std::isnan(cpu[i])) ||
+      // (Equal infinities too: their difference is NaN.)
+      const bool ok = gpu[i] == cpu[i] || (std::isnan(gpu[i]) && std::isnan(cpu[i])) ||
                       std::abs(gpu[i] - cpu[i]) <= 1e-6 + rtol * std::abs(cpu[i]);
       if (!ok && reported++ < 5) {
         ADD_FAILURE() << what << ": element " << i << " is " << gpu[i] << " on the GPU, "
