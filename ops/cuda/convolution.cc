@@ -1,8 +1,8 @@
 // Convolution (2-D, NCHW, groups, dilation) on cuDNN: forward, backward data / filter / bias.
 //
-// Algorithms come from cuDNN's heuristics (cudnnGet*Algorithm_v7), once per input shape and
-// cached in the operator, chosen within the `workspace` limit (MB, as MXNet) under the TF32
-// policy (cudnn_algorithm.h). Scratch comes from the temp-space resource; kAddTo is cuDNN's
+// Algorithms are measured or ranked by cuDNN as `cudnn_tune` says (cudnn_algorithm.h), once per
+// input shape and cached in the operator, chosen within the `workspace` limit (MB, as MXNet)
+// under the TF32 policy. Scratch comes from the temp-space resource; kAddTo is cuDNN's
 // beta = 1.
 #include <algorithm>
 #include <map>
@@ -29,6 +29,7 @@ struct ConvParams {
   int num_group = 1;
   bool no_bias = false;
   int64_t workspace_mb = 1024;
+  CudnnTune tune = CudnnTune::kLimitedWorkspace;
 };
 
 // Descriptors and algorithms for one input shape.
@@ -145,26 +146,13 @@ class ConvolutionGpuOp : public Operator {
                                               ",", h, ",", w, "), the property inferred ",
                                               out.ToString()));
     }
-    const size_t limit = static_cast<size_t>(p_.workspace_mb) << 20;
-    constexpr int kMaxAlgos = 16;
-    int count = 0;
-    cudnnConvolutionFwdAlgoPerf_t fwd[kMaxAlgos];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
-        handle, plan->x.get(), plan->w.get(), plan->conv.get(), plan->y.get(), kMaxAlgos, &count,
-        fwd));
-    ASSIGN_OR_RETURN(plan->fwd, ChooseAlgorithm("Convolution", "forward", fwd, count, limit));
-    cudnnConvolutionBwdDataAlgoPerf_t bwd_data[kMaxAlgos];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        handle, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(), kMaxAlgos, &count,
-        bwd_data));
-    ASSIGN_OR_RETURN(plan->bwd_data,
-                     ChooseAlgorithm("Convolution", "backward-data", bwd_data, count, limit));
-    cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[kMaxAlgos];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), kMaxAlgos, &count,
-        bwd_filter));
-    ASSIGN_OR_RETURN(plan->bwd_filter,
-                     ChooseAlgorithm("Convolution", "backward-filter", bwd_filter, count, limit));
+    ASSIGN_OR_RETURN(ConvAlgorithms algos,
+                     ChooseConvAlgorithms("Convolution", handle, plan->x.get(), plan->w.get(),
+                                          plan->conv.get(), plan->y.get(), p_.tune,
+                                          static_cast<size_t>(p_.workspace_mb) << 20));
+    plan->fwd = algos.fwd;
+    plan->bwd_data = algos.bwd_data;
+    plan->bwd_filter = algos.bwd_filter;
     Plan* raw = plan.get();
     plans_.emplace(std::move(key), std::move(plan));
     return raw;
@@ -186,6 +174,7 @@ absl::StatusOr<std::unique_ptr<Operator>> CreateConvolution(const OperatorProper
   RETURN_IF_ERROR(r.Read("num_group", &p.num_group));
   RETURN_IF_ERROR(r.Read("no_bias", &p.no_bias));
   RETURN_IF_ERROR(r.Read("workspace", &p.workspace_mb));
+  ASSIGN_OR_RETURN(p.tune, ParseCudnnTune("Convolution", r.Get("cudnn_tune")));
   if (p.kernel.ndim() != 2 || p.stride.ndim() != 2 || p.dilate.ndim() != 2 || p.pad.ndim() != 2) {
     return absl::UnimplementedError(
         absl::StrCat("Convolution: the GPU kernel supports 2-D kernels only, got kernel ",

@@ -16,8 +16,8 @@
 // out, the backward zero-pads out_grad into it (the prepended rows are not outputs, so their
 // gradient is zero).
 //
-// Algorithms and workspace as ops/cuda/convolution.cc: cuDNN's heuristics once per data
-// shape, the first FMA-math candidate within the `workspace` limit (MB), no TF32; scratch from
+// Algorithms and workspace as ops/cuda/convolution.cc: measured or ranked as `cudnn_tune` says,
+// once per data shape, within the `workspace` limit (MB), under the TF32 policy; scratch from
 // the temp-space resource. Float32 only, as the CPU operator.
 #include <algorithm>
 #include <array>
@@ -49,6 +49,7 @@ struct DeconvParams {
   int num_group = 1;
   bool no_bias = true;  // MXNet's default for Deconvolution
   int64_t workspace_mb = 512;
+  CudnnTune tune = CudnnTune::kLimitedWorkspace;
 };
 
 // A (h, w) parameter: empty means `fallback`, as ops/nn/conv_util.h's Pair2D.
@@ -259,27 +260,14 @@ class DeconvolutionGpuOp : public Operator {
                                               ext_shape.ToString(), " gives (", n, ",", c, ",", h,
                                               ",", w, "), not the data ", data.ToString()));
     }
-    const size_t limit = static_cast<size_t>(p_.workspace_mb) << 20;
-    constexpr int kMaxAlgos = 16;
-    int count = 0;
-    cudnnConvolutionBwdDataAlgoPerf_t fwd[kMaxAlgos];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        handle, plan->w.get(), plan->data.get(), plan->conv.get(), plan->y_ext.get(), kMaxAlgos,
-        &count, fwd));
-    ASSIGN_OR_RETURN(
-        plan->fwd, ChooseAlgorithm("Deconvolution", "forward (backward-data)", fwd, count, limit));
-    cudnnConvolutionFwdAlgoPerf_t bwd_data[kMaxAlgos];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
-        handle, plan->y_ext.get(), plan->w.get(), plan->conv.get(), plan->data.get(), kMaxAlgos,
-        &count, bwd_data));
-    ASSIGN_OR_RETURN(plan->bwd_data, ChooseAlgorithm("Deconvolution", "backward-data (forward)",
-                                                     bwd_data, count, limit));
-    cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[kMaxAlgos];
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        handle, plan->y_ext.get(), plan->data.get(), plan->conv.get(), plan->w.get(), kMaxAlgos,
-        &count, bwd_filter));
-    ASSIGN_OR_RETURN(plan->bwd_filter,
-                     ChooseAlgorithm("Deconvolution", "backward-filter", bwd_filter, count, limit));
+    // The convolution over y_ext gives the data: its backward-data is this forward.
+    ASSIGN_OR_RETURN(ConvAlgorithms algos,
+                     ChooseConvAlgorithms("Deconvolution", handle, plan->y_ext.get(), plan->w.get(),
+                                          plan->conv.get(), plan->data.get(), p_.tune,
+                                          static_cast<size_t>(p_.workspace_mb) << 20));
+    plan->fwd = algos.bwd_data;
+    plan->bwd_data = algos.fwd;
+    plan->bwd_filter = algos.bwd_filter;
     Plan* raw = plan.get();
     plans_.emplace(std::move(key), std::move(plan));
     return raw;
@@ -305,6 +293,7 @@ absl::StatusOr<std::unique_ptr<Operator>> CreateDeconvolution(const OperatorProp
   RETURN_IF_ERROR(r.Read("num_group", &p.num_group));
   RETURN_IF_ERROR(r.Read("no_bias", &p.no_bias));
   RETURN_IF_ERROR(r.Read("workspace", &p.workspace_mb));
+  ASSIGN_OR_RETURN(p.tune, ParseCudnnTune("Deconvolution", r.Get("cudnn_tune")));
   const std::string layout = r.Get("layout", "None");
   if (layout != "None" && layout != "NCHW") {
     return absl::InvalidArgumentError(

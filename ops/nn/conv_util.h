@@ -27,8 +27,8 @@ void AddConvWindowFields(ParamSchema<P>* s, const char* pad_doc) {
   s->Field("pad", &P::pad).Lower(0).Describe(pad_doc);
 }
 
-// The channels and what MXNet writes for backend selection (accepted, ignored): num_filter,
-// num_group, no_bias, workspace, cudnn_tune, cudnn_off.
+// The channels and MXNet's backend fields: num_filter, num_group, no_bias, workspace and
+// cudnn_tune (the GPU kernels' cuDNN workspace and algorithm search), cudnn_off (ignored).
 template <typename P>
 void AddConvChannelFields(ParamSchema<P>* s) {
   s->Field("num_filter", &P::num_filter).Required().Lower(1).Describe("output channels");
@@ -36,10 +36,12 @@ void AddConvChannelFields(ParamSchema<P>* s) {
   s->Field("no_bias", &P::no_bias).Describe("whether to omit the bias");
   s->Field("workspace", &P::workspace)
       .Lower(0)
-      .Describe("MB of workspace (accepted for MXNet compatibility; oneDNN sizes its own)");
+      .Describe("MB of cuDNN workspace on the GPU (oneDNN sizes its own on the CPU)");
   s->Field("cudnn_tune", &P::cudnn_tune)
       .Enum({{"None", "None"}, {"off", "off"}, {"limited_workspace", "limited_workspace"}, {"fastest", "fastest"}})
-      .Describe("cuDNN algorithm search (accepted for MXNet compatibility; ignored)");
+      .Describe("cuDNN algorithm choice on the GPU: measured (limited_workspace: within "
+                "`workspace`; fastest) or cuDNN's heuristics (off); None: TESSERA_CUDNN_AUTOTUNE "
+                "(0 off, 1 limited_workspace, the default, 2 fastest)");
   s->Field("cudnn_off", &P::cudnn_off).Describe("accepted for MXNet compatibility; ignored");
 }
 

@@ -71,6 +71,20 @@ std::vector<NnCase> Cases() {
             {"no_bias", "true"},
             {"pad", "(0,1)"}},
            {{3, 4, 5, 5}}),
+      // Every cudnn_tune on a layer big enough for cuDNN to offer several algorithms (implicit
+      // GEMM, Winograd, FFT): measured (the default), measured without a workspace limit, and
+      // cuDNN's heuristics.
+      make("ConvolutionTuneDefault", "Convolution",
+           {{"kernel", "(3,3)"}, {"num_filter", "32"}, {"pad", "(1,1)"}}, {{8, 16, 12, 12}}),
+      make("ConvolutionTuneFastest", "Convolution",
+           {{"kernel", "(3,3)"}, {"num_filter", "32"}, {"pad", "(1,1)"}, {"cudnn_tune", "fastest"}},
+           {{8, 16, 12, 12}}),
+      make("ConvolutionTuneOff", "Convolution",
+           {{"kernel", "(3,3)"}, {"num_filter", "32"}, {"pad", "(1,1)"}, {"cudnn_tune", "off"}},
+           {{8, 16, 12, 12}}),
+      make("DeconvolutionTuneOff", "Deconvolution",
+           {{"kernel", "(3,3)"}, {"num_filter", "8"}, {"stride", "(2,2)"}, {"cudnn_tune", "off"}},
+           {{4, 16, 6, 6}}),
       make("PoolingMax", "Pooling",
            {{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", "max"}}, {{2, 3, 6, 6}}),
       make("PoolingMaxPadded", "Pooling",
