@@ -83,6 +83,10 @@ ABSL_FLAG(int, deadline_s, 480,
           "gets on the GPU machines");
 ABSL_FLAG(bool, isolate, true,
           "run each Tessera row in a child process (false: in this one, for debugging)");
+ABSL_FLAG(bool, tf32, false,
+          "let float32 convolutions and GEMMs use TF32 tensor cores on both sides "
+          "(TESSERA_ALLOW_TF32 for ours, torch.backends.{cudnn,cuda.matmul}.allow_tf32 for the "
+          "peer); off: both compute in plain float32, as the tests do");
 ABSL_FLAG(bool, dry_run_on_cpu, false,
           "check the bench's plumbing on a machine without a GPU: train on cpu(0), the peer "
           "eager on the CPU (no CUDA graphs); the figures mean nothing");
@@ -103,6 +107,7 @@ struct Flags {
   std::string python, peer_script;
   int peer_timeout_s = 0, row_timeout_s = 0, deadline_s = 0;
   bool isolate = true;
+  bool tf32 = false;
   bool dry_run_on_cpu = false;
   std::string child_row;
 
@@ -150,7 +155,8 @@ Flags ParseFlags(int argc, char** argv) {
           absl::GetFlag(FLAGS_python),         absl::GetFlag(FLAGS_peer_script),
           absl::GetFlag(FLAGS_peer_timeout_s), absl::GetFlag(FLAGS_row_timeout_s),
           absl::GetFlag(FLAGS_deadline_s),     absl::GetFlag(FLAGS_isolate),
-          absl::GetFlag(FLAGS_dry_run_on_cpu), absl::GetFlag(FLAGS_child_row)};
+          absl::GetFlag(FLAGS_tf32),           absl::GetFlag(FLAGS_dry_run_on_cpu),
+          absl::GetFlag(FLAGS_child_row)};
   if (f.batches < 1 || f.warmup < 0 || f.passes < 1 || f.peer_timeout_s < 1 ||
       f.row_timeout_s < 1 || f.deadline_s < 1) {
     std::fprintf(stderr,
@@ -416,6 +422,7 @@ json RunPeer(const Flags& f, const std::vector<Row>& rows, const char* argv0,
                                    "--warmup",  absl::StrCat(f.warmup),
                                    "--passes",  absl::StrCat(f.passes)};
   if (f.dry_run_on_cpu) argv.insert(argv.end(), {"--device", "cpu"});
+  if (f.tf32) argv.push_back("--tf32");
   ChildResult r = RunChild(argv, limit, "peer", {{"LD_LIBRARY_PATH", PeerLibraryPath()}});
   json report = r.report.value_or(json::object());
   if (report.contains("partial") && report.contains("rows")) {
@@ -442,8 +449,10 @@ json RunPeer(const Flags& f, const std::vector<Row>& rows, const char* argv0,
 // One Tessera row, with or without CUDA graphs: in a child process (the default) or here.
 json RunTesseraRow(const Flags& f, const Row& row, bool cuda_graphs, absl::Duration limit) {
   const char* graphs = cuda_graphs ? "1" : "0";
+  const char* tf32 = f.tf32 ? "1" : "0";
   if (!f.isolate) {
     setenv("TESSERA_CUDA_GRAPHS", graphs, /*overwrite=*/1);
+    setenv("TESSERA_ALLOW_TF32", tf32, /*overwrite=*/1);
     absl::StatusOr<json> r = MeasureRow(row, f);
     return r.ok() ? *r : json{{"error", OneLine(r.status().ToString())}};
   }
@@ -455,7 +464,7 @@ json RunTesseraRow(const Flags& f, const Row& row, bool cuda_graphs, absl::Durat
       absl::StrCat("--warmup=", f.warmup), absl::StrCat("--passes=", f.passes)};
   if (f.dry_run_on_cpu) argv.push_back("--dry_run_on_cpu");
   ChildResult r = RunChild(argv, limit, absl::StrCat(row.Key(), cuda_graphs ? "_graph" : ""),
-                           {{"TESSERA_CUDA_GRAPHS", graphs}});
+                           {{"TESSERA_CUDA_GRAPHS", graphs}, {"TESSERA_ALLOW_TF32", tf32}});
   if (!r.failure.empty()) return json{{"error", r.failure}};
   if (r.report.has_value() &&
       (r.report->contains("samples_per_s") || r.report->contains("error"))) {
@@ -509,6 +518,7 @@ int BenchMain(const Flags& f, const char* argv0) {
   };
   json out = {{"bench", "gpu_train_bench"}};
   if (f.dry_run_on_cpu) out["dry_run_on_cpu"] = true;
+  out["tf32"] = f.tf32;
   const json machine = Machine();
   out.update(machine);
   std::printf("machine: %s\n", machine.dump().c_str());

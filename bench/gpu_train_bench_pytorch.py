@@ -11,9 +11,9 @@ Networks (the symbols of examples/models.h): mlp 784-128-64-10 with ReLU on (B, 
 conv5x5/20-relu-maxpool-conv5x5/50-relu-maxpool-fc500-relu-fc10 on (B, 1, 28, 28);
 resnet18_cifar, the v1 CIFAR ResNet-18 (3x3 stem, basic blocks, 1x1 + BatchNorm projection
 shortcuts, BatchNorm eps 2e-5 and MXNet momentum 0.9 = PyTorch momentum 0.1) on (B, 3, 32, 32).
-SGD lr 0.05 momentum 0.9, cudnn.benchmark on, seeded uniform [0, 1) data and integer labels
-already on the device, a warm-up of --warmup batches, then the best of --passes passes over
---batches distinct batches (torch.cuda.synchronize at both ends of a pass).
+SGD lr 0.05 momentum 0.9, cudnn.benchmark on, TF32 off unless --tf32, seeded uniform [0, 1)
+data and integer labels already on the device, a warm-up of --warmup batches, then the best of
+--passes passes over --batches distinct batches (torch.cuda.synchronize at both ends of a pass).
 
 Prints progress to stderr and one JSON object as the last line of stdout: the Python, torch,
 CUDA and cuDNN versions, the device, and per row {model, batch, params, eager_samples_per_s,
@@ -63,6 +63,8 @@ def parse_args():
     p.add_argument("--passes", type=int, default=3, help="timed passes; the fastest counts")
     p.add_argument("--modes", default="eager,graph", help="eager, graph or both (comma-separated)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tf32", action="store_true",
+                   help="let float32 convolutions and matmuls use TF32 (default: plain float32)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: eager only, to check the script without a GPU")
     a = p.parse_args()
@@ -231,6 +233,11 @@ def main():
         out["device"] = torch.cuda.get_device_name(0)
         out["capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
         torch.backends.cudnn.benchmark = True
+        # PyTorch's own defaults differ (TF32 convolutions, float32 matmuls): set both, so
+        # that the two sides compute in the same precision.
+        torch.backends.cudnn.allow_tf32 = a.tf32
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        out["tf32"] = a.tf32
     else:
         out["device"] = "cpu"
     device = torch.device(a.device, 0) if a.device == "cuda" else torch.device("cpu")
