@@ -136,7 +136,6 @@ class ConvolutionGpuOp : public Operator {
         static_cast<int>(p_.dilate[0]), static_cast<int>(p_.dilate[1]), CUDNN_CROSS_CORRELATION,
         CUDNN_DATA_FLOAT));
     CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv.get(), p_.num_group));
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv.get(), CUDNN_FMA_MATH));
     // The output shape the property inferred must be cuDNN's, or the two disagree on padding.
     int n, c, h, w;
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(),

@@ -48,10 +48,13 @@ struct ConvAlgorithms {
   cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter;
 };
 
-// Chooses them for the descriptors (conv's math type set to FMA: the measured or ranked
-// candidates then include TF32 ones only where the TF32 policy allows) with `tune`, each within
-// `workspace_limit` bytes unless `tune` is kFastest. RESOURCE_EXHAUSTED naming `op` when no
-// candidate fits; a cuDNN error (out of memory while measuring, too) as the call's status.
+// Chooses them for the descriptors with `tune`, after setting conv's math type by the TF32
+// policy (FMA; or cuDNN's default math, under which it offers TF32 tensor-core kernels too),
+// each within `workspace_limit` bytes unless `tune` is kFastest. A choice is made once per
+// process for each device and geometry and shared by every operator that asks again (the .cc
+// says why).
+// RESOURCE_EXHAUSTED naming `op` when no candidate fits; a cuDNN error (out of memory while
+// measuring, too) as the call's status. Thread-safe.
 absl::StatusOr<ConvAlgorithms> ChooseConvAlgorithms(const char* op, cudnnHandle_t handle,
                                                     cudnnTensorDescriptor_t x,
                                                     cudnnFilterDescriptor_t w,

@@ -250,7 +250,6 @@ class DeconvolutionGpuOp : public Operator {
         plan->conv.get(), window[0], window[1], window[2], window[3], window[4], window[5],
         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(plan->conv.get(), p_.num_group));
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv.get(), CUDNN_FMA_MATH));
     // The convolution over y_ext must give back the data's shape, or the padding is wrong.
     int n, c, h, w;
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->y_ext.get(),
