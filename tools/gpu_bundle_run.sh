@@ -11,7 +11,9 @@ set -euo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RESULTS="$BUNDLE/results"
 ONLY=""
-JOBS="$(nproc 2>/dev/null || echo 4)"
+# A quarter of the CPUs: every CPU test sizes its engine and OpenMP pools from all of them.
+JOBS=$(( $(nproc 2>/dev/null || echo 4) / 4 ))
+((JOBS >= 1)) || JOBS=1
 BENCH=0
 EXEC=()
 BENCH_FAILED=0
@@ -24,7 +26,8 @@ usage: run.sh [--only REGEX] [--jobs N] [--bench] [--results DIR]
        run.sh --exec COMMAND [ARGS...]
   (no option)    every test binary of the bundle; 'N passed, N failed, N skipped' last
   --only REGEX   only the test labels matching REGEX (grep -E), e.g. --only 'gpu|cuda'
-  --jobs N       tests run N at a time (default: the number of CPUs, as bazel test)
+  --jobs N       tests run N at a time (default: a quarter of the CPUs, each test's
+                 thread pools being sized from all of them)
   --bench        then every bench binary whose name contains 'gpu' (its last line shown)
   --results DIR  where logs and XML go (default: results/ in the bundle)
   --exec CMD     run CMD (a path in the bundle, e.g. client/tessera, or any command) with
@@ -181,7 +184,7 @@ run_test() {
   printf '%-7s %s (%ss%s)\n' "$status" "$label" "$((SECONDS - start))" "${why:+, $why}"
 }
 
-# Runs the selected tests, JOBS at a time (as `bazel test` does; GPU tests share the device),
+# Runs the selected tests, JOBS at a time (GPU tests share the device),
 # then writes tests.log (every test's output, in tests.tsv's order) and failed.log.
 run_tests() {
   local -a labels=() args
