@@ -124,8 +124,8 @@ using Entries = std::map<std::string, Entry>;
 
 class Parser {
  public:
-  Parser(std::string file, std::string base_dir)
-      : file_(std::move(file)), base_dir_(std::move(base_dir)) {}
+  Parser(std::string file, std::string base_dir, ClusterOverride cluster)
+      : file_(std::move(file)), base_dir_(std::move(base_dir)), cluster_(cluster) {}
 
   absl::StatusOr<JobFile> Parse(const std::string& text) {
     // yaml-cpp reports by exception; none leaves this function.
@@ -323,6 +323,8 @@ class Parser {
         ASSIGN_OR_RETURN(job.num_servers, Int(s->second, "cluster.servers", 0));
       }
     }
+    if (cluster_.workers) job.num_workers = *cluster_.workers;
+    if (cluster_.servers) job.num_servers = *cluster_.servers;
 
     spec.set_kvstore(job.num_workers > 1 ? "dist_sync" : "local");
     if (auto it = top.find("kvstore"); it != top.end()) {
@@ -340,7 +342,8 @@ class Parser {
       spec.set_kvstore(kv);
     }
     if (!IsLocalKVStore(spec.kvstore()) && job.num_servers < 1) {
-      // Only an explicit servers: 0 gets here, so "cluster" is in the file.
+      // Only an explicit servers: 0 gets here, so "cluster" is in the file (a launcher's
+      // override asks for at least one).
       return Error(top.at("cluster"), "cluster.servers",
                    absl::StrCat("kvstore ", spec.kvstore(), " needs at least 1 server"));
     }
@@ -654,18 +657,25 @@ class Parser {
 
   const std::string file_;
   const std::string base_dir_;
+  const ClusterOverride cluster_;
 };
 
 }  // namespace
 
 absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::string& base_dir,
-                                     const std::string& file_name_for_errors) {
-  return Parser(file_name_for_errors, base_dir).Parse(yaml_text);
+                                     const std::string& file_name_for_errors,
+                                     const ClusterOverride& cluster) {
+  if ((cluster.workers && *cluster.workers < 1) || (cluster.servers && *cluster.servers < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(file_name_for_errors,
+                                                   ": the launcher's cluster needs at least 1 "
+                                                   "worker and 1 server"));
+  }
+  return Parser(file_name_for_errors, base_dir, cluster).Parse(yaml_text);
 }
 
 bool IsLocalKVStore(const std::string& kvstore) { return kvstore.rfind("dist_", 0) != 0; }
 
-absl::StatusOr<JobFile> LoadJobFile(const std::string& path) {
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::Status(absl::ErrnoToStatusCode(errno),
@@ -677,7 +687,7 @@ absl::StatusOr<JobFile> LoadJobFile(const std::string& path) {
   std::error_code ec;
   fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
   if (ec) dir = fs::path(path).parent_path();
-  return ParseJobFile(text.str(), dir.lexically_normal().string(), path);
+  return ParseJobFile(text.str(), dir.lexically_normal().string(), path, cluster);
 }
 
 }  // namespace tessera::client

@@ -68,6 +68,7 @@
 #ifndef TESSERA_CLIENT_JOB_FILE_H_
 #define TESSERA_CLIENT_JOB_FILE_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -85,14 +86,23 @@ struct JobFile {
   std::string run_dir;
 };
 
+// The cluster a launcher asks for (`tessera launch -n W -s S`): it replaces the file's
+// `cluster` before anything is checked against it (the default kvstore, a dist kvstore's
+// servers), as MXNet's launch.py -n / -s do.
+struct ClusterOverride {
+  std::optional<int> workers;
+  std::optional<int> servers;
+};
+
 // Parses YAML text. `base_dir` resolves relative paths in the file (data files, a symbol
 // JSON file); empty leaves them relative. `file_name_for_errors` starts every message and
 // gives the default name.
 absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::string& base_dir,
-                                     const std::string& file_name_for_errors);
+                                     const std::string& file_name_for_errors,
+                                     const ClusterOverride& cluster = {});
 
 // Reads `path` and parses it with base_dir = its folder, made absolute.
-absl::StatusOr<JobFile> LoadJobFile(const std::string& path);
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster = {});
 
 // Whether a job with this KVStore type trains on one worker without servers: every type but
 // dist_sync and dist_async (local, local_update_cpu, local_allreduce_*, device, nccl).

@@ -48,14 +48,8 @@ std::string SummaryJson(const TrainSummary& s, const std::string& job) {
 }  // namespace
 
 absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
-  ASSIGN_OR_RETURN(JobFile job, LoadJobFile(options.job_path));
-  if (options.num_workers) job.num_workers = *options.num_workers;
-  if (options.num_servers) job.num_servers = *options.num_servers;
-  if (IsLocalKVStore(job.spec.kvstore()) && job.num_workers > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(options.job_path, ": kvstore '", job.spec.kvstore(),
-                                                   "' runs on one worker, the cluster has ", job.num_workers,
-                                                   " (use dist_sync or dist_async)"));
-  }
+  ASSIGN_OR_RETURN(JobFile job, LoadJobFile(options.job_path, {.workers = options.num_workers,
+                                                                .servers = options.num_servers}));
   TrainSummary summary;
   summary.run_dir = job.run_dir;
   std::error_code ec;

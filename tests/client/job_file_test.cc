@@ -198,6 +198,34 @@ TEST(JobFileTest, ShortForms) {
   EXPECT_EQ(job->spec.kvstore(), "local");  // one worker
 }
 
+TEST(JobFileTest, TheLaunchersClusterWinsOverTheFiles) {
+  // A one-worker file with a dist kvstore and no servers, launched as `-n 3 -s 2`: the file's
+  // cluster alone would be refused; the launcher's is checked instead.
+  const std::string one_worker =
+      std::string(kMinimal) + "kvstore: dist_async\ncluster: {workers: 1, servers: 0}\n";
+  EXPECT_THAT(Parse(one_worker).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.servers")));
+  absl::StatusOr<JobFile> job = ParseJobFile(one_worker, "/jobs", "job.yaml", {3, 2});
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->num_workers, 3);
+  EXPECT_EQ(job->num_servers, 2);
+  EXPECT_EQ(job->spec.kvstore(), "dist_async");
+  // Without a kvstore, more than one worker means dist_sync, whoever set the size.
+  job = ParseJobFile(std::string(kMinimal) + "cluster: {workers: 1}\n", "/jobs", "job.yaml",
+                     {.workers = 2});
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.kvstore(), "dist_sync");
+  EXPECT_EQ(job->num_servers, 1);
+  // A local kvstore cannot take the launcher's workers; the message names the field.
+  EXPECT_THAT(ParseJobFile(std::string(kMinimal) + "kvstore: local\n", "/jobs", "job.yaml",
+                           {.workers = 2})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("kvstore"), HasSubstr("2 workers"))));
+  EXPECT_THAT(ParseJobFile(kMinimal, "/jobs", "job.yaml", {.servers = 0}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 server")));
+}
+
 TEST(JobFileTest, DataParallelGpusOnOneWorker) {
   // MXNet's names for the device reduction; one worker and no servers.
   for (const char* kv : {"device", "nccl", "local_allreduce_device", "local_allreduce_cpu"}) {
