@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -26,14 +27,16 @@ CudnnTune DefaultTune() {
   static const CudnnTune tune = [] {
     const char* value = std::getenv("TESSERA_CUDNN_AUTOTUNE");
     const std::string v = value == nullptr ? "1" : value;
-    return v == "0" ? CudnnTune::kOff : v == "2" ? CudnnTune::kFastest : CudnnTune::kLimitedWorkspace;
+    if (v == "0") return CudnnTune::kOff;
+    return v == "2" ? CudnnTune::kFastest : CudnnTune::kLimitedWorkspace;
   }();
   return tune;
 }
 
 // What a choice depends on: the device, the tensors' and the convolution's geometry, the
 // tuning mode and the limit (the TF32 policy is fixed per process).
-absl::StatusOr<std::vector<int64_t>> ChoiceKey(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+absl::StatusOr<std::vector<int64_t>> ChoiceKey(cudnnTensorDescriptor_t x,
+                                               cudnnFilterDescriptor_t w,
                                                cudnnConvolutionDescriptor_t conv,
                                                cudnnTensorDescriptor_t y, CudnnTune tune,
                                                size_t limit) {
@@ -81,45 +84,7 @@ ChoiceCache& Choices() {
   return *cache;
 }
 
-absl::StatusOr<ConvAlgorithms> Choose(const char* op, cudnnHandle_t handle,
-                                      cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                                      cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y,
-                                      CudnnTune tune, size_t limit);
-
-}  // namespace
-
-absl::StatusOr<CudnnTune> ParseCudnnTune(const std::string& op, const std::string& value) {
-  if (value.empty() || value == "None") return DefaultTune();
-  if (value == "off") return CudnnTune::kOff;
-  if (value == "limited_workspace") return CudnnTune::kLimitedWorkspace;
-  if (value == "fastest") return CudnnTune::kFastest;
-  return absl::InvalidArgumentError(absl::StrCat(
-      op, ": parameter cudnn_tune='", value, "': want None, off, limited_workspace or fastest"));
-}
-
-absl::StatusOr<ConvAlgorithms> ChooseConvAlgorithms(const char* op, cudnnHandle_t handle,
-                                                    cudnnTensorDescriptor_t x,
-                                                    cudnnFilterDescriptor_t w,
-                                                    cudnnConvolutionDescriptor_t conv,
-                                                    cudnnTensorDescriptor_t y, CudnnTune tune,
-                                                    size_t workspace_limit) {
-  // Under FMA math cuDNN offers plain float32 kernels only (and an explicit TF32 policy must
-  // not depend on NVIDIA_TF32_OVERRIDE).
-  CUDNN_RETURN_IF_ERROR(
-      cudnnSetConvolutionMathType(conv, AllowTf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-  const size_t limit =
-      tune == CudnnTune::kFastest ? std::numeric_limits<size_t>::max() : workspace_limit;
-  ASSIGN_OR_RETURN(std::vector<int64_t> key, ChoiceKey(x, w, conv, y, tune, limit));
-  ChoiceCache& cache = Choices();
-  std::lock_guard<std::mutex> lock(cache.mu);
-  if (auto it = cache.choices.find(key); it != cache.choices.end()) return it->second;
-  ASSIGN_OR_RETURN(ConvAlgorithms chosen, Choose(op, handle, x, w, conv, y, tune, limit));
-  cache.choices.emplace(std::move(key), chosen);
-  return chosen;
-}
-
-namespace {
-
+// The algorithms, measured or ranked by cuDNN, each the first ChooseAlgorithm accepts.
 absl::StatusOr<ConvAlgorithms> Choose(const char* op, cudnnHandle_t handle,
                                       cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                                       cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y,
@@ -159,4 +124,35 @@ absl::StatusOr<ConvAlgorithms> Choose(const char* op, cudnnHandle_t handle,
 }
 
 }  // namespace
+
+absl::StatusOr<CudnnTune> ParseCudnnTune(const std::string& op, const std::string& value) {
+  if (value.empty() || value == "None") return DefaultTune();
+  if (value == "off") return CudnnTune::kOff;
+  if (value == "limited_workspace") return CudnnTune::kLimitedWorkspace;
+  if (value == "fastest") return CudnnTune::kFastest;
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": parameter cudnn_tune='", value, "': want None, off, limited_workspace or fastest"));
+}
+
+absl::StatusOr<ConvAlgorithms> ChooseConvAlgorithms(const char* op, cudnnHandle_t handle,
+                                                    cudnnTensorDescriptor_t x,
+                                                    cudnnFilterDescriptor_t w,
+                                                    cudnnConvolutionDescriptor_t conv,
+                                                    cudnnTensorDescriptor_t y, CudnnTune tune,
+                                                    size_t workspace_limit) {
+  // Under FMA math cuDNN offers plain float32 kernels only (and an explicit TF32 policy must
+  // not depend on NVIDIA_TF32_OVERRIDE).
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(conv, AllowTf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  const size_t limit =
+      tune == CudnnTune::kFastest ? std::numeric_limits<size_t>::max() : workspace_limit;
+  ASSIGN_OR_RETURN(std::vector<int64_t> key, ChoiceKey(x, w, conv, y, tune, limit));
+  ChoiceCache& cache = Choices();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  if (auto it = cache.choices.find(key); it != cache.choices.end()) return it->second;
+  ASSIGN_OR_RETURN(ConvAlgorithms chosen, Choose(op, handle, x, w, conv, y, tune, limit));
+  cache.choices.emplace(std::move(key), chosen);
+  return chosen;
+}
+
 }  // namespace tessera::ops::cuda
