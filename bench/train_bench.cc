@@ -10,7 +10,9 @@
 // not depend on the values). Each side runs one warm-up pass and keeps the best of three.
 // Last line: one JSON object with both figures, <model>_ratio_vs_pytorch (ours over PyTorch's
 // samples/s with OPENBLAS_NUM_THREADS=1 and our thread count; > 1 means Tessera is faster)
-// and <model>_ratio_vs_pytorch_best (over the faster of PyTorch's two runs).
+// and <model>_ratio_vs_pytorch_best (over the faster of PyTorch's two runs), and pytorch_blas,
+// the BLAS library PyTorch really called (the peer reads it from its process). Against the
+// reference BLAS, a peer several times slower than this machine allows, the ratios are null.
 //
 // The distributed row: LeNet as a job on 1 tessera-ps + 2 tessera-worker processes
 // (dist_sync, batch 64 per worker, each worker one epoch over its half of the MNIST
@@ -30,7 +32,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/trainer_throughput.h"
@@ -39,6 +40,7 @@
 #include "examples/models.h"
 #include "io/mnist_iter.h"
 #include "ndarray/runtime.h"
+#include "nlohmann/json.hpp"
 #include "client/job_client.h"
 #include "client/local_cluster.h"
 #include "train/module.h"
@@ -100,8 +102,14 @@ std::vector<io::DataBatch> Batches(const Runtime& rt, const Flags& f, bool flat)
   return bench::RandomBatches(rt, flat ? Shape{kBatch, 784} : Shape{kBatch, 1, 28, 28}, f.batches);
 }
 
-// Runs the PyTorch peer; returns its samples/s (0 when it could not run).
-double PyTorchSamplesPerSecond(const Flags& f, const std::string& model, int threads) {
+// What the PyTorch peer measured, and the BLAS it really ran on.
+struct PeerResult {
+  double samples_per_s = 0;  // 0 when it could not run
+  std::string blas = "unknown", blas_library;
+};
+
+// Runs the PyTorch peer.
+PeerResult RunPyTorch(const Flags& f, const std::string& model, int threads) {
   std::string command = absl::StrFormat("%s%s %s --model %s --batch %d --batches %d", threads > 0 ? "OPENBLAS_NUM_THREADS=1 " : "",
                                         f.python, f.script, model, kBatch, f.batches);
   if (threads > 0) absl::StrAppend(&command, " --threads ", threads);
@@ -109,22 +117,26 @@ double PyTorchSamplesPerSecond(const Flags& f, const std::string& model, int thr
     absl::StrAppend(&command, " --images ", f.mnist_dir, "/train-images-idx3-ubyte --labels ", f.mnist_dir,
                     "/train-labels-idx1-ubyte");
   }
+  PeerResult result;
   FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return 0;
+  if (pipe == nullptr) return result;
   std::string out;
   char buffer[4096];
   while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
   if (pclose(pipe) != 0) {
     std::fprintf(stderr, "train_bench: the PyTorch peer failed (%s): %s\n", command.c_str(), out.c_str());
-    return 0;
+    return result;
   }
-  const std::string key = "\"samples_per_s\": ";
-  const size_t at = out.rfind(key);
-  double value = 0;
-  if (at == std::string::npos) return 0;
-  const size_t end = out.find_first_of(",}", at);
-  TESSERA_CHECK(absl::SimpleAtod(out.substr(at + key.size(), end - at - key.size()), &value));
-  return value;
+  const nlohmann::json report = nlohmann::json::parse(out.substr(out.rfind('{')), nullptr, false);
+  if (report.is_discarded() || !report.contains("samples_per_s")) {
+    std::fprintf(stderr, "train_bench: no JSON report from the PyTorch peer (%s): %s\n", command.c_str(),
+                 out.c_str());
+    return result;
+  }
+  result.samples_per_s = report.value("samples_per_s", 0.0);
+  result.blas = report.value("blas", "unknown");
+  result.blas_library = report.value("blas_library", "");
+  return result;
 }
 
 // LeNet on a local cluster of 1 server and 2 workers; the workers' summed samples/s (0 when
@@ -181,23 +193,39 @@ int main(int argc, char** argv) {
               "ratio", "vs best");
   std::string json = "{";
   double lenet_one_process = 0;
+  std::string peer_blas;  // kind and library, as the first peer run reports it
   for (const auto& [name, net, flat] : {std::tuple{"mlp", *mlp, true}, std::tuple{"lenet", *lenet, false}}) {
     const std::vector<io::DataBatch> batches = Batches((*rt)->get(), flags, flat);
     const double ours = bench::TrainerSamplesPerSecond((*rt)->get(), net, batches);
-    const double torch = PyTorchSamplesPerSecond(flags, name, threads);
-    const double torch_default = PyTorchSamplesPerSecond(flags, name, 0);
-    const double ratio = torch > 0 ? ours / torch : 0;
+    const PeerResult peer = RunPyTorch(flags, name, threads);
+    const double torch = peer.samples_per_s;
+    const double torch_default = RunPyTorch(flags, name, 0).samples_per_s;
+    // A PyTorch on the reference BLAS runs several times slower than it can here: no ratio
+    // against it (bench/train_bench.setup installs OpenBLAS).
+    const bool fair = peer.blas != "reference" && peer.blas != "unknown";
+    if (!fair) {
+      std::fprintf(stderr,
+                   "train_bench: the PyTorch peer runs on the %s BLAS (%s): no ratio against it; "
+                   "install libopenblas0-pthread (bench/train_bench.setup does)\n",
+                   peer.blas.c_str(), peer.blas_library.c_str());
+    }
+    const double ratio = fair && torch > 0 ? ours / torch : 0;
     // On some machines PyTorch's defaults beat the setting the issue names; report both.
     const double best = std::max(torch, torch_default);
-    const double ratio_best = best > 0 ? ours / best : 0;
+    const double ratio_best = fair && best > 0 ? ours / best : 0;
+    if (peer_blas.empty()) peer_blas = peer.blas + " " + peer.blas_library;
     if (std::string(name) == "lenet") lenet_one_process = ours;
     std::printf("%-6s %16.0f %18.0f %20.0f %8.2f %10.2f\n", name, ours, torch, torch_default, ratio, ratio_best);
+    // (null, not 0, for a ratio refused against an unfair peer.)
+    const auto ratio_json = [fair](double r) {
+      return fair ? absl::StrFormat("%.3f", r) : std::string("null");
+    };
     absl::StrAppendFormat(&json,
                           "%s\"%s_samples_per_s\": %.1f, \"%s_pytorch_samples_per_s\": %.1f, "
-                          "\"%s_pytorch_default_samples_per_s\": %.1f, \"%s_ratio_vs_pytorch\": %.3f, "
-                          "\"%s_ratio_vs_pytorch_best\": %.3f",
-                          json.size() > 1 ? ", " : "", name, ours, name, torch, name, torch_default, name, ratio,
-                          name, ratio_best);
+                          "\"%s_pytorch_default_samples_per_s\": %.1f, \"%s_ratio_vs_pytorch\": %s, "
+                          "\"%s_ratio_vs_pytorch_best\": %s",
+                          json.size() > 1 ? ", " : "", name, ours, name, torch, name, torch_default, name,
+                          ratio_json(ratio), name, ratio_json(ratio_best));
   }
   const double cluster = ClusterSamplesPerSecond(flags);
   const double overhead = cluster > 0 ? lenet_one_process / cluster : 0;
@@ -205,6 +233,7 @@ int main(int argc, char** argv) {
               overhead);
   absl::StrAppendFormat(&json, ", \"lenet_dist_2w1s_samples_per_s\": %.1f, \"lenet_dist_overhead_ratio\": %.3f",
                         cluster, overhead);
-  std::printf("%s, \"threads\": %d}\n", json.c_str(), threads);
+  std::printf("%s, \"pytorch_blas\": \"%s\", \"threads\": %d}\n", json.c_str(), peer_blas.c_str(),
+              threads);
   return 0;
 }

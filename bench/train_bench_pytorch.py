@@ -1,13 +1,20 @@
 #!/usr/bin/python3
 """PyTorch peer of bench/train_bench: trains the same MLP (784-128-64-10) or LeNet with SGD
 (lr 0.1, momentum 0.9) and cross-entropy at the given batch size on the given data, and
-prints one JSON line {"model", "samples_per_s", "threads", "torch"}.
+prints one JSON line {"model", "samples_per_s", "threads", "torch", "blas", "blas_library"}.
+
+"blas" is the BLAS this process really runs (openblas, mkl, blis, or "reference" for Debian's
+reference libblas, a peer too slow to compare with): the library its sgemm_ resolves to.
+Debian's torch calls the libblas.so.3 alternative, so its own torch.__config__ says
+BLAS_INFO=generic whatever is installed.
 
 Data: --images is an IDX file of 28x28 uint8 images (as ./tessera data mnist writes) and
 --labels its labels; without them, seeded random data of the same shape.
 """
 import argparse
+import ctypes
 import json
+import os
 import struct
 import time
 
@@ -45,6 +52,34 @@ class LeNet(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def blas_in_use():
+    """(kind, path) of the file whose sgemm_ torch calls: that of libblas.so.3, the first BLAS
+    that libtorch needs (with the reference libblas.so.3 selected, OpenBLAS is mapped too,
+    through the liblapack.so.3 alternative, but not called)."""
+    torch.mm(torch.rand(64, 64), torch.rand(64, 64))  # make sure it is loaded
+    try:
+        # The object already loaded under that soname, not a second copy.
+        address = ctypes.cast(ctypes.CDLL("libblas.so.3").sgemm_, ctypes.c_void_p).value
+    except (OSError, AttributeError) as e:
+        return "unknown", "no libblas.so.3 sgemm_ (%s)" % e
+    path = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if low <= address < high and len(fields) >= 6:
+                path = os.path.realpath(fields[5])
+                break
+    if path is None:
+        return "unknown", hex(address)
+    for kind in ("openblas", "mkl", "blis", "atlas"):
+        if kind in path.lower():
+            return kind, path
+    if os.path.basename(path).startswith("libblas"):
+        return "reference", path
+    return "unknown", path
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["mlp", "lenet"], required=True)
@@ -79,8 +114,10 @@ def main():
         start = time.perf_counter()
         epoch()
         best = min(best, time.perf_counter() - start)
+    blas, blas_library = blas_in_use()
     print(json.dumps({"model": a.model, "samples_per_s": len(batches) * a.batch / best,
-                      "threads": torch.get_num_threads(), "torch": torch.__version__}))
+                      "threads": torch.get_num_threads(), "torch": torch.__version__,
+                      "blas": blas, "blas_library": blas_library}))
 
 
 if __name__ == "__main__":
