@@ -146,13 +146,19 @@ write_standin_xml() {
     "$label" "$label" "${label##*:}" "$error" >"$xml"
 }
 
+# A test label's workspace path: //tests/ops:x -> tests/ops/x.
+label_path() {
+  local path="${1#//}"
+  echo "${path/://}"
+}
+
 # Runs one test from tests.tsv (label, kind, timeout in seconds, arguments); its output goes
 # to its own log, its one-line verdict to stdout (run_tests collects both).
 run_test() {
   local label="$1" kind="$2" limit="$3"
   shift 3
-  local path="${label#//}"
-  path="${path/://}"
+  local path
+  path="$(label_path "$label")"
   local xml_dir="$RESULTS/xml/$path" tmp rc=0 start=$SECONDS why="" status
   local xml="$xml_dir/test.xml" out="$xml_dir/test.log"
   mkdir -p "$xml_dir"
@@ -206,14 +212,13 @@ run_tests() {
   : >"$RESULTS/tests.log"
   : >"$RESULTS/failed.log"
   for label in "${labels[@]}"; do
-    path="${label#//}"
-    path="${path/://}"
+    path="$(label_path "$label")"
     verdict=PASS
     grep -q '<failure\|<error' "$RESULTS/xml/$path/test.xml" 2>/dev/null && verdict=FAIL
     [[ -e "$RESULTS/xml/$path/test.xml" ]] || verdict=MISSING
-    { echo "==== $verdict $label"; cat "$RESULTS/xml/$path/test.log"; } >>"$RESULTS/tests.log"
-    [[ "$verdict" == PASS ]] ||
-      { echo "==== $verdict $label"; cat "$RESULTS/xml/$path/test.log"; } >>"$RESULTS/failed.log"
+    local -a logs=("$RESULTS/tests.log")
+    [[ "$verdict" == PASS ]] || logs+=("$RESULTS/failed.log")
+    { echo "==== $verdict $label"; cat "$RESULTS/xml/$path/test.log"; } | tee -a "${logs[@]}" >/dev/null
   done
   : >"$RESULTS/labels.txt"
   ((${#labels[@]} == 0)) || printf '%s\n' "${labels[@]}" >"$RESULTS/labels.txt"
