@@ -27,7 +27,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -36,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/trainer_throughput.h"
 #include "core/check.h"
+#include "core/cpu_count.h"
 #include "engine/create_engine.h"
 #include "examples/models.h"
 #include "io/mnist_iter.h"
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   auto rt = OwnedRuntime::Create(engine::EngineOptions{}, engine::StorageOptions{}, 0);
   TESSERA_CHECK(rt.ok());
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = AvailableCpus();
   auto mlp = examples::MlpWithWidths({128, 64});
   auto lenet = examples::LeNet();
   TESSERA_CHECK(mlp.ok() && lenet.ok());

@@ -5,10 +5,10 @@
 #include <csignal>
 #include <algorithm>
 #include <filesystem>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/cpu_count.h"
 
 namespace tessera::client {
 
@@ -40,8 +40,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   // The workers share this machine's cores: each gets its share of OpenMP threads, as
   // oversubscribed OpenMP (oneDNN's kernels) spins and runs several times slower.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string omp_threads = absl::StrCat(std::max(1, cores / options.num_workers));
+  const std::string omp_threads = absl::StrCat(std::max(1, AvailableCpus() / options.num_workers));
   auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
     Daemon d;
     d.name = name;

@@ -5,8 +5,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/cpu_count.h"
 #include "engine/internal/block_pool.h"
 #include "engine/internal/gpu_sync.h"
+#include "engine/internal/omp_threads.h"
 #include "spdlog/spdlog.h"
 
 #if TESSERA_USE_CUDA
@@ -95,11 +97,11 @@ void Release(Var* v, bool write, ReadyList* ready) {
 }  // namespace
 
 ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(options) {
-  // Default: one core stays with the thread that pushes (the training loop); on this
-  // 2-core machine a second worker only fights the pusher for the CPU (engine_bench).
-  int cpu_workers = options.cpu_workers > 0
-                        ? options.cpu_workers
-                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  // Default: one CPU stays with the thread that pushes (the training loop); on a 2-CPU
+  // machine a second worker only fights the pusher for the CPU (engine_bench).
+  int cpu_workers = options.cpu_workers > 0 ? options.cpu_workers : std::max(1, AvailableCpus() - 1);
+  set_num_omp_threads_per_worker(
+      ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, cpu_workers));
   const int cpu_priority_workers = std::max(1, options.cpu_priority_workers);
   const int gpu_workers = std::max(1, options.gpu_workers_per_device);
   const int gpu_copy_workers = std::max(1, options.gpu_copy_workers_per_device);
@@ -148,7 +150,16 @@ void ThreadedEngine::WorkerLoop(Queue* queue, int index, Context ctx, bool owns_
     }
   }
   this_worker = {queue, index};
+  // Compute workers follow num_omp_threads_per_worker (settable while running); the others
+  // run on one thread each (see omp_threads.h).
+  const bool compute = queue == cpu_queue_.get();
+  int omp_threads = 1;
+  SetOmpThreadsOfThisThread(omp_threads);
   while (OprBlock* b = queue->Pop(index)) {
+    if (compute && num_omp_threads_per_worker() != omp_threads) {
+      omp_threads = num_omp_threads_per_worker();
+      SetOmpThreadsOfThisThread(omp_threads);
+    }
     if (!stream_status.ok()) {
       Complete(b, stream_status, nullptr);
     } else {
@@ -427,11 +438,15 @@ absl::Status ThreadedEngine::WaitForAll() {
         "WaitForAll called from inside an engine function (it would deadlock)");
   }
   // Help while waiting, as oneTBB's waiting thread does: the caller runs queued CPU work
-  // instead of sleeping while a worker would have to get to it.
-  while (!Idle()) {
-    OprBlock* b = cpu_queue_->TryPopNow();
-    if (b == nullptr) break;
-    Execute(b, nullptr);
+  // instead of sleeping while a worker would have to get to it, on one OpenMP thread: the
+  // workers' teams already have the cores.
+  {
+    ScopedOmpThreads one_thread(1);
+    while (!Idle()) {
+      OprBlock* b = cpu_queue_->TryPopNow();
+      if (b == nullptr) break;
+      Execute(b, nullptr);
+    }
   }
   all_waiters_.fetch_add(1, std::memory_order_seq_cst);
   {

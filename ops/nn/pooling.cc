@@ -1,19 +1,15 @@
 // Pooling (MXNet, 2-D NCHW): max, avg, sum and lp over windows, or over the whole plane
 // with global_pool; output sizes by pooling_convention 'valid' (floor) or 'full' (ceil).
-// CPU kernel: oneDNN pooling, except lp, which oneDNN lacks: a plain loop computing MXNet's
-// y = (sum over the window of x^p)^(1/p), padding counting as zeros. Two more MXNet
-// semantics oneDNN lacks are fixed up by a per-output factor: 'sum' is
-// avg-including-padding times the window area, and 'avg' with count_include_pad under
-// 'full' divides by the window clipped to the padded input (oneDNN always divides by the
-// full window area). Max-pooling backward needs oneDNN's workspace of argmax positions,
-// which Backward recomputes from in_data into temp space, so that nothing is kept in the
-// Operator between Forward and Backward.
+// CPU kernel: loops over NCHW planes with MXNet's window rules (padding is never read; avg
+// divides by the window clipped to the padded input, or to the input without
+// count_include_pad; lp is (sum over the window of x^p)^(1/p)). Max-pooling backward sends
+// each gradient to the first input in the window equal to the output, as MXNet's CPU kernel
+// does, so nothing is kept between Forward and Backward.
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <memory>
+#include <limits>
 #include <string>
-#include <utility>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -138,243 +134,185 @@ double RootP(double sum, int p) {
   }
 }
 
-// The input rows (i = 0) or columns (i = 1) [first, second) under output position `o`:
-// the window clipped to the input, since padding adds only zeros to a sum of powers.
-std::pair<int64_t, int64_t> Span(const Window& w, int i, int64_t o, int64_t in) {
+// One output position's window along rows (i = 0) or columns (i = 1): the input indices
+// [first, last) it covers, clipped to the input, and the length of the window clipped to
+// the padded input instead (MXNet's avg divisor with count_include_pad).
+struct Extent {
+  int64_t first, last, padded;
+};
+
+Extent WindowExtent(const Window& w, int i, int64_t o, int64_t in) {
   const int64_t start = o * w.stride[i] - w.pad[i];
-  return {std::max<int64_t>(start, 0), std::min(start + w.kernel[i], in)};
+  const int64_t padded_end = std::min(start + w.kernel[i], in + w.pad[i]);
+  return {std::max<int64_t>(start, 0), std::min(start + w.kernel[i], in), padded_end - start};
 }
 
-// y = (sum over the window of x^p)^(1/p), stored per `req`; float32, accumulated in double.
-absl::Status LpForward(const PoolingParam& param, const TBlob& x, OpReqType req, const TBlob& y) {
-  ASSIGN_OR_RETURN(const Window w, GetWindow(param, x.shape));
-  const int p = param.p_value;
-  const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], wd = x.shape[3];
-  const float* xs = x.data<float>();
-  float* ys = y.data<float>();
+// The extents of every output row and column of one data shape.
+struct Extents {
+  std::vector<Extent> rows, cols;
+  int64_t h, w;  // the input plane
+};
+
+Extents AllExtents(const Window& w, const Shape& data) {
+  Extents e{.h = data[2], .w = data[3]};
+  for (int64_t o = 0; o < w.out[0]; ++o) e.rows.push_back(WindowExtent(w, 0, o, e.h));
+  for (int64_t o = 0; o < w.out[1]; ++o) e.cols.push_back(WindowExtent(w, 1, o, e.w));
+  return e;
+}
+
+// avg's divisor: the window clipped to the padded input (count_include_pad) or to the input.
+float AvgDivisor(const PoolingParam& p, const Extent& r, const Extent& c) {
+  return static_cast<float>(p.count_include_pad ? r.padded * c.padded
+                                                : (r.last - r.first) * (c.last - c.first));
+}
+
+// y = pool(x) over every plane, stored per `req`. One instantiation per pool type, so the
+// window loops carry no branch on it. max, avg and sum accumulate in float; lp in double.
+template <PoolType kType>
+void ForwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes, const float* xs,
+                   OpReqType req, float* ys) {
+  const int64_t out_plane = static_cast<int64_t>(e.rows.size() * e.cols.size());
   for (int64_t c = 0; c < planes; ++c) {
-    const float* xp = xs + c * h * wd;
-    float* yp = ys + c * w.out[0] * w.out[1];
-    for (int64_t oh = 0; oh < w.out[0]; ++oh) {
-      const auto [h0, h1] = Span(w, 0, oh, h);
-      for (int64_t ow = 0; ow < w.out[1]; ++ow) {
-        const auto [w0, w1] = Span(w, 1, ow, wd);
-        double sum = 0;
-        for (int64_t i = h0; i < h1; ++i) {
-          for (int64_t j = w0; j < w1; ++j) sum += PowP(xp[i * wd + j], p);
+    const float* xp = xs + c * e.h * e.w;
+    float* yp = ys + c * out_plane;
+    for (const Extent& r : e.rows) {
+      for (const Extent& col : e.cols) {
+        float value;
+        if constexpr (kType == PoolType::kMax) {
+          // An empty window (possible under 'full') gives MXNet's lowest float.
+          value = std::numeric_limits<float>::lowest();
+          for (int64_t i = r.first; i < r.last; ++i) {
+            for (int64_t j = col.first; j < col.last; ++j) value = std::max(value, xp[i * e.w + j]);
+          }
+        } else if constexpr (kType == PoolType::kLp) {
+          double sum = 0;
+          for (int64_t i = r.first; i < r.last; ++i) {
+            for (int64_t j = col.first; j < col.last; ++j) sum += PowP(xp[i * e.w + j], param.p_value);
+          }
+          value = static_cast<float>(RootP(sum, param.p_value));
+        } else {
+          float sum = 0;
+          for (int64_t i = r.first; i < r.last; ++i) {
+            for (int64_t j = col.first; j < col.last; ++j) sum += xp[i * e.w + j];
+          }
+          value = kType == PoolType::kAvg ? sum / AvgDivisor(param, r, col) : sum;
         }
-        Assign(yp + oh * w.out[1] + ow, req, RootP(sum, p));
+        Assign(yp++, req, value);
       }
     }
   }
-  return absl::OkStatus();
 }
 
-// dy/dx = (x / y)^(p-1) for each x in y's window (MXNet's lp_grad, 0 where y == 0), summed
-// over the windows that overlap.
-absl::Status LpBackward(const PoolingParam& param, const TBlob& dy, const TBlob& x, const TBlob& y,
-                        OpReqType req, const TBlob& dx) {
-  ASSIGN_OR_RETURN(const Window w, GetWindow(param, x.shape));
-  const int p = param.p_value;
-  const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], wd = x.shape[3];
-  const float* xs = x.data<float>();
-  const float* ys = y.data<float>();
-  const float* dys = dy.data<float>();
-  float* dxs = dx.data<float>();
-  // Windows overlap, so gradients accumulate; kAddTo accumulates onto what is there.
-  if (req != OpReqType::kAddTo) std::fill(dxs, dxs + dx.Size(), 0.0f);
+// dx += the gradient through every window (windows may overlap, so dx accumulates; the
+// caller zeroes it unless req is kAddTo). max sends dy to the first position in the window
+// whose x equals y, as MXNet's CPU kernel does, so Backward needs no argmax kept from
+// Forward. lp: dy * (x / y)^(p-1), 0 where y == 0 (MXNet's lp_grad).
+template <PoolType kType>
+void BackwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes,
+                    const float* dys, const float* xs, const float* ys, float* dxs) {
+  const int64_t out_plane = static_cast<int64_t>(e.rows.size() * e.cols.size());
   for (int64_t c = 0; c < planes; ++c) {
-    const float* xp = xs + c * h * wd;
-    float* dxp = dxs + c * h * wd;
-    const int64_t out_offset = c * w.out[0] * w.out[1];
-    for (int64_t oh = 0; oh < w.out[0]; ++oh) {
-      const auto [h0, h1] = Span(w, 0, oh, h);
-      for (int64_t ow = 0; ow < w.out[1]; ++ow) {
-        const auto [w0, w1] = Span(w, 1, ow, wd);
-        const double yv = ys[out_offset + oh * w.out[1] + ow];
-        const double g = dys[out_offset + oh * w.out[1] + ow];
-        for (int64_t i = h0; i < h1; ++i) {
-          for (int64_t j = w0; j < w1; ++j) {
-            const double d = p == 1 ? 1.0 : yv == 0 ? 0.0 : PowP(xp[i * wd + j] / yv, p - 1);
-            dxp[i * wd + j] += static_cast<float>(g * d);
+    const float* xp = xs + c * e.h * e.w;
+    float* dxp = dxs + c * e.h * e.w;
+    const float* yp = ys + c * out_plane;
+    const float* dyp = dys + c * out_plane;
+    for (const Extent& r : e.rows) {
+      for (const Extent& col : e.cols) {
+        const float y = *yp++, dy = *dyp++;
+        if constexpr (kType == PoolType::kMax) {
+          [&] {
+            for (int64_t i = r.first; i < r.last; ++i) {
+              for (int64_t j = col.first; j < col.last; ++j) {
+                if (xp[i * e.w + j] == y) {
+                  dxp[i * e.w + j] += dy;
+                  return;
+                }
+              }
+            }
+          }();
+        } else if constexpr (kType == PoolType::kLp) {
+          const int p = param.p_value;
+          for (int64_t i = r.first; i < r.last; ++i) {
+            for (int64_t j = col.first; j < col.last; ++j) {
+              const double d = p == 1 ? 1.0 : y == 0 ? 0.0 : PowP(xp[i * e.w + j] / double{y}, p - 1);
+              dxp[i * e.w + j] += static_cast<float>(dy * d);
+            }
+          }
+        } else {
+          const float g = kType == PoolType::kAvg ? dy / AvgDivisor(param, r, col) : dy;
+          for (int64_t i = r.first; i < r.last; ++i) {
+            for (int64_t j = col.first; j < col.last; ++j) dxp[i * e.w + j] += g;
           }
         }
       }
     }
   }
-  return absl::OkStatus();
 }
 
-class PoolingOp : public DnnlOperator {
+// Calls f(std::integral_constant<PoolType, type>) for the runtime `type`.
+template <typename F>
+void DispatchPoolType(PoolType type, F&& f) {
+  switch (type) {
+    case PoolType::kMax:
+      return f(std::integral_constant<PoolType, PoolType::kMax>{});
+    case PoolType::kAvg:
+      return f(std::integral_constant<PoolType, PoolType::kAvg>{});
+    case PoolType::kSum:
+      return f(std::integral_constant<PoolType, PoolType::kSum>{});
+    case PoolType::kLp:
+      return f(std::integral_constant<PoolType, PoolType::kLp>{});
+  }
+}
+
+// The CPU kernel: plain loops over NCHW planes. oneDNN 2.6 pools plain NCHW only with its
+// reference implementation (simple_nchw, several times slower than these loops on LeNet's
+// layers); its jit kernels need blocked or NHWC data and a reorder each way.
+class PoolingOp : public Operator {
  public:
   explicit PoolingOp(PoolingParam param) : param_(param) {}
 
- protected:
-  absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
-                           const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
-                           const std::vector<TBlob>&) override {
+  absl::Status Forward(const OpContext&, const std::vector<TBlob>& in,
+                       const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
+                       const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
-    if (param_.pool_type == PoolType::kLp) return LpForward(param_, in[0], req[0], out[0]);
-    Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
-    CallBuffers buf;
-    const int dst = buf.Output(out[0], req[0]);
-    const int sp = buf.Scratch(e->infer_pd.scratchpad_desc().get_size());
-    RETURN_IF_ERROR(buf.Allocate(ctx));
-    // Inference propagation: no workspace is needed until Backward, which recomputes it.
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, BlobMemory(in[0], e->src, engine())},
-        {DNNL_ARG_DST, buf.Memory(dst, e->dst, engine())}};
-    AddScratchpad(buf, sp, e->infer_pd.scratchpad_desc(), engine(), &args);
-    DNNL_RETURN_IF_ERROR(e->infer.execute(stream(), args));
-    DNNL_RETURN_IF_ERROR(stream().wait());
-    if (!e->factor.empty()) Scale(e, buf.fptr(dst), buf.fptr(dst), out[0].Size());
-    buf.Finish();
+    ASSIGN_OR_RETURN(const Extents* e, GetExtents(in[0].shape));
+    const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    DispatchPoolType(param_.pool_type, [&](auto type) {
+      ForwardPlanes<decltype(type)::value>(param_, *e, planes, in[0].data<float>(), req[0],
+                                           out[0].data<float>());
+    });
     return absl::OkStatus();
   }
 
-  absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
-                            const std::vector<TBlob>& in, const std::vector<TBlob>& out,
-                            const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                            const std::vector<TBlob>&) override {
+  absl::Status Backward(const OpContext&, const std::vector<TBlob>& out_grad,
+                        const std::vector<TBlob>& in, const std::vector<TBlob>& out,
+                        const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                        const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
-    if (param_.pool_type == PoolType::kLp) {
-      return LpBackward(param_, out_grad[0], in[0], out[0], req[0], in_grad[0]);
-    }
-    Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
-    RETURN_IF_ERROR(EnsureBackward(e));
-    const bool is_max = param_.pool_type == PoolType::kMax;
-    CallBuffers buf;
-    const int dsrc = buf.Output(in_grad[0], req[0]);
-    const int sp = buf.Scratch(
-        std::max(e->train_pd.scratchpad_desc().get_size(), e->bwd_pd.scratchpad_desc().get_size()));
-    const int ws = is_max ? buf.Scratch(e->train_pd.workspace_desc().get_size()) : -1;
-    const int fwd_dst = is_max ? buf.Scratch(e->dst.get_size()) : -1;
-    const int scaled = e->factor.empty() ? -1 : buf.Scratch(e->dst.get_size());
-    RETURN_IF_ERROR(buf.Allocate(ctx));
-    dnnl::memory workspace;
-    if (is_max) {
-      workspace = buf.Memory(ws, e->train_pd.workspace_desc(), engine());
-      std::unordered_map<int, dnnl::memory> args = {
-          {DNNL_ARG_SRC, BlobMemory(in[0], e->src, engine())},
-          {DNNL_ARG_DST, buf.Memory(fwd_dst, e->dst, engine())},
-          {DNNL_ARG_WORKSPACE, workspace}};
-      AddScratchpad(buf, sp, e->train_pd.scratchpad_desc(), engine(), &args);
-      DNNL_RETURN_IF_ERROR(e->train.execute(stream(), args));
-    }
-    dnnl::memory diff_dst = BlobMemory(out_grad[0], e->dst, engine());
-    if (scaled >= 0) {
-      // d(factor * pool)/dx = factor * dpool/dx: scale the incoming gradient.
-      Scale(e, static_cast<const float*>(out_grad[0].dptr), buf.fptr(scaled), out_grad[0].Size());
-      diff_dst = buf.Memory(scaled, e->dst, engine());
-    }
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, buf.Memory(dsrc, e->src, engine())}};
-    if (is_max) args.insert({DNNL_ARG_WORKSPACE, workspace});
-    AddScratchpad(buf, sp, e->bwd_pd.scratchpad_desc(), engine(), &args);
-    DNNL_RETURN_IF_ERROR(e->bwd.execute(stream(), args));
-    DNNL_RETURN_IF_ERROR(stream().wait());
-    buf.Finish();
+    ASSIGN_OR_RETURN(const Extents* e, GetExtents(in[0].shape));
+    float* dx = in_grad[0].data<float>();
+    if (req[0] != OpReqType::kAddTo) std::fill(dx, dx + in_grad[0].Size(), 0.0f);
+    const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    DispatchPoolType(param_.pool_type, [&](auto type) {
+      BackwardPlanes<decltype(type)::value>(param_, *e, planes, out_grad[0].data<float>(),
+                                            in[0].data<float>(), out[0].data<float>(), dx);
+    });
     return absl::OkStatus();
   }
 
  private:
-  struct Entry {
-    Window w;
-    dnnl::algorithm alg;
-    dnnl::memory::desc src, dst;
-    dnnl::memory::dims strides, kernel, pad_l, pad_r;
-    std::vector<float> factor;  // per output position (oh * OW + ow); empty: none
-    dnnl::pooling_forward::primitive_desc infer_pd;
-    dnnl::pooling_forward infer;
-    bool has_backward = false;
-    dnnl::pooling_forward::primitive_desc train_pd;
-    dnnl::pooling_forward train;
-    dnnl::pooling_backward::primitive_desc bwd_pd;
-    dnnl::pooling_backward bwd;
-  };
-
-  // dst[i] = src[i] * factor[position of i].
-  static void Scale(const Entry* e, const float* src, float* dst, int64_t n) {
-    const int64_t plane = static_cast<int64_t>(e->factor.size());
-    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * e->factor[i % plane];
-  }
-
-  absl::Status GetEntry(const Shape& data, Entry** out) {
-    return cache_.Get(data.ToString(), out, [&](Entry* e) -> absl::Status {
-      ASSIGN_OR_RETURN(e->w, GetWindow(param_, data));
-      const Window& w = e->w;
-      e->src = PlainDesc(data);
-      e->dst = PlainDesc(dnnl::memory::dims{data[0], data[1], w.out[0], w.out[1]});
-      e->strides = {w.stride[0], w.stride[1]};
-      e->kernel = {w.kernel[0], w.kernel[1]};
-      e->pad_l = {w.pad[0], w.pad[1]};
-      // Right padding that makes oneDNN produce exactly w.out windows ('full' needs more).
-      e->pad_r = {(w.out[0] - 1) * w.stride[0] + w.kernel[0] - data[2] - w.pad[0],
-                  (w.out[1] - 1) * w.stride[1] + w.kernel[1] - data[3] - w.pad[1]};
-      switch (param_.pool_type) {
-        case PoolType::kMax:
-          e->alg = dnnl::algorithm::pooling_max;
-          break;
-        case PoolType::kAvg:
-          e->alg = param_.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                            : dnnl::algorithm::pooling_avg_exclude_padding;
-          break;
-        case PoolType::kSum:
-          e->alg = dnnl::algorithm::pooling_avg_include_padding;
-          break;
-        case PoolType::kLp:  // LpForward / LpBackward, never a oneDNN primitive
-          return absl::InternalError("Pooling: pool_type 'lp' has no oneDNN primitive");
-      }
-      const double area = static_cast<double>(w.kernel[0] * w.kernel[1]);
-      const bool clipped = e->pad_r[0] > w.pad[0] || e->pad_r[1] > w.pad[1];
-      if (param_.pool_type == PoolType::kSum ||
-          (param_.pool_type == PoolType::kAvg && param_.count_include_pad && clipped)) {
-        e->factor.resize(w.out[0] * w.out[1]);
-        for (int64_t oh = 0; oh < w.out[0]; ++oh) {
-          for (int64_t ow = 0; ow < w.out[1]; ++ow) {
-            double f = area;
-            if (param_.pool_type == PoolType::kAvg) {
-              // MXNet's divisor: the window clipped to the padded input.
-              const int64_t hs = oh * w.stride[0] - w.pad[0], ws = ow * w.stride[1] - w.pad[1];
-              const int64_t he = std::min(hs + w.kernel[0], data[2] + w.pad[0]);
-              const int64_t we = std::min(ws + w.kernel[1], data[3] + w.pad[1]);
-              f = area / static_cast<double>((he - hs) * (we - ws));
-            }
-            e->factor[oh * w.out[1] + ow] = static_cast<float>(f);
-          }
-        }
-      }
-      DNNL_RETURN_IF_ERROR(
-          e->infer_pd = dnnl::pooling_forward::primitive_desc(
-              dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, e->alg, e->src,
-                                          e->dst, e->strides, e->kernel, e->pad_l, e->pad_r),
-              UserScratchpadAttr(), engine()));
-      DNNL_RETURN_IF_ERROR(e->infer = dnnl::pooling_forward(e->infer_pd));
+  absl::StatusOr<const Extents*> GetExtents(const Shape& data) {
+    Extents* e;
+    RETURN_IF_ERROR(cache_.Get(data.ToString(), &e, [&](Extents* fill) -> absl::Status {
+      ASSIGN_OR_RETURN(const Window w, GetWindow(param_, data));
+      *fill = AllExtents(w, data);
       return absl::OkStatus();
-    });
-  }
-
-  absl::Status EnsureBackward(Entry* e) {
-    if (e->has_backward) return absl::OkStatus();
-    DNNL_RETURN_IF_ERROR(
-        e->train_pd = dnnl::pooling_forward::primitive_desc(
-            dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, e->alg, e->src, e->dst,
-                                        e->strides, e->kernel, e->pad_l, e->pad_r),
-            UserScratchpadAttr(), engine()));
-    DNNL_RETURN_IF_ERROR(e->train = dnnl::pooling_forward(e->train_pd));
-    DNNL_RETURN_IF_ERROR(e->bwd_pd = dnnl::pooling_backward::primitive_desc(
-                             dnnl::pooling_backward::desc(e->alg, e->src, e->dst, e->strides,
-                                                          e->kernel, e->pad_l, e->pad_r),
-                             UserScratchpadAttr(), engine(), e->train_pd));
-    DNNL_RETURN_IF_ERROR(e->bwd = dnnl::pooling_backward(e->bwd_pd));
-    e->has_backward = true;
-    return absl::OkStatus();
+    }));
+    return e;
   }
 
   const PoolingParam param_;
-  PrimitiveCache<std::string, Entry> cache_;
+  PrimitiveCache<std::string, Extents> cache_;  // per data shape
 };
 
 class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
@@ -410,13 +348,21 @@ class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
     return true;
   }
 
+  // The CPU loops and cuDNN need no scratch.
+  std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
+    return {};
+  }
+  std::vector<ResourceRequest> BackwardResource(const std::vector<Shape>&) const override {
+    return {};
+  }
+
   // Backward depends on everything (the default), as MXNet declares: out_grad, data, out.
   std::string TypeString() const override { return "Pooling"; }
 };
 
 TESSERA_REGISTER_OP_PROPERTY(Pooling, PoolingProp)
     .Describe(
-        "2-D max / avg / sum / lp pooling over NCHW data (oneDNN; lp a loop), optionally global.")
+        "2-D max / avg / sum / lp pooling over NCHW data, optionally global.")
     .AddParams<PoolingParam>();
 
 }  // namespace

@@ -1,5 +1,8 @@
 // Behaviour of both engines beyond the ordering rule (see engine_oracle_test.cc):
 // asynchronous completion, deletion while pending, priorities, errors, misuse.
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu_count.h"
 #include "core/status_matchers.h"
 #include "engine/create_engine.h"
 #include "engine/profiler.h"
@@ -314,7 +318,7 @@ TEST_P(BothEnginesTest, ProfilerWritesOneChromeEventPerFunction) {
 }
 
 TEST_P(BothEnginesTest, OmpThreadsPerWorkerIsSettable) {
-  EXPECT_EQ(engine_->num_omp_threads_per_worker(), 1);
+  EXPECT_GE(engine_->num_omp_threads_per_worker(), 1);
   engine_->set_num_omp_threads_per_worker(3);
   EXPECT_EQ(engine_->num_omp_threads_per_worker(), 3);
   engine_->set_num_omp_threads_per_worker(0);
@@ -507,6 +511,43 @@ TEST(ThreadedEngineTest, PrioritizedQueueBypassesABusyPool) {
   EXPECT_TRUE(prioritized_ran.WaitFor(5000));
   release.Open();
   ASSERT_THAT(engine->WaitForAll(), IsOk());
+}
+
+// oneDNN's kernels size their OpenMP team by the thread that runs them: compute workers use
+// num_omp_threads_per_worker (also after it changes), the prioritized pool one thread.
+TEST(ThreadedEngineTest, WorkersRunFunctionsWithTheirOpenMpThreads) {
+  EngineOptions o;
+  o.kind = EngineOptions::Kind::kThreaded;
+  o.cpu_workers = 1;
+  o.omp_threads_per_worker = 3;
+  auto made = CreateEngine(o);
+  ASSERT_THAT(made, IsOk());
+  Engine& engine = **made;
+  EXPECT_EQ(engine.num_omp_threads_per_worker(), 3);
+  VarHandle v = engine.NewVariable();
+  const auto omp_threads_in_a_function = [&](FnProperty prop) {
+    std::atomic<int> seen{0};
+    EXPECT_THAT(engine.PushSync([&](RunContext) { seen = omp_get_max_threads(); return Ok(); },
+                                Context::CPU(), {}, {v}, prop),
+                IsOk());
+    EXPECT_THAT(engine.WaitForVar(v), IsOk());
+    return seen.load();
+  };
+  EXPECT_EQ(omp_threads_in_a_function(FnProperty::kNormal), 3);
+  EXPECT_EQ(omp_threads_in_a_function(FnProperty::kCPUPrioritized), 1);
+  engine.set_num_omp_threads_per_worker(2);
+  EXPECT_EQ(omp_threads_in_a_function(FnProperty::kNormal), 2);
+  ASSERT_THAT(engine.DeleteVariable(nullptr, Context::CPU(), v), IsOk());
+}
+
+// Unset, the compute workers share the CPUs the process may use, but the pusher's one;
+// OMP_NUM_THREADS (the tsan config sets it) wins over that.
+TEST(ThreadedEngineTest, OmpThreadsDefaultToTheCpusLeftByThePusher) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
+  const int expected = std::getenv("OMP_NUM_THREADS") != nullptr
+                           ? omp_get_max_threads()
+                           : std::max(1, AvailableCpus() - 1);
+  EXPECT_EQ(engine->num_omp_threads_per_worker(), expected);
 }
 
 TEST(ThreadedEngineTest, WaitForVarWaitsForEarlierReadersToo) {
