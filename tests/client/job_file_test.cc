@@ -90,13 +90,13 @@ TEST(JobFileTest, LeNetExampleParses) {
   EXPECT_EQ(s.name(), "lenet-mnist");
   EXPECT_EQ(s.model(), "lenet");
   EXPECT_FALSE(s.data().flat());
-  EXPECT_EQ(s.batch_size(), 64);
+  EXPECT_EQ(s.batch_size(), 32);
   EXPECT_EQ(s.num_epochs(), 5);
   EXPECT_THAT(s.optimizer_params(),
               UnorderedElementsAre(Pair("learning_rate", "0.1"), Pair("momentum", "0.9"),
-                                   Pair("wd", "0.0001")));
+                                   Pair("wd", "0.0005")));
   EXPECT_EQ(s.lr_scheduler(), "cosine");
-  EXPECT_THAT(s.lr_scheduler_params(), UnorderedElementsAre(Pair("max_update", "310")));
+  EXPECT_THAT(s.lr_scheduler_params(), UnorderedElementsAre(Pair("max_update", "625")));
   EXPECT_EQ(s.kvstore(), "dist_sync");
   EXPECT_EQ(job->num_workers, 2);
   EXPECT_EQ(job->num_servers, 1);
