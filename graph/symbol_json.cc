@@ -114,7 +114,40 @@ absl::StatusOr<NodeList::Item> ParseNode(const Json& j, int64_t position) {
   return item;
 }
 
+// MXNet's symbol JSON nests a handful of levels (root, nodes, a node, its inputs, one input).
+// Deeper text is refused before nlohmann builds it: a request of a few hundred KB nested
+// 100,000 levels deep overflowed the stack and killed the process that parsed it.
+constexpr int kMaxJsonDepth = 64;
+
+absl::Status CheckJsonDepth(absl::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat("symbol JSON nests deeper than ",
+                                                       kMaxJsonDepth, " levels at byte ", i));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced text is the parser's to report
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NodeList> ParseNodeList(absl::string_view text) {
+  RETURN_IF_ERROR(CheckJsonDepth(text));
   Json root;
   try {
     root = Json::parse(text.begin(), text.end());

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/substitute.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -56,6 +57,24 @@ TEST(SymbolJsonErrorsTest, MalformedJsonSaysWhere) {
               StatusIs(kInvalid, AllOf(HasSubstr("malformed"), HasSubstr("byte 12"))));
   EXPECT_THAT(SymbolFromJson(""), StatusIs(kInvalid, HasSubstr("malformed")));
   EXPECT_THAT(SymbolFromJson("[1, 2]"), StatusIs(kInvalid, HasSubstr("not an object")));
+}
+
+// One small request must not take the process down: text nested deeper than any symbol
+// file is refused where it gets too deep (100,000 levels overflowed the stack before).
+TEST(SymbolJsonErrorsTest, DeepNestingIsRefusedWhereItStarts) {
+  constexpr int kDeep = 100000;
+  const std::string deep = Graph(Fc(kHidden, std::string(kDeep, '[') + std::string(kDeep, ']')));
+  EXPECT_THAT(SymbolFromJson(deep),
+              StatusIs(kInvalid, AllOf(HasSubstr("nests deeper than 64 levels"),
+                                       HasSubstr(absl::StrCat("byte ", deep.find("[[[") + 61)))));
+  // Brackets inside strings (escaped quotes too) are not nesting.
+  const std::string brackets_in_a_name = std::string(R"(\"x)") + std::string(200, '[');
+  absl::StatusOr<Symbol> symbol = SymbolFromJson(absl::Substitute(
+      R"({"nodes": [{"op": "null", "name": "$0", "inputs": []}], "arg_nodes": [0],
+          "heads": [[0, 0, 0]]})",
+      brackets_in_a_name));
+  ASSERT_THAT(symbol, IsOk());
+  EXPECT_THAT(symbol->ListArguments(), ElementsAre("\"x" + std::string(200, '[')));
 }
 
 TEST(SymbolJsonErrorsTest, MissingNodesOrHeads) {
