@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "kvstore/transport.h"
 
@@ -9,6 +10,8 @@ namespace tessera::worker {
 namespace {
 
 // Streams one job's events; finishes with the job's status once every event is written.
+// Finish is called outside mu_ and is the last use of `this`: gRPC may call OnDone, which
+// deletes the reactor, on another thread as soon as Finish is called.
 class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
  public:
   JobReactor(JobManager* jobs, const JobSpec& spec) : jobs_(jobs) {
@@ -19,36 +22,51 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.pop_front();
-    writing_ = false;
-    if (!ok) queue_.clear();  // the client is gone; OnCancel stops the job
-    WriteNextLocked();
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.pop_front();
+      writing_ = false;
+      if (!ok) queue_.clear();  // the client is gone; OnCancel stops the job
+      finish = WriteNextLocked();
+    }
+    if (finish) Finish(*finish);
   }
   void OnCancel() override { jobs_->Cancel(); }
   void OnDone() override { delete this; }
 
  private:
   void Enqueue(const JobEvent& event) {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(event);
-    WriteNextLocked();
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(event);
+      finish = WriteNextLocked();
+    }
+    if (finish) Finish(*finish);
   }
   void Done(absl::Status status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    status_ = std::move(status);
-    WriteNextLocked();
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      status_ = std::move(status);
+      finish = WriteNextLocked();
+    }
+    if (finish) Finish(*finish);
   }
-  void WriteNextLocked() {
-    if (writing_ || finished_) return;
+  // Starts the next write, or returns the status to finish with once the job is done and
+  // every event written (then exactly once).
+  std::optional<grpc::Status> WriteNextLocked() {
+    if (writing_ || finished_) return std::nullopt;
     if (!queue_.empty()) {
       writing_ = true;
       StartWrite(&queue_.front());
-    } else if (done_) {
-      finished_ = true;
-      Finish(kvstore::ToGrpcStatus(status_));
+      return std::nullopt;
     }
+    if (!done_) return std::nullopt;
+    finished_ = true;
+    return kvstore::ToGrpcStatus(status_);
   }
 
   JobManager* const jobs_;  // not owned
