@@ -18,10 +18,6 @@
 namespace tessera::kvstore {
 namespace {
 
-// Bounds process counts so that a typo cannot make ResolveClusterSpec allocate gigabytes of
-// placeholder worker entries.
-constexpr int kMaxProcesses = 1 << 16;
-
 // A raw value and where it came from ("--ps_hosts", "TESSERA_PS_HOSTS"), for messages.
 struct Setting {
   std::string value;
@@ -120,7 +116,7 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(const ClusterSpecFlags& 
       Lookup(IntFlag(flags.num_servers), "--num_servers", env, {"DMLC_NUM_SERVER"});
   std::optional<int> count;
   if (num_server.has_value()) {
-    ASSIGN_OR_RETURN(count, ParseInt(*num_server, 1, kMaxProcesses));
+    ASSIGN_OR_RETURN(count, ParseInt(*num_server, 1, kMaxClusterProcesses));
   }
 
   if (std::optional<Setting> hosts =
@@ -177,7 +173,7 @@ absl::StatusOr<std::vector<std::string>> ResolveWorkers(const ClusterSpecFlags& 
                                                 {"TESSERA_NUM_WORKERS", "DMLC_NUM_WORKER"});
   std::optional<int> count;
   if (count_setting.has_value()) {
-    ASSIGN_OR_RETURN(count, ParseInt(*count_setting, 1, kMaxProcesses));
+    ASSIGN_OR_RETURN(count, ParseInt(*count_setting, 1, kMaxClusterProcesses));
   }
 
   if (std::optional<Setting> hosts =

@@ -85,6 +85,11 @@
 
 namespace tessera::kvstore {
 
+// The most servers or workers one cluster may name: bounds every count taken from flags or
+// from a request, so that a typo or a hostile JobSpec cannot make anyone allocate gigabytes
+// of placeholder entries.
+inline constexpr int kMaxClusterProcesses = 1 << 16;
+
 enum class Role { kWorker, kServer };
 
 // "worker", "server".

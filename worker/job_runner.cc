@@ -153,6 +153,21 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     return FieldError(absl::StatusCode::kFailedPrecondition, "kvstore",
                       absl::StrCat("'", kvstore, "' needs parameter servers (ps_hosts is empty)"));
   }
+  // Checked before the cluster's placeholder entries are allocated from them.
+  if (spec.num_workers() < 0 || spec.num_workers() > kvstore::kMaxClusterProcesses) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "num_workers",
+                      absl::StrCat(spec.num_workers(), " is not in [1, ",
+                                   kvstore::kMaxClusterProcesses, "]"));
+  }
+  if (spec.ps_hosts_size() > kvstore::kMaxClusterProcesses) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "ps_hosts",
+                      absl::StrCat(spec.ps_hosts_size(), " servers; at most ",
+                                   kvstore::kMaxClusterProcesses));
+  }
+  if (spec.rank() < 0 || spec.rank() >= std::max(1, spec.num_workers())) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "rank",
+                      absl::StrCat(spec.rank(), " is not a worker of ", std::max(1, spec.num_workers())));
+  }
   ASSIGN_OR_RETURN(graph::Symbol net, BuildNetwork(spec));
   std::vector<Context> contexts;
   for (const std::string& device : spec.devices()) {

@@ -234,6 +234,19 @@ TEST_F(WorkerTest, BadJobsNameTheFieldNodeOrFile) {
   spec = MlpJob();
   spec.set_batch_size(0);
   EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size")));
+  // Counts are checked before anything is allocated from them (2^31 placeholder workers
+  // would take 64 GiB).
+  spec = MlpJob();
+  spec.set_kvstore("dist_sync");
+  spec.add_ps_hosts("127.0.0.1:1");
+  spec.set_num_workers(2147483647);
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  AllOf(HasSubstr("num_workers"), HasSubstr("2147483647"))));
+  spec.set_num_workers(2);
+  spec.set_rank(2);
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
+  spec.set_rank(-1);
+  EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
   spec = MlpJob();
   spec.set_model("resnet");
   EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("network.model")));
