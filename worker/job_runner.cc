@@ -156,17 +156,18 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   // Checked before the cluster's placeholder entries are allocated from them.
   if (spec.num_workers() < 0 || spec.num_workers() > kvstore::kMaxClusterProcesses) {
     return FieldError(absl::StatusCode::kInvalidArgument, "num_workers",
-                      absl::StrCat(spec.num_workers(), " is not in [1, ",
-                                   kvstore::kMaxClusterProcesses, "]"));
+                      absl::StrCat(spec.num_workers(), " is outside [0, ",
+                                   kvstore::kMaxClusterProcesses, "] (0: one worker)"));
   }
   if (spec.ps_hosts_size() > kvstore::kMaxClusterProcesses) {
     return FieldError(absl::StatusCode::kInvalidArgument, "ps_hosts",
                       absl::StrCat(spec.ps_hosts_size(), " servers; at most ",
                                    kvstore::kMaxClusterProcesses));
   }
-  if (spec.rank() < 0 || spec.rank() >= std::max(1, spec.num_workers())) {
+  const int workers = std::max(1, spec.num_workers());
+  if (spec.rank() < 0 || spec.rank() >= workers) {
     return FieldError(absl::StatusCode::kInvalidArgument, "rank",
-                      absl::StrCat(spec.rank(), " is not a worker of ", std::max(1, spec.num_workers())));
+                      absl::StrCat(spec.rank(), " is not a worker of ", workers));
   }
   ASSIGN_OR_RETURN(graph::Symbol net, BuildNetwork(spec));
   std::vector<Context> contexts;
@@ -215,7 +216,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     options.cluster.role = kvstore::Role::kWorker;
     options.cluster.index = spec.rank();
     options.cluster.servers.assign(spec.ps_hosts().begin(), spec.ps_hosts().end());
-    options.cluster.workers.assign(std::max(1, spec.num_workers()), "");
+    options.cluster.workers.assign(workers, "");
     options.job_id = spec.job_id().empty() ? spec.name() : spec.job_id();
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }

@@ -36,7 +36,9 @@ EngineBase::FunctionScope::~FunctionScope() { in_engine_function = outer_; }
 bool EngineBase::InEngineFunction() { return in_engine_function; }
 
 EngineBase::EngineBase(const EngineOptions& options)
-    : options_(options), num_gpus_(NumGpus()), omp_threads_(ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, 1)) {
+    : options_(options),
+      num_gpus_(NumGpus()),
+      omp_threads_(ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, 1)) {
   if (!options_.profile_path.empty()) profiler_.Start(Profiler::Mode::kAll);
 }
 

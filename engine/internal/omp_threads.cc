@@ -22,8 +22,6 @@ int ResolveOmpThreadsPerWorker(int requested, int workers) {
 
 void SetOmpThreadsOfThisThread(int threads) { omp_set_num_threads(std::max(1, threads)); }
 
-int OmpThreadsOfThisThread() { return omp_get_max_threads(); }
-
 ScopedOmpThreads::ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
   if (threads != saved_) omp_set_num_threads(threads);
 }

@@ -1,9 +1,8 @@
 // OpenMP thread counts of the engine's threads. oneDNN's CPU kernels run their parallel
 // regions on OpenMP, and omp_set_num_threads is per calling thread, so each engine thread
 // sets its own: compute workers share the process's CPUs among them, every other thread that
-// runs functions (the priority and GPU workers, a caller helping in WaitForAll) uses 1. A
-// second OpenMP team on cores that are already busy makes libgomp throttle its spin-waits
-// (it counts its threads against the CPUs), and every kernel then pays a futex wake-up.
+// runs functions (the priority and GPU workers, a caller helping in WaitForAll) uses 1, as a
+// second team would oversubscribe the cores the compute workers' teams already hold.
 #ifndef TESSERA_ENGINE_INTERNAL_OMP_THREADS_H_
 #define TESSERA_ENGINE_INTERNAL_OMP_THREADS_H_
 
@@ -12,13 +11,12 @@ namespace tessera::engine::internal {
 // The OpenMP threads of each of `workers` compute workers: `requested` when > 0, else
 // OMP_NUM_THREADS when the environment sets it (as MXNet honours it), else the process's
 // CPUs (AvailableCpus) but the pushing thread's one, shared among the workers, at least 1.
-// (A team of two on a 2-CPU machine beside the pusher measured 2x slower training: libgomp's
-// default spin-wait gives up between kernels and each region then pays futex wake-ups.)
+// (On a 2-CPU machine a team of two beside the pusher trained up to 2x slower: between
+// kernels libgomp's threads stopped spinning, and each region paid futex wake-ups.)
 int ResolveOmpThreadsPerWorker(int requested, int workers);
 
 // Sets the calling thread's OpenMP threads for the parallel regions it starts.
 void SetOmpThreadsOfThisThread(int threads);
-int OmpThreadsOfThisThread();
 
 // The calling thread's OpenMP threads set to `threads` for its lifetime, then restored.
 class ScopedOmpThreads {

@@ -99,7 +99,8 @@ void Release(Var* v, bool write, ReadyList* ready) {
 ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(options) {
   // Default: one CPU stays with the thread that pushes (the training loop); on a 2-CPU
   // machine a second worker only fights the pusher for the CPU (engine_bench).
-  int cpu_workers = options.cpu_workers > 0 ? options.cpu_workers : std::max(1, AvailableCpus() - 1);
+  const int cpu_workers =
+      options.cpu_workers > 0 ? options.cpu_workers : std::max(1, AvailableCpus() - 1);
   set_num_omp_threads_per_worker(
       ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, cpu_workers));
   const int cpu_priority_workers = std::max(1, options.cpu_priority_workers);

@@ -187,7 +187,9 @@ void ForwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes, 
         } else if constexpr (kType == PoolType::kLp) {
           double sum = 0;
           for (int64_t i = r.first; i < r.last; ++i) {
-            for (int64_t j = col.first; j < col.last; ++j) sum += PowP(xp[i * e.w + j], param.p_value);
+            for (int64_t j = col.first; j < col.last; ++j) {
+              sum += PowP(xp[i * e.w + j], param.p_value);
+            }
           }
           value = static_cast<float>(RootP(sum, param.p_value));
         } else {
@@ -208,8 +210,8 @@ void ForwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes, 
 // whose x equals y, as MXNet's CPU kernel does, so Backward needs no argmax kept from
 // Forward. lp: dy * (x / y)^(p-1), 0 where y == 0 (MXNet's lp_grad).
 template <PoolType kType>
-void BackwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes,
-                    const float* dys, const float* xs, const float* ys, float* dxs) {
+void BackwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes, const float* dys,
+                    const float* xs, const float* ys, float* dxs) {
   const int64_t out_plane = static_cast<int64_t>(e.rows.size() * e.cols.size());
   for (int64_t c = 0; c < planes; ++c) {
     const float* xp = xs + c * e.h * e.w;
@@ -234,7 +236,8 @@ void BackwardPlanes(const PoolingParam& param, const Extents& e, int64_t planes,
           const int p = param.p_value;
           for (int64_t i = r.first; i < r.last; ++i) {
             for (int64_t j = col.first; j < col.last; ++j) {
-              const double d = p == 1 ? 1.0 : y == 0 ? 0.0 : PowP(xp[i * e.w + j] / double{y}, p - 1);
+              const double x = xp[i * e.w + j];
+              const double d = p == 1 ? 1.0 : y == 0 ? 0.0 : PowP(x / y, p - 1);
               dxp[i * e.w + j] += static_cast<float>(dy * d);
             }
           }
@@ -361,8 +364,7 @@ class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
 };
 
 TESSERA_REGISTER_OP_PROPERTY(Pooling, PoolingProp)
-    .Describe(
-        "2-D max / avg / sum / lp pooling over NCHW data, optionally global.")
+    .Describe("2-D max / avg / sum / lp pooling over NCHW data, optionally global.")
     .AddParams<PoolingParam>();
 
 }  // namespace
