@@ -1,6 +1,7 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,10 +28,12 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   }
 }
 
-absl::Status WriteStringToFile(const std::string& path, absl::string_view text) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+absl::Status WriteStringToFile(const std::string& path, absl::string_view text, unsigned mode) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create '", path, "'"));
   absl::Cleanup close_fd = [fd] { close(fd); };
+  // Before any byte is written: an existing file keeps its old mode through open().
+  if (fchmod(fd, mode) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot chmod '", path, "'"));
   while (!text.empty()) {
     const ssize_t n = write(fd, text.data(), text.size());
     if (n < 0) {

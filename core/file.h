@@ -12,8 +12,13 @@
 namespace tessera {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
-// Creates or truncates `path`.
-absl::Status WriteStringToFile(const std::string& path, absl::string_view text);
+// Permission bits of the files WriteStringToFile writes.
+inline constexpr unsigned kReadableByAll = 0644;
+inline constexpr unsigned kOwnerOnly = 0600;  // secrets: private keys, tokens
+
+// Creates or truncates `path`, and gives it `mode` (also when it existed).
+absl::Status WriteStringToFile(const std::string& path, absl::string_view text,
+                               unsigned mode = kReadableByAll);
 
 // `status` with "<what>: " in front of its message, keeping its code (OK stays OK).
 absl::Status Annotate(const absl::Status& status, absl::string_view what);

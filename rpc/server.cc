@@ -1,0 +1,89 @@
+#include "rpc/server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "rpc/address.h"
+#include "rpc/token_auth.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera::rpc {
+namespace {
+
+constexpr char kHowToSecure[] =
+    "make certificates with `tessera certs DIR --hosts HOST,...`, then give every daemon and "
+    "client --tls_dir DIR/HOST and --token_file FILE (or TESSERA_TLS_DIR, TESSERA_TOKEN_FILE); "
+    "--insecure serves plaintext to anyone who can reach the port";
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config,
+                                                                     bool loopback) {
+  const TransportSecurity& s = config.security;
+  auto refuse = [&](absl::string_view why) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(config.name, ": will not serve ", config.address, " ", why, ": ", kHowToSecure));
+  };
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (s.tls()) {
+    if (s.cert_pem.empty()) return refuse("over TLS without cert.pem and key.pem in --tls_dir");
+    grpc::SslServerCredentialsOptions options(
+        s.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    options.pem_root_certs = s.ca_pem;
+    options.pem_key_cert_pairs.push_back({s.key_pem, s.cert_pem});
+    credentials = grpc::SslServerCredentials(options);
+  } else if (loopback) {
+    credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+  } else if (s.insecure) {
+    spdlog::warn("{}: serving {} in plaintext without token checks (--insecure): anyone who can "
+                 "reach it controls this daemon",
+                 config.name, config.address);
+    return grpc::InsecureServerCredentials();
+  } else {
+    return refuse("(beyond this machine) without TLS and a cluster token");
+  }
+  if (!s.token.empty()) {
+    credentials->SetAuthMetadataProcessor(TokenAuthProcessor(s.token));
+  } else if (!loopback && !s.insecure) {
+    return refuse("(beyond this machine) without a cluster token");
+  }
+  return credentials;
+}
+
+}  // namespace
+
+absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
+  const std::string host = HostOf(config.address);
+  const bool loopback = IsLoopbackHost(host);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(config, loopback);
+  if (!credentials.ok()) return credentials.status();
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(config.limits.max_receive);
+  builder.SetMaxSendMessageSize(config.limits.max_send);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Accept the clients' pings (every kKeepaliveTimeMs) without calling them abusive.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kKeepaliveTimeMs / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  RunningServer running;
+  builder.AddListeningPort(config.address, *std::move(credentials), &running.port);
+  for (grpc::Service* service : config.services) builder.RegisterService(service);
+  if (config.generic_service != nullptr) builder.RegisterCallbackGenericService(config.generic_service);
+  running.server = builder.BuildAndStart();
+  if (running.server == nullptr || running.port == 0) {
+    return absl::UnavailableError(absl::StrCat(config.name, ": cannot listen on ", config.address));
+  }
+  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
+  const std::string dial_host = wildcard ? "127.0.0.1" : host;
+  running.address = dial_host.find(':') != std::string::npos ? absl::StrCat("[", dial_host, "]:", running.port)
+                                                               : absl::StrCat(dial_host, ":", running.port);
+  return running;
+}
+
+}  // namespace tessera::rpc

@@ -1,0 +1,54 @@
+// The one place Tessera builds a gRPC server: credentials from TransportSecurity, the
+// cluster token check, keepalive, message limits and gRPC's health service.
+//
+// Credentials by address and settings:
+//   - TLS settings given: TLS (mutual when require_client_cert), on any address;
+//   - otherwise a loopback address: gRPC's local credentials, which accept only
+//     connections from this machine;
+//   - otherwise plaintext only with `insecure` (and a warning); without it the server is
+//     refused with a message saying how to set TLS and a token up.
+// A token, when given, is checked on every call but health checks (rpc/token_auth.h); a
+// non-loopback address needs one unless `insecure`.
+#ifndef TESSERA_RPC_SERVER_H_
+#define TESSERA_RPC_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/generic/async_generic_service.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/message_limits.h"
+#include "rpc/transport_security.h"
+
+namespace tessera::rpc {
+
+struct ServerConfig {
+  std::string name;     // for messages: "parameter server 0", "tessera-worker"
+  std::string address;  // host:port; port 0 picks a free one
+  TransportSecurity security;
+  MessageLimits limits;
+  std::vector<grpc::Service*> services;  // not owned; must outlive the server
+  grpc::CallbackGenericService* generic_service = nullptr;  // methods no service has
+};
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  // An address clients can dial: the bound host, or 127.0.0.1 for a wildcard one.
+  std::string address;
+};
+
+// Errors: PERMISSION_DENIED for an unsafe configuration (the message says what to set),
+// UNAVAILABLE when the address cannot be bound; both name the server and the address.
+absl::StatusOr<RunningServer> StartServer(const ServerConfig& config);
+
+// Keepalive settings of every server and channel: pings every 5 s both ways, a peer
+// silent for 10 s more is dropped, so a hung or vanished peer is noticed within 15 s.
+inline constexpr int kKeepaliveTimeMs = 5000;
+inline constexpr int kKeepaliveTimeoutMs = 10000;
+
+}  // namespace tessera::rpc
+
+#endif  // TESSERA_RPC_SERVER_H_
