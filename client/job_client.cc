@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "kvstore/transport.h"
+#include "rpc/channel.h"
 
 namespace tessera::client {
 
@@ -15,15 +17,11 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const Cluster& clu
   if (cluster.workers.empty()) return absl::InvalidArgumentError("the cluster has no workers");
   std::unique_ptr<JobClient> client(new JobClient(cluster));
   for (size_t rank = 0; rank < cluster.workers.size(); ++rank) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);  // GetParams carries the whole model
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kvstore::kKeepaliveTimeMs);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kvstore::kKeepaliveTimeoutMs);
-    auto channel = grpc::CreateCustomChannel(cluster.workers[rank], grpc::InsecureChannelCredentials(), args);
-    if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
-      return absl::UnavailableError(absl::StrCat(client->Name(static_cast<int>(rank)), ": not reachable within ",
-                                                 absl::FormatDuration(timeout)));
-    }
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                     rpc::NewChannel({.target = cluster.workers[rank],
+                                      .security = cluster.security,
+                                      .limits = rpc::kWorkerServiceLimits.Peer()}));
+    RETURN_IF_ERROR(rpc::WaitUntilConnected(*channel, client->Name(static_cast<int>(rank)), timeout));
     client->stubs_.push_back(Worker::NewStub(channel));
   }
   return client;

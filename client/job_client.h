@@ -21,12 +21,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/transport_security.h"
 
 namespace tessera::client {
 
 struct Cluster {
   std::vector<std::string> workers;  // host:port of every tessera-worker, rank order
   std::vector<std::string> servers;  // host:port of every tessera-ps (dist KVStores)
+  rpc::TransportSecurity security;   // how to reach the workers: TLS, the cluster token
 };
 
 struct JobOutcome {
@@ -37,7 +39,8 @@ struct JobOutcome {
 
 class JobClient {
  public:
-  // Waits up to `timeout` for every worker to accept connections.
+  // Waits up to `timeout` for every worker to accept connections; UNAVAILABLE names the
+  // first that does not and why (refused, TLS handshake failed, ...).
   static absl::StatusOr<std::unique_ptr<JobClient>> Connect(const Cluster& cluster,
                                                             absl::Duration timeout);
 

@@ -9,6 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/cpu_count.h"
+#include "core/file.h"
+#include "core/status_macros.h"
+#include "rpc/transport_security.h"
 
 namespace tessera::client {
 
@@ -38,6 +41,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", logs.string(), ": ", ec.message()));
 
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  ASSIGN_OR_RETURN(cluster->cluster_.security.token, rpc::NewToken());
+  const std::string token_file = cluster->token_file_ = (logs / "cluster.token").string();
+  RETURN_IF_ERROR(WriteStringToFile(token_file, cluster->cluster_.security.token, kOwnerOnly));
   // The workers share this machine's cores: each gets its share of OpenMP threads, as
   // oversubscribed OpenMP (oneDNN's kernels) spins and runs several times slower.
   const std::string omp_threads = absl::StrCat(std::max(1, AvailableCpus() / options.num_workers));
@@ -49,6 +55,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     std::filesystem::remove(port_file, ec);
     argv.push_back("--address=127.0.0.1:0");
     argv.push_back("--port_file=" + port_file);
+    argv.push_back("--token_file=" + token_file);
     absl::StatusOr<std::unique_ptr<Subprocess>> p =
         Subprocess::Start({.argv = argv,
                            .env = {{"OMP_NUM_THREADS", omp_threads}},

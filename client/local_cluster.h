@@ -2,9 +2,11 @@
 // ports - what `tessera train` starts when no cluster is given and `tessera launch -n -s`
 // sizes, like MXNet's tools/launch.py for one machine.
 //
-// Each daemon logs to RUN_DIR/logs/{ps,worker}-N.log. The destructor stops every daemon
-// (SIGTERM, then SIGKILL after a grace period), so an error or Ctrl-C in the caller tears
-// the cluster down.
+// Each daemon logs to RUN_DIR/logs/{ps,worker}-N.log. The cluster has a token of its own
+// (RUN_DIR/logs/cluster.token, readable by its owner only) that every call between its
+// processes carries, so other users of the machine cannot drive its daemons. The
+// destructor stops every daemon (SIGTERM, then SIGKILL after a grace period), so an error or
+// Ctrl-C in the caller tears the cluster down.
 //
 // Thread safety: not thread-safe; one owner.
 #ifndef TESSERA_CLIENT_LOCAL_CLUSTER_H_
@@ -37,7 +39,10 @@ class LocalCluster {
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
   ~LocalCluster();
 
+  // The daemons' addresses, and the token to reach them.
   const Cluster& cluster() const { return cluster_; }
+  // The file holding that token (for `tessera submit --token_file`).
+  const std::string& token_file() const { return token_file_; }
   // OK while every daemon runs; otherwise names the first that exited and how.
   absl::Status CheckAlive();
   // The pids, servers first (tests kill one to see the failure path).
@@ -53,6 +58,7 @@ class LocalCluster {
 
   std::vector<Daemon> daemons_;
   Cluster cluster_;
+  std::string token_file_;
 };
 
 // bazel-bin/<relative> beside this program (which lives in bazel-bin/client/).

@@ -7,6 +7,8 @@
 //                        --output DIR
 //   tessera data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]
 //                        images (a folder of class folders, or a .lst) into OUTPUT.rec/.idx
+//   tessera certs DIR --hosts HOST,... [--days N]
+//                        a CA and a --tls_dir folder per host (rpc/certificates.h)
 #include <cstdio>
 #include <map>
 #include <string>
@@ -16,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/graph_commands.h"
 #include "client/train_command.h"
 #include "engine/create_engine.h"
@@ -23,6 +26,7 @@
 #include "io/image_pack.h"
 #include "ndarray/runtime.h"
 #include "ops/registry.h"
+#include "rpc/certificates.h"
 
 namespace {
 
@@ -45,7 +49,10 @@ int Usage() {
                "  launch -n W -s S JOB.yaml  the job on a local cluster of W workers, S servers\n"
                "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
                "                             the job on daemons already running\n"
-               "  status --workers H:P,...   what each worker daemon is doing\n");
+               "  status --workers H:P,...   what each worker daemon is doing\n"
+               "  certs DIR --hosts HOST,... [--days N]\n"
+               "                             a cluster CA (DIR/ca.pem) and, per host, a folder\n"
+               "                             DIR/HOST for --tls_dir (ca.pem, cert.pem, key.pem)\n");
   return 2;
 }
 
@@ -173,6 +180,31 @@ int RunData(int argc, char** argv) {
   return 0;
 }
 
+int RunCerts(int argc, char** argv) {
+  const std::string command = "certs";
+  if (argc < 3) return Usage();
+  tessera::rpc::CertificateOptions options;
+  options.dir = argv[2];
+  auto flags = ParseFlags(argc, argv, 3, {"hosts", "days"});
+  if (!flags.ok()) return Fail(command, flags.status());
+  for (const auto& [name, value] : *flags) {
+    if (name == "hosts") {
+      for (absl::string_view host : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        options.hosts.emplace_back(host);
+      }
+    } else if (!absl::SimpleAtoi(value, &options.valid_days)) {
+      return Fail(command, absl::InvalidArgumentError(absl::StrCat("--days '", value, "' is not a number")));
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> folders = tessera::rpc::MakeCertificates(options);
+  if (!folders.ok()) return Fail(command, folders.status());
+  std::printf("CA %s/ca.pem (its key: %s/ca.key, keep it off the daemons); --tls_dir folders:",
+              options.dir.c_str(), options.dir.c_str());
+  for (const std::string& folder : *folders) std::printf(" %s", folder.c_str());
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +213,7 @@ int main(int argc, char** argv) {
   if (command == "ops") return RunOps(argc, argv);
   if (command == "graph") return RunGraph(argc, argv);
   if (command == "data") return RunData(argc, argv);
+  if (command == "certs") return RunCerts(argc, argv);
   if (command == "train" || command == "launch" || command == "submit" || command == "status") {
     return tessera::client::TrainMain(argc, argv);
   }

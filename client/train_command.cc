@@ -18,6 +18,7 @@
 #include "core/daemon.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "rpc/transport_security.h"
 
 namespace tessera::client {
 namespace {
@@ -145,7 +146,10 @@ int Usage() {
                "usage: tessera train JOB.yaml [--json]\n"
                "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json]\n"
                "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
-               "       tessera status --workers H:P,...\n");
+               "       tessera status --workers H:P,...\n"
+               "submit and status reach the workers with --tls_dir DIR (ca.pem; cert.pem and key.pem\n"
+               "for mutual TLS), --token_file FILE, and --insecure for plaintext beyond loopback\n"
+               "(or TESSERA_TLS_DIR, TESSERA_TOKEN_FILE, TESSERA_INSECURE=1).\n");
   return 2;
 }
 
@@ -155,6 +159,7 @@ int TrainMain(int argc, char** argv) {
   const std::string command = argv[1];
   TrainOptions options;
   Cluster cluster;
+  rpc::TransportSecuritySources security;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](int& out) {
@@ -173,12 +178,25 @@ int TrainMain(int argc, char** argv) {
       absl::StatusOr<std::vector<std::string>> hosts = HostList(arg, argv[++i]);
       if (!hosts.ok()) return Usage();
       (arg == "--workers" ? cluster.workers : cluster.servers) = *hosts;
+    } else if ((arg == "--tls_dir" || arg == "--token_file") && i + 1 < argc && command != "train" &&
+               command != "launch") {
+      (arg == "--tls_dir" ? security.tls_dir : security.token_file) = argv[++i];
+    } else if (arg == "--insecure" && command != "train" && command != "launch") {
+      security.insecure = true;
     } else if (arg.rfind("-", 0) != 0 && options.job_path.empty()) {
       options.job_path = arg;
     } else {
       std::fprintf(stderr, "tessera %s: unexpected argument '%s'\n", command.c_str(), arg.c_str());
       return Usage();
     }
+  }
+  if (command == "submit" || command == "status") {
+    absl::StatusOr<rpc::TransportSecurity> loaded = rpc::LoadTransportSecurity(security);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), std::string(loaded.status().message()).c_str());
+      return 1;
+    }
+    cluster.security = *std::move(loaded);
   }
   if (command == "status") {
     if (cluster.workers.empty()) return Usage();

@@ -7,6 +7,9 @@
 //                                         the job on daemons already running
 //   status --workers H:P,...              what each worker daemon is doing
 //
+// submit and status reach daemons with --tls_dir, --token_file and --insecure
+// (rpc/transport_security.h); train and launch make their cluster's own token.
+//
 // A run prints one summary line per epoch (worker 0's train and test metrics, time,
 // samples/s); on a terminal a progress line shows the current batch. It writes
 // RUN_DIR/metrics.csv and RUN_DIR/plot.svg, checkpoints under RUN_DIR (rank 0, every

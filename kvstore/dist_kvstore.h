@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "kvstore/cluster_spec.h"
 #include "kvstore/kvstore.h"
+#include "rpc/transport_security.h"
 
 namespace tessera::kvstore {
 
@@ -50,6 +51,8 @@ struct DistKVStoreOptions {
   std::string job_id;
   // How long to wait for the servers to come up (workers may start first).
   absl::Duration connect_timeout = absl::Seconds(60);
+  // TLS and the cluster token for the servers' connections (rpc/transport_security.h).
+  rpc::TransportSecurity security;
 };
 
 // Connects to every server of `options.cluster` as worker `cluster.index`; `type` is
@@ -58,8 +61,9 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
                                                            const DistKVStoreOptions& options);
 
 // Options from the process environment, as KVStore::Create("dist_*") uses them: the cluster
-// spec (cluster_spec.h) and TESSERA_KVSTORE_BIGARRAY_BOUND (or MXNet's
-// MXNET_KVSTORE_BIGARRAY_BOUND). The role must be worker.
+// spec (cluster_spec.h), TESSERA_KVSTORE_BIGARRAY_BOUND (or MXNet's
+// MXNET_KVSTORE_BIGARRAY_BOUND), and TESSERA_TLS_DIR / TESSERA_TOKEN_FILE. The role must be
+// worker.
 absl::StatusOr<DistKVStoreOptions> DistKVStoreOptionsFromEnvironment();
 
 }  // namespace tessera::kvstore

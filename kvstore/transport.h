@@ -1,11 +1,11 @@
-// The gRPC settings both ends of the KVStore streams agree on, and the status conversions.
+// What both ends of the KVStore streams agree on: the protocol version, the chunk size, the
+// message encoding, and the status conversions.
 //
 // Message sizes are bounded on purpose: arrays travel in chunks of kChunkBytes, so every
 // message stays well under kMaxMessageBytes, which both sides enforce (a larger message is
-// RESOURCE_EXHAUSTED and ends its stream). Keepalive pings run in both directions, so a
-// peer that hangs or vanishes without closing its socket is noticed within
-// kKeepaliveTime + kKeepaliveTimeout (15 s), and a dist_sync round waiting on it fails
-// instead of hanging.
+// RESOURCE_EXHAUSTED and ends its stream). Keepalive pings (rpc/server.h) run in both
+// directions, so a peer that hangs or vanishes without closing its socket is noticed within
+// 15 s, and a dist_sync round waiting on it fails instead of hanging.
 #ifndef TESSERA_KVSTORE_TRANSPORT_H_
 #define TESSERA_KVSTORE_TRANSPORT_H_
 
@@ -16,19 +16,13 @@
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/kvstore.pb.h"
+#include "rpc/message_limits.h"
 
 namespace tessera::kvstore {
 
 inline constexpr uint32_t kKVStoreProtocolVersion = 1;
 inline constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
-inline constexpr int kMaxMessageBytes = 4 << 20;
-inline constexpr int kKeepaliveTimeMs = 5000;
-inline constexpr int kKeepaliveTimeoutMs = 10000;
-
-// For channels from a worker to a server.
-grpc::ChannelArguments KVStoreChannelArguments();
-// For a server's builder (message bounds, keepalive, pings from clients allowed).
-void ConfigureKVStoreServer(grpc::ServerBuilder& builder);
+inline constexpr int kMaxMessageBytes = rpc::kKVStoreLimits.max_receive;
 
 // A reply carrying no body, or `status` (an absl code and message), to request `id`.
 ServerMessage OkReply(uint64_t id);

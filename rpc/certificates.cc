@@ -162,7 +162,7 @@ absl::Status LoadOrMakeCa(const std::filesystem::path& dir, int valid_days, Cert
 
 }  // namespace
 
-absl::Status MakeCertificates(const CertificateOptions& options) {
+absl::StatusOr<std::vector<std::string>> MakeCertificates(const CertificateOptions& options) {
   if (options.hosts.empty()) return absl::InvalidArgumentError("tessera certs: --hosts names no host");
   if (options.valid_days < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--days ", options.valid_days, " is not at least 1"));
@@ -180,6 +180,7 @@ absl::Status MakeCertificates(const CertificateOptions& options) {
   Key ca_key;
   RETURN_IF_ERROR(LoadOrMakeCa(dir, options.valid_days, &ca, &ca_key));
   ASSIGN_OR_RETURN(std::string ca_pem, CertPem(ca.get()));
+  std::vector<std::string> folders;
   for (const std::string& host : options.hosts) {
     ASSIGN_OR_RETURN(Key key, NewKey());
     const std::string san = absl::StrCat(IsIpAddress(host) ? "IP:" : "DNS:", host);
@@ -202,8 +203,9 @@ absl::Status MakeCertificates(const CertificateOptions& options) {
     RETURN_IF_ERROR(WriteStringToFile((host_dir / kKeyFile).string(), key_pem, kOwnerOnly));
     RETURN_IF_ERROR(WriteStringToFile((host_dir / kCertFile).string(), cert_pem));
     RETURN_IF_ERROR(WriteStringToFile((host_dir / kCaFile).string(), ca_pem));
+    folders.push_back(host_dir.string());
   }
-  return absl::OkStatus();
+  return folders;
 }
 
 }  // namespace tessera::rpc

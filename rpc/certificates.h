@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace tessera::rpc {
 
@@ -23,9 +23,10 @@ struct CertificateOptions {
   int valid_days = 365;
 };
 
-// INVALID_ARGUMENT for no hosts or a host that is not a DNS name or IP address; errors
-// naming the file otherwise. An existing host folder is replaced.
-absl::Status MakeCertificates(const CertificateOptions& options);
+// The host folders, in the order of `options.hosts`. INVALID_ARGUMENT for no hosts or a host
+// that is not a DNS name or IP address; errors naming the file otherwise. An existing host
+// folder's files are replaced.
+absl::StatusOr<std::vector<std::string>> MakeCertificates(const CertificateOptions& options);
 
 }  // namespace tessera::rpc
 

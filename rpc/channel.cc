@@ -1,10 +1,12 @@
 #include "rpc/channel.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "rpc/address.h"
@@ -52,33 +54,58 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const ChannelConfig& c
   return grpc::CreateCustomChannel(config.target, credentials, args);
 }
 
-absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout) {
-  if (channel.WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) return absl::OkStatus();
-  // gRPC keeps why the last attempt failed for the next call that fails fast: a health
-  // check (no token needed, any server has the service) brings it out.
+namespace {
+
+// Why `channel`'s last connection attempt failed: gRPC hands it to the next call that fails
+// fast. A health check asks (no token needed, every server has the service).
+std::string LastConnectError(grpc::Channel& channel) {
   grpc::GenericStub stub(std::shared_ptr<grpc::Channel>(&channel, [](grpc::Channel*) {}));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   grpc::Slice empty_message(std::string{});  // HealthCheckRequest{} encodes as no bytes
   grpc::ByteBuffer request(&empty_message, 1);
   grpc::ByteBuffer reply;
-  grpc::Status probe = grpc::Status::CANCELLED;
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  std::optional<grpc::Status> probe;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply,
                  [&](grpc::Status status) {
                    std::lock_guard<std::mutex> lock(mu);
                    probe = std::move(status);
-                   done = true;
                    cv.notify_all();
                  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return probe.has_value(); });
+  return probe->ok() ? "" : probe->error_message();
+}
+
+}  // namespace
+
+absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int closed_in_a_row = 0;
+  std::string why;
+  while (true) {
+    if (channel.WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1))))) {
+      return absl::OkStatus();
+    }
+    why = LastConnectError(channel);
+    // A peer that is not up yet refuses connections; one whose TLS settings differ from
+    // ours fails every handshake, or closes every connection when one end speaks plaintext.
+    // Waiting mends the first only.
+    if (absl::StrContains(why, "andshake") || absl::StrContains(why, "certificate")) {
+      return absl::UnavailableError(absl::StrCat(peer, ": TLS handshake failed (", why, ")"));
+    }
+    closed_in_a_row = absl::StrContains(why, "Socket closed") ? closed_in_a_row + 1 : 0;
+    if (closed_in_a_row >= 3) {
+      return absl::UnavailableError(absl::StrCat(
+          peer, ": closes every connection as it is set up - does one end use TLS (--tls_dir) and "
+          "the other not? (", why, ")"));
+    }
+    if (absl::Now() >= deadline) break;
   }
   return absl::UnavailableError(absl::StrCat(peer, ": not reachable within ", absl::FormatDuration(timeout),
-                                             probe.ok() ? "" : absl::StrCat(" (", probe.error_message(), ")")));
+                                             why.empty() ? "" : absl::StrCat(" (", why, ")")));
 }
 
 }  // namespace tessera::rpc

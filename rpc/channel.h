@@ -30,7 +30,9 @@ struct ChannelConfig {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const ChannelConfig& config);
 
 // Waits until `channel` connects. UNAVAILABLE otherwise, naming `peer` and why gRPC could
-// not connect (refused, TLS handshake failed, ...), after `timeout`.
+// not connect: at once for settings that waiting cannot mend (a failed TLS handshake, a peer
+// that closes every connection as one end speaks plaintext to the other's TLS), else after
+// `timeout` (a refused connection: the peer may still be starting).
 absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout);
 
 }  // namespace tessera::rpc

@@ -1,5 +1,6 @@
 #include "rpc/transport_security.h"
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include <cstdlib>
@@ -13,6 +14,13 @@
 
 namespace tessera::rpc {
 namespace {
+
+// gRPC's threads may still be in a TLS handshake when the process exits (a channel given up
+// on keeps connecting in the background), and OpenSSL's atexit clean-up would free what they
+// use: a SIGSEGV at exit. This runs before main(), ahead of any other use of OpenSSL, so the
+// clean-up is never registered; the kernel frees everything anyway.
+[[maybe_unused]] const bool kOpenSslWithoutAtExit =
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
 
 std::string FromEnv(const std::string& flag_value, const char* variable) {
   if (!flag_value.empty()) return flag_value;

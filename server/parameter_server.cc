@@ -4,13 +4,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "grpcpp/health_check_service_interface.h"
-#include "kvstore/transport.h"
+#include "rpc/server.h"
 
 namespace tessera::server {
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
-    const std::string& address, const kvstore::ServerStoreOptions& options) {
+    const std::string& address, const kvstore::ServerStoreOptions& options,
+    const rpc::TransportSecurity& security) {
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ASSIGN_OR_RETURN(ps->runtime_, OwnedRuntime::Create());
   ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), options);
@@ -20,19 +20,15 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     raw->stop_requested_ = true;
     raw->cv_.notify_all();
   });
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  kvstore::ConfigureKVStoreServer(builder);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &ps->port_);
-  builder.RegisterService(ps->service_.get());
-  ps->server_ = builder.BuildAndStart();
-  if (ps->server_ == nullptr || ps->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("parameter server ", options.server_index,
-                                               ": cannot listen on ", address));
-  }
-  const std::string host = address.substr(0, address.rfind(':'));
-  const bool local = host.empty() || host == "0.0.0.0" || host == "[::]" || host == "localhost";
-  ps->address_ = absl::StrCat(local ? "127.0.0.1" : host, ":", ps->port_);
+  ASSIGN_OR_RETURN(rpc::RunningServer running,
+                   rpc::StartServer({.name = absl::StrCat("parameter server ", options.server_index),
+                                     .address = address,
+                                     .security = security,
+                                     .limits = rpc::kKVStoreLimits,
+                                     .services = {ps->service_.get()}}));
+  ps->server_ = std::move(running.server);
+  ps->port_ = running.port;
+  ps->address_ = std::move(running.address);
   return ps;
 }
 
@@ -56,6 +52,7 @@ void ParameterServer::Shutdown() {
     shut_down_ = true;
     cv_.notify_all();
   }
+  if (server_ == nullptr) return;  // Start failed before serving
   // Streams still open after the deadline are cancelled: their workers see UNAVAILABLE.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }

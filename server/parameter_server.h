@@ -16,16 +16,19 @@
 #include "absl/status/statusor.h"
 #include "kvstore/server_store.h"
 #include "ndarray/runtime.h"
+#include "rpc/transport_security.h"
 #include "server/kvstore_service.h"
 
 namespace tessera::server {
 
 class ParameterServer {
  public:
-  // Serves on `address` ("127.0.0.1:0", "[::]:9000", ...). UNAVAILABLE naming the address
-  // when it cannot be bound.
+  // Serves on `address` ("127.0.0.1:0", "[::]:9000", ...) with `security` (rpc/server.h:
+  // beyond loopback only with TLS and a token, or insecure). UNAVAILABLE naming the address
+  // when it cannot be bound; PERMISSION_DENIED for an unsafe configuration.
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
-      const std::string& address, const kvstore::ServerStoreOptions& options);
+      const std::string& address, const kvstore::ServerStoreOptions& options,
+      const rpc::TransportSecurity& security = {});
   ~ParameterServer();  // Shutdown, then waits for every stream to end
 
   int port() const { return port_; }

@@ -7,6 +7,8 @@
 // It listens on --address, or on the loopback interface at its own entry's port in the
 // server list. --address=127.0.0.1:0 picks a free port (an entry of the list must name a
 // port in 1..65535, so port 0 cannot come from there); --port_file receives the bound port.
+// Beyond loopback it serves only over TLS with a cluster token (--tls_dir, --token_file) or
+// with --insecure (rpc/server.h).
 #include <malloc.h>
 
 #include <csignal>
@@ -23,6 +25,7 @@
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "kvstore/cluster_spec.h"
+#include "rpc/security_flags.h"
 #include "server/parameter_server.h"
 #include "spdlog/spdlog.h"
 
@@ -91,8 +94,10 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(serving_mu);
     if (serving != nullptr) serving->Shutdown();
   });
+  absl::StatusOr<tessera::rpc::TransportSecurity> security = tessera::rpc::TransportSecurityFromFlags();
+  if (!security.ok()) return Fail(security.status());
   absl::StatusOr<std::unique_ptr<tessera::server::ParameterServer>> ps =
-      tessera::server::ParameterServer::Start(address, options);
+      tessera::server::ParameterServer::Start(address, options, *security);
   if (!ps.ok()) return Fail(ps.status());
   {
     std::lock_guard<std::mutex> lock(serving_mu);

@@ -45,7 +45,8 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       }
       sink(event);
     };
-    absl::StatusOr<JobResult> result = RunJob(rt_, spec, track, [this] { return cancel_.load(); });
+    absl::StatusOr<JobResult> result = RunJob(
+        rt_, spec, track, [this] { return cancel_.load(); }, environment_);
     if (!result.ok() && !absl::IsCancelled(result.status()) && cancel_.load()) {
       // Cancel reaches the workers of a dist_sync job at different batches: the first to
       // stop leaves the others' round unfinished and the server fails their pulls

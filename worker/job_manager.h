@@ -23,8 +23,9 @@ namespace tessera::worker {
 
 class JobManager {
  public:
-  // `rt` (not owned) outlives the manager.
-  explicit JobManager(const Runtime& rt) : rt_(rt) {}
+  // `rt` (not owned) outlives the manager; every job runs in `environment`.
+  explicit JobManager(const Runtime& rt, JobEnvironment environment = {})
+      : rt_(rt), environment_(std::move(environment)) {}
   ~JobManager();  // cancels a running job and waits for it
 
   // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
@@ -39,6 +40,7 @@ class JobManager {
 
  private:
   const Runtime rt_;
+  const JobEnvironment environment_;
   mutable std::mutex mu_;  // std::mutex for TSan (kvstore/optimizer.h says why)
   std::thread thread_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;

@@ -136,7 +136,8 @@ std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, dou
 }  // namespace
 
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
-                                 const std::function<bool()>& should_stop) {
+                                 const std::function<bool()>& should_stop,
+                                 const JobEnvironment& environment) {
   if (spec.version() > kJobSpecVersion) {
     return FieldError(absl::StatusCode::kInvalidArgument, "version",
                       absl::StrCat(spec.version(), " is newer than this worker's ", kJobSpecVersion));
@@ -218,6 +219,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     options.cluster.servers.assign(spec.ps_hosts().begin(), spec.ps_hosts().end());
     options.cluster.workers.assign(workers, "");
     options.job_id = spec.job_id().empty() ? spec.name() : spec.job_id();
+    options.security = environment.security;
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }
 

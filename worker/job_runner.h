@@ -22,6 +22,7 @@
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
 #include "proto/worker.pb.h"
+#include "rpc/transport_security.h"
 
 namespace tessera::worker {
 
@@ -34,8 +35,15 @@ struct JobResult {
 
 using JobEventSink = std::function<void(const JobEvent& event)>;
 
+// What the worker daemon, not the job, decides for every job it runs.
+struct JobEnvironment {
+  // TLS and the cluster token for the job's parameter-server connections.
+  rpc::TransportSecurity security;
+};
+
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
-                                 const std::function<bool()>& should_stop = nullptr);
+                                 const std::function<bool()>& should_stop = nullptr,
+                                 const JobEnvironment& environment = {});
 
 }  // namespace tessera::worker
 

@@ -4,6 +4,10 @@
 //
 //   tessera-worker --address=127.0.0.1:7000
 //   tessera-worker --address=127.0.0.1:0 --port_file=/tmp/w0.port   (a free port)
+//   tessera-worker --address=0.0.0.0:7000 --tls_dir=certs/host-a --token_file=token
+//
+// Beyond loopback it serves only over TLS with a cluster token (or with --insecure); the
+// same settings secure its jobs' connections to the parameter servers (rpc/server.h).
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -15,8 +19,9 @@
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "ndarray/runtime.h"
+#include "rpc/security_flags.h"
+#include "rpc/server.h"
 #include "spdlog/spdlog.h"
 #include "worker/job_manager.h"
 #include "worker/worker_service.h"
@@ -44,24 +49,25 @@ int main(int argc, char** argv) {
     cv.notify_all();
   });
 
+  absl::StatusOr<tessera::rpc::TransportSecurity> security = tessera::rpc::TransportSecurityFromFlags();
+  if (!security.ok()) return fail(security.status());
   absl::StatusOr<std::unique_ptr<tessera::OwnedRuntime>> runtime =
       tessera::OwnedRuntime::Create(absl::GetFlag(FLAGS_seed));
   if (!runtime.ok()) return fail(runtime.status());
-  tessera::worker::JobManager jobs((*runtime)->get());
+  tessera::worker::JobManager jobs((*runtime)->get(), {.security = *security});
   tessera::worker::WorkerServiceImpl service(&jobs);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  const std::string address = absl::GetFlag(FLAGS_address);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)));
-  }
-  spdlog::info("tessera-worker serving on port {}", port);
+  absl::StatusOr<tessera::rpc::RunningServer> running =
+      tessera::rpc::StartServer({.name = "tessera-worker",
+                                 .address = absl::GetFlag(FLAGS_address),
+                                 .security = *security,
+                                 .limits = tessera::rpc::kWorkerServiceLimits,
+                                 .services = {&service}});
+  if (!running.ok()) return fail(running.status());
+  std::unique_ptr<grpc::Server> server = std::move(running->server);
+  spdlog::info("tessera-worker serving on {}{}{}", running->address, security->tls() ? ", TLS" : "",
+               security->token.empty() ? "" : ", cluster token required");
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status written = tessera::WritePortFile(path, port); !written.ok()) return fail(written);
+    if (absl::Status written = tessera::WritePortFile(path, running->port); !written.ok()) return fail(written);
   }
   {
     std::unique_lock<std::mutex> lock(mu);

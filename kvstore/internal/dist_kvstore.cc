@@ -509,7 +509,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   std::vector<std::unique_ptr<internal::ServerConnection>> servers;
   for (const std::string& address : options.cluster.servers) {
     ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,
-                     internal::ServerConnection::Connect(address, hello, options.connect_timeout));
+                     internal::ServerConnection::Connect(address, hello, options.connect_timeout,
+                                                                         options.security));
     servers.push_back(std::move(conn));
   }
   return std::make_unique<internal::DistKVStore>(type, options, std::move(servers));
@@ -519,6 +520,7 @@ absl::StatusOr<DistKVStoreOptions> DistKVStoreOptionsFromEnvironment() {
   DistKVStoreOptions options;
   ClusterSpecFlags flags;
   ASSIGN_OR_RETURN(options.cluster, ResolveClusterSpec(flags));
+  ASSIGN_OR_RETURN(options.security, rpc::LoadTransportSecurity({}));
   for (const char* name : {"TESSERA_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_BIGARRAY_BOUND"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;

@@ -7,8 +7,11 @@
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "grpcpp/support/client_callback.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "kvstore/transport.h"
+#include "rpc/channel.h"
 
 namespace tessera::kvstore::internal {
 
@@ -99,9 +102,14 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     absl::Status broken;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      broken_ = absl::UnavailableError(absl::StrCat(
-          "parameter server ", address_, ": stream ended (",
-          status.ok() ? "closed" : status.error_message(), ")"));
+      // A refused token or certificate stays what it is; anything else means the server is
+      // gone for this worker.
+      const bool refused = status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                           status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+      broken_ = absl::Status(
+          refused ? static_cast<absl::StatusCode>(status.error_code()) : absl::StatusCode::kUnavailable,
+          absl::StrCat("parameter server ", address_, ": stream ended (",
+                       status.ok() ? "closed" : status.error_message(), ")"));
       broken = broken_;
       pending.swap(callbacks_);
       queue_.clear();
@@ -160,13 +168,14 @@ ServerConnection::ServerConnection(std::string address, std::shared_ptr<grpc::Ch
       stub_(KVStoreService::NewStub(channel_)) {}
 
 absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
-    const std::string& address, const Hello& hello, absl::Duration timeout) {
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), KVStoreChannelArguments());
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach parameter server ", address,
-                                               " within ", absl::FormatDuration(timeout)));
-  }
+    const std::string& address, const Hello& hello, absl::Duration timeout,
+    const rpc::TransportSecurity& security) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   rpc::NewChannel({.target = address,
+                                    .security = security,
+                                    .limits = rpc::kKVStoreLimits.Peer(),
+                                    .own_connection = true}));
+  RETURN_IF_ERROR(rpc::WaitUntilConnected(*channel, absl::StrCat("parameter server ", address), timeout));
   std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
   conn->reactor_ = new Reactor(conn->channel_, address);
   // Shared: if Hello times out, the callback may still run while `conn` is torn down.
@@ -184,8 +193,11 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
   }
   const ServerMessage reply = future.get();
   if (reply.code() != 0) {
+    // The server's answer, or the stream's end, which already names the server.
+    const std::string name = absl::StrCat("parameter server ", address, ": ");
     return absl::Status(static_cast<absl::StatusCode>(reply.code()),
-                        absl::StrCat("parameter server ", address, ": ", reply.message()));
+                        absl::StartsWith(reply.message(), name) ? reply.message()
+                                                                : absl::StrCat(name, reply.message()));
   }
   conn->hello_ = reply.hello();
   return conn;

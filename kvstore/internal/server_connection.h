@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/kvstore.grpc.pb.h"
+#include "rpc/transport_security.h"
 
 namespace tessera::kvstore::internal {
 
@@ -32,12 +33,13 @@ class ServerConnection {
  public:
   using OnReply = std::function<void(const ServerMessage& reply, bool done)>;
 
-  // Connects (retrying until `timeout`: servers may start after their workers), opens the
-  // stream and exchanges Hello. UNAVAILABLE / DEADLINE_EXCEEDED naming `address`, or the
-  // server's answer to Hello.
-  static absl::StatusOr<std::unique_ptr<ServerConnection>> Connect(const std::string& address,
-                                                                   const Hello& hello,
-                                                                   absl::Duration timeout);
+  // Connects with `security` (retrying until `timeout`: servers may start after their
+  // workers), opens the stream and exchanges Hello. UNAVAILABLE / DEADLINE_EXCEEDED naming
+  // `address` and why it cannot be reached (e.g. a TLS handshake that failed), or the
+  // server's answer to Hello (UNAUTHENTICATED for a missing or wrong token).
+  static absl::StatusOr<std::unique_ptr<ServerConnection>> Connect(
+      const std::string& address, const Hello& hello, absl::Duration timeout,
+      const rpc::TransportSecurity& security);
   // Closes the stream (after the queued messages), waits for it to end.
   ~ServerConnection();
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -325,13 +326,25 @@ TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
   ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
   const std::string workers = absl::StrJoin(daemons_->cluster().workers, ",");
   const std::string job = WriteJob({.name = "submit-mlp"});
+  // The daemons belong to whoever holds their cluster's token.
+  const Command stranger =
+      Tessera({"submit", "--workers", workers, "--servers", daemons_->cluster().servers[0], job});
+  EXPECT_EQ(stranger.code, 1);
+  EXPECT_THAT(stranger.err, HasSubstr("UNAUTHENTICATED: worker "));
+  EXPECT_THAT(stranger.err, HasSubstr("no cluster token"));
+  const Command nosy = Tessera({"status", "--workers", workers});
+  EXPECT_EQ(nosy.code, 1);
+  EXPECT_THAT(nosy.err, HasSubstr("no cluster token"));
+
+  const std::string token = daemons_->token_file();
   for (int round = 0; round < 2; ++round) {
     const std::string server = round == 0 ? daemons_->cluster().servers[0] : NewServer();
-    const Command c = Tessera({"submit", "--workers", workers, "--servers", server, job, "--json"});
+    const Command c = Tessera(
+        {"submit", "--workers", workers, "--servers", server, job, "--json", "--token_file", token});
     ASSERT_EQ(c.code, 0) << "round " << round << ": " << c.out << c.err;
     EXPECT_GT(JsonNumber(c.lines.back(), "test_accuracy"), 0.9) << c.out;
 
-    const Command status = Tessera({"status", "--workers", workers});
+    const Command status = Tessera({"status", "--workers", workers, "--token_file", token});
     ASSERT_EQ(status.code, 0) << status.err;
     ASSERT_EQ(status.lines.size(), 2u) << status.out;
     for (int w = 0; w < 2; ++w) {
@@ -356,7 +369,10 @@ TEST_F(JobTest, CancelStopsTheJobAndTheDaemonsTakeTheNext) {
     EXPECT_THAT(s.last_result(), HasSubstr("CANCELLED"));
   }
   auto next_client = client::JobClient::Connect(
-      {.workers = daemons_->cluster().workers, .servers = {NewServer()}}, absl::Seconds(30));
+      {.workers = daemons_->cluster().workers,
+       .servers = {NewServer()},
+       .security = daemons_->cluster().security},
+      absl::Seconds(30));
   ASSERT_THAT(next_client.status(), IsOk());
   const absl::StatusOr<client::JobOutcome> next =
       RunJob(Spec({.name = "after-cancel", .epochs = 1}), next_client->get());
@@ -393,7 +409,9 @@ TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
   expect_refused(spec, absl::StatusCode::kInvalidArgument, "sgdd");
   // dist_sync on workers told of no parameter servers.
   auto no_servers =
-      client::JobClient::Connect({.workers = daemons_->cluster().workers}, absl::Seconds(30));
+      client::JobClient::Connect(
+          {.workers = daemons_->cluster().workers, .security = daemons_->cluster().security},
+          absl::Seconds(30));
   ASSERT_THAT(no_servers.status(), IsOk());
   expect_refused(good, absl::StatusCode::kFailedPrecondition, "ps_hosts", no_servers->get());
 
@@ -451,6 +469,105 @@ TEST_F(JobTest, AKilledWorkerFailsTheJobNamingItAndTheOthersSurvive) {
   EXPECT_TRUE(fs::exists(RunDir("killed") + "/killed-0001.params"));
   std::fprintf(stderr, "the client saw the killed worker after %s: %s\n",
                absl::FormatDuration(took).c_str(), result.status().ToString().c_str());
+}
+
+// One daemon as a process of the test; `address` is set once it reports its port.
+struct Daemon {
+  std::unique_ptr<Subprocess> process;
+  std::string address;
+  std::string log;
+};
+
+Daemon StartDaemon(const std::string& name, std::vector<std::string> argv) {
+  const std::string base = absl::StrCat(TmpDir(), "/", name);
+  fs::remove(base + ".port");
+  argv.push_back("--port_file=" + base + ".port");
+  Daemon d;
+  d.log = base + ".log";
+  auto p = Subprocess::Start({.argv = argv, .stdout_path = d.log, .stderr_path = d.log});
+  EXPECT_THAT(p.status(), IsOk());
+  if (!p.ok()) return d;
+  d.process = std::move(*p);
+  absl::StatusOr<std::string> port = WaitForFile(base + ".port", absl::Seconds(30));
+  EXPECT_THAT(port.status(), IsOk()) << ReadFileToString(d.log).value_or("");
+  if (port.ok()) d.address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port));
+  return d;
+}
+
+TEST(SecureDaemonTest, DaemonsRefuseToServeBeyondLoopbackWithoutTlsAndAToken) {
+  const std::vector<std::vector<std::string>> daemons = {
+      {RunfilePath("worker/tessera-worker"), "--address=0.0.0.0:0"},
+      {RunfilePath("server/tessera-ps"), "--address=0.0.0.0:0", "--index=0", "--num_servers=1",
+       "--num_workers=1"}};
+  for (const std::vector<std::string>& argv : daemons) {
+    SCOPED_TRACE(argv[0]);
+    const std::string err = TmpDir() + "/refused.err";
+    auto p = Subprocess::Start({.argv = argv, .stderr_path = err});
+    ASSERT_THAT(p.status(), IsOk());
+    absl::StatusOr<ExitStatus> exit = (*p)->Wait(absl::Seconds(30));
+    ASSERT_THAT(exit.status(), IsOk());
+    EXPECT_TRUE(exit->exited && exit->code == 1) << exit->ToString();
+    const std::string message = ReadFileToString(err).value_or("");
+    EXPECT_THAT(message, HasSubstr("will not serve 0.0.0.0:0"));
+    EXPECT_THAT(message, HasSubstr("tessera certs DIR --hosts"));
+
+    // --insecure serves, with a warning in the log.
+    std::vector<std::string> insecure = argv;
+    insecure.push_back("--insecure");
+    Daemon d = StartDaemon("insecure", insecure);
+    ASSERT_FALSE(d.address.empty());
+    EXPECT_THAT(ReadFileToString(d.log).value_or(""), HasSubstr("plaintext without token checks"));
+  }
+}
+
+TEST_F(JobTest, ATlsClusterTrainsWithItsTokenAndRefusesStrangers) {
+  const std::string certs = TmpDir() + "/certs";
+  fs::remove_all(certs);
+  const Command made = Tessera({"certs", certs, "--hosts", "127.0.0.1"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const Command other_ca = Tessera({"certs", certs + "/other", "--hosts", "127.0.0.1"});
+  ASSERT_EQ(other_ca.code, 0) << other_ca.err;
+  const std::string tls = certs + "/127.0.0.1";
+  const std::string token = TmpDir() + "/token";
+  const std::string wrong_token = TmpDir() + "/wrong-token";
+  ASSERT_THAT(WriteStringToFile(token, "correct horse battery staple\n", kOwnerOnly), IsOk());
+  ASSERT_THAT(WriteStringToFile(wrong_token, "correct horse battery stapler\n"), IsOk());
+  // Every interface, mutual TLS: the workers present their certificate to the server.
+  const std::vector<std::string> secure = {"--address=0.0.0.0:0", "--tls_dir=" + tls,
+                                           "--token_file=" + token, "--mtls"};
+  auto with = [&](std::vector<std::string> argv) {
+    argv.insert(argv.end(), secure.begin(), secure.end());
+    return argv;
+  };
+  Daemon ps = StartDaemon("tls-ps", with({RunfilePath("server/tessera-ps"), "--index=0",
+                                          "--num_servers=1", "--num_workers=2"}));
+  Daemon w0 = StartDaemon("tls-worker-0", with({RunfilePath("worker/tessera-worker")}));
+  Daemon w1 = StartDaemon("tls-worker-1", with({RunfilePath("worker/tessera-worker")}));
+  ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
+  const std::string workers = absl::StrCat(w0.address, ",", w1.address);
+  const std::string job = WriteJob({.name = "tls-mlp", .epochs = 1});
+  auto submit = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"submit", "--workers", workers, "--servers", ps.address, job};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return Tessera(args);
+  };
+
+  const Command plaintext = submit({"--token_file", token});
+  EXPECT_EQ(plaintext.code, 1);
+  EXPECT_THAT(plaintext.err, HasSubstr("does one end use TLS (--tls_dir) and the other not?"));
+  const Command wrong = submit({"--tls_dir", tls, "--token_file", wrong_token});
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_THAT(wrong.err, HasSubstr("wrong cluster token"));
+  const Command stranger = submit({"--tls_dir", certs + "/other/127.0.0.1", "--token_file", token});
+  EXPECT_EQ(stranger.code, 1);
+  EXPECT_THAT(stranger.err, HasSubstr("certificate verify failed"));
+
+  const Command ok = submit({"--tls_dir", tls, "--token_file", token, "--json"});
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.err << ReadFileToString(ps.log).value_or("")
+                        << ReadFileToString(w0.log).value_or("");
+  EXPECT_GT(JsonNumber(ok.lines.back(), "test_accuracy"), 0.9) << ok.out;
+  for (Daemon* d : {&ps, &w0, &w1}) EXPECT_TRUE(d->process->running()) << d->log;
+  EXPECT_THAT(ReadFileToString(w0.log).value_or(""), Not(HasSubstr("correct horse")));
 }
 
 }  // namespace

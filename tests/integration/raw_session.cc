@@ -5,13 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvstore/transport.h"
+#include "rpc/channel.h"
 
 namespace tessera::integration {
 
 std::shared_ptr<grpc::Channel> RawChannel(const std::string& address, int max_send_bytes) {
-  grpc::ChannelArguments args = kvstore::KVStoreChannelArguments();
-  args.SetMaxSendMessageSize(max_send_bytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  rpc::MessageLimits limits = rpc::kKVStoreLimits.Peer();
+  limits.max_send = max_send_bytes;
+  return rpc::NewChannel({.target = address, .limits = limits, .own_connection = true}).value();
 }
 
 ArrayChunk WholeChunk(int key, DataType dtype, const std::vector<int64_t>& shape,

@@ -18,7 +18,7 @@
 
 namespace tessera::integration {
 
-// A channel with the workers' settings (kvstore/transport.h), except that it sends messages
+// A loopback channel with the workers' settings (rpc/channel.h), except that it sends messages
 // up to `max_send_bytes`: above kMaxMessageBytes a test can reach the server's own limit.
 std::shared_ptr<grpc::Channel> RawChannel(const std::string& address, int max_send_bytes);
 

@@ -52,8 +52,9 @@ bool Verifies(X509* ca, X509* leaf, const std::string& host) {
 TEST(CertificatesTest, EveryHostGetsAFolderWhoseCertificateChainsToTheCa) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/certs");
   std::filesystem::remove_all(dir);
-  ASSERT_THAT(MakeCertificates({.dir = dir, .hosts = {"10.0.0.2", "ps-0.ps", "*.workers.default.svc"}}),
-              IsOk());
+  auto folders = MakeCertificates({.dir = dir, .hosts = {"10.0.0.2", "ps-0.ps", "*.workers.default.svc"}});
+  ASSERT_THAT(folders, IsOk());
+  EXPECT_EQ(*folders, (std::vector<std::string>{dir + "/10.0.0.2", dir + "/ps-0.ps", dir + "/_.workers.default.svc"}));
   X509* ca = ReadCert(dir + "/ca.pem");
   ASSERT_NE(ca, nullptr);
   X509* ip = ReadCert(dir + "/10.0.0.2/cert.pem");
@@ -86,11 +87,11 @@ TEST(CertificatesTest, EveryHostGetsAFolderWhoseCertificateChainsToTheCa) {
 TEST(CertificatesTest, HostsThatAreNotNamesOrAddressesAreRefused) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/bad_certs");
   for (const char* host : {"", "a b", "../etc", "-lead.example", "a..b", "x/y"}) {
-    const absl::Status status = MakeCertificates({.dir = dir, .hosts = {host}});
+    const absl::Status status = MakeCertificates({.dir = dir, .hosts = {host}}).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << host;
     EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("'", host, "'"))) << host;
   }
-  EXPECT_THAT(MakeCertificates({.dir = dir, .hosts = {}}).message(), HasSubstr("names no host"));
+  EXPECT_THAT(MakeCertificates({.dir = dir, .hosts = {}}).status().message(), HasSubstr("names no host"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/ca.key"));
 }
 

@@ -18,6 +18,8 @@
 #include "io/image_codec.h"
 #include "io/image_record.h"
 #include "io/recordio.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
 #include "server/parameter_server.h"
 #include "tests/ndarray/test_util.h"
 #include "tests/worker/synthetic_digits.h"
@@ -349,8 +351,19 @@ TEST_F(WorkerTest, BadIteratorArgumentsNameTheFieldKeyOrFile) {
 TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
   kvstore::ServerStoreOptions options;
   options.num_workers = 2;
-  auto ps = server::ParameterServer::Start("127.0.0.1:0", options);
+  auto ps = server::ParameterServer::Start("127.0.0.1:0", options, {.token = "ps-token"});
   ASSERT_THAT(ps, IsOk());
+  const JobEnvironment environment{.security = {.token = "ps-token"}};
+  {
+    // A worker without the cluster's token is turned away before the server sees its Hello.
+    JobSpec spec = MlpJob();
+    spec.set_kvstore("dist_sync");
+    spec.add_ps_hosts((*ps)->address());
+    spec.set_num_workers(2);
+    EXPECT_THAT(RunJob(rt(), spec, [](const JobEvent&) {}),
+                StatusIs(absl::StatusCode::kUnauthenticated,
+                         AllOf(HasSubstr((*ps)->address()), HasSubstr("no cluster token"))));
+  }
   // Both workers share the fixture's runtime. They deadlocked one run in four while their
   // executors shared the device's temp-space variable (a forward waiting for its pull held
   // the other worker's forward behind it; executors now have their own).
@@ -366,7 +379,7 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
       spec.mutable_data()->set_part_index(rank);
       spec.mutable_data()->set_num_parts(2);
       spec.set_batch_size(16);
-      results[rank] = RunJob(rt(), spec, [](const JobEvent&) {});
+      results[rank] = RunJob(rt(), spec, [](const JobEvent&) {}, nullptr, environment);
     });
   }
   for (auto& t : workers) t.join();
@@ -409,14 +422,40 @@ TEST_F(WorkerTest, TheManagerRunsOneJobAtATimeAndCancels) {
 TEST_F(WorkerTest, TheGrpcServiceStreamsEventsAndStatusesOnLoopback) {
   JobManager jobs(rt());
   WorkerServiceImpl service(&jobs);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  auto stub = Worker::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                  grpc::InsecureChannelCredentials()));
+  auto running = rpc::StartServer({.name = "worker",
+                                   .address = "127.0.0.1:0",
+                                   .security = {.token = "cluster-token"},
+                                   .limits = rpc::kWorkerServiceLimits,
+                                   .services = {&service}});
+  ASSERT_THAT(running, IsOk());
+  std::unique_ptr<grpc::Server> server = std::move(running->server);
+  auto dial = [&](std::string token) {
+    return Worker::NewStub(rpc::NewChannel({.target = running->address,
+                                            .security = {.token = std::move(token)},
+                                            .limits = rpc::kWorkerServiceLimits.Peer()})
+                               .value());
+  };
+  // Without the cluster's token no call gets through, admin calls included, and no job ran.
+  for (const std::string& token : {std::string(), std::string("not-the-token")}) {
+    auto stranger = dial(token);
+    grpc::ClientContext run_context;
+    auto reader = stranger->RunJob(&run_context, MlpJob());
+    JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    grpc::ClientContext cancel_context;
+    CancelReply cancelled;
+    EXPECT_EQ(stranger->Cancel(&cancel_context, CancelRequest(), &cancelled).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    grpc::ClientContext params_context;
+    GetParamsReply params;
+    EXPECT_EQ(stranger->GetParams(&params_context, GetParamsRequest(), &params).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(jobs.Status().state(), WorkerStatus::IDLE);
+  EXPECT_EQ(jobs.Params().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto stub = dial("cluster-token");
   {
     grpc::ClientContext context;
     auto reader = stub->RunJob(&context, MlpJob());
