@@ -26,6 +26,10 @@ struct LocalClusterOptions {
   int num_servers = 1;  // 0: for jobs with kvstore "local"
   int num_workers = 2;
   std::string run_dir;  // logs and port files go under it (created if missing)
+  // The workers' --data_root and --run_root: by default the whole file system for reading
+  // (the cluster is this user's own, behind its token) and `run_dir` for writing.
+  std::string data_root = "/";
+  std::string run_root;
   // The daemons; default: next to this program's bazel-bin folder
   // (bazel-bin/server/tessera-ps, bazel-bin/worker/tessera-worker).
   std::string ps_binary;

@@ -30,6 +30,13 @@ absl::StatusOr<std::string> DataIterForKind(absl::string_view kind) {
                                                  absl::StrJoin(DataKinds(), ", "), ")"));
 }
 
+bool IsFileArgument(absl::string_view key) {
+  for (const char* file : {"image", "label", "data_csv", "label_csv", "path_imgrec", "path_imgidx"}) {
+    if (key == file) return true;
+  }
+  return false;
+}
+
 absl::Status CheckDataIterKwargs(absl::string_view name, const IterKwargs& kwargs) {
   if (name == "MNISTIter") return MNISTIterOptions::FromKwargs(kwargs).status();
   if (name == "CSVIter") return CSVIterOptions::FromKwargs(kwargs).status();

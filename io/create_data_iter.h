@@ -34,6 +34,11 @@ absl::StatusOr<std::string> DataIterForKind(absl::string_view kind);
 // name, an unknown keyword or a bad value, naming them.
 absl::Status CheckDataIterKwargs(absl::string_view name, const IterKwargs& kwargs);
 
+// Whether the keyword argument `key` of these iterators names a file they read (MNISTIter's
+// image and label, CSVIter's data_csv and label_csv, ImageRecordIter's path_imgrec and
+// path_imgidx).
+bool IsFileArgument(absl::string_view key);
+
 // The iterator `name` made from `kwargs`; the errors of CheckDataIterKwargs and of the
 // iterator's Create.
 absl::StatusOr<std::unique_ptr<DataIter>> CreateDataIter(const Runtime& rt, absl::string_view name,

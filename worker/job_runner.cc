@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/confined_path.h"
 #include "core/status_macros.h"
 #include "examples/models.h"
 #include "graph/graph_def.h"
@@ -82,7 +83,22 @@ absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(const Runtime& rt,
   return iter;
 }
 
-absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
+// The file arguments of `kwargs` (given at `field`), each resolved under `root`; unchanged
+// when `root` is empty. `names` maps an argument to the job's field when the job names it
+// otherwise (kind mnist: "image" is data.train_images).
+absl::Status ConfineFiles(const std::string& root, const std::string& field,
+                          const std::map<std::string, std::string>& names, io::IterKwargs& kwargs) {
+  if (root.empty()) return absl::OkStatus();
+  for (auto& [key, value] : kwargs) {
+    if (!io::IsFileArgument(key) || value.empty()) continue;
+    const auto name = names.find(key);
+    const std::string what = absl::StrCat(field, ".", name == names.end() ? key : name->second);
+    ASSIGN_OR_RETURN(value, ConfinePath(root, value, PathUse::kReadFile, what));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec, const std::string& data_root) {
   const DataSpec& d = spec.data();
   absl::StatusOr<std::string> iter_name = io::DataIterForKind(d.kind());
   if (!iter_name.ok()) {
@@ -93,6 +109,7 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
   io::IterKwargs train(d.train_iter().begin(), d.train_iter().end());
   io::IterKwargs test(d.test_iter().begin(), d.test_iter().end());
   std::string train_field = "data.train_iter", test_field = "data.test_iter";
+  std::map<std::string, std::string> train_names, test_names;
   if (d.kind() == "mnist") {
     if (!train.empty() || !test.empty()) {
       return FieldError(absl::StatusCode::kInvalidArgument,
@@ -105,11 +122,15 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec) {
       test = {{"image", d.test_images()}, {"label", d.test_labels()}, {"flat", flat}};
     }
     train_field = test_field = "data";
+    train_names = {{"image", "train_images"}, {"label", "train_labels"}};
+    test_names = {{"image", "test_images"}, {"label", "test_labels"}};
   } else if (train.empty()) {
     return FieldError(
         absl::StatusCode::kInvalidArgument, "data.train_iter",
         absl::StrCat("required for kind '", d.kind(), "' (the ", *iter_name, " arguments)"));
   }
+  RETURN_IF_ERROR(ConfineFiles(data_root, train_field, train_names, train));
+  RETURN_IF_ERROR(ConfineFiles(data_root, test_field, test_names, test));
   Data data;
   const io::IterKwargs train_set = {{"batch_size", absl::StrCat(spec.batch_size())},
                                     {"seed", absl::StrCat(spec.seed())},
@@ -183,7 +204,12 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   if (!initializer.ok()) {
     return FieldError(initializer.status().code(), "initializer", initializer.status().message());
   }
-  ASSIGN_OR_RETURN(Data data, BuildData(rt, spec));
+  std::string checkpoint_prefix = spec.checkpoint_prefix();
+  if (!checkpoint_prefix.empty() && !environment.run_root.empty()) {
+    ASSIGN_OR_RETURN(checkpoint_prefix, ConfinePath(environment.run_root, checkpoint_prefix,
+                                                    PathUse::kWritePrefix, "checkpoint_prefix"));
+  }
+  ASSIGN_OR_RETURN(Data data, BuildData(rt, spec, environment.data_root));
 
   train::Module module(rt, net, {.contexts = contexts});
   if (absl::Status bound = module.Bind(data.train->provide_data(), data.train->provide_label(), true);
@@ -210,7 +236,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   }
   fit.initializer = *initializer;
   fit.seed = spec.seed();
-  if (spec.rank() == 0) fit.checkpoint_prefix = spec.checkpoint_prefix();
+  if (spec.rank() == 0) fit.checkpoint_prefix = checkpoint_prefix;
   fit.should_stop = should_stop;
   if (dist) {
     kvstore::DistKVStoreOptions options;

@@ -39,6 +39,12 @@ using JobEventSink = std::function<void(const JobEvent& event)>;
 struct JobEnvironment {
   // TLS and the cluster token for the job's parameter-server connections.
   rpc::TransportSecurity security;
+  // A job reads its data files only under `data_root` and writes its checkpoints only under
+  // `run_root` (core/confined_path.h; relative paths are taken from them); anything else is
+  // PERMISSION_DENIED naming the field and the path. Empty: no confinement (in-process
+  // callers); the daemon always sets both.
+  std::string data_root;
+  std::string run_root;
 };
 
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,

@@ -7,8 +7,11 @@
 //   tessera-worker --address=0.0.0.0:7000 --tls_dir=certs/host-a --token_file=token
 //
 // Beyond loopback it serves only over TLS with a cluster token (or with --insecure); the
-// same settings secure its jobs' connections to the parameter servers (rpc/server.h).
+// same settings secure its jobs' connections to the parameter servers (rpc/server.h). Jobs
+// read data only under --data_root and write checkpoints only under --run_root.
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
 
@@ -29,6 +32,12 @@
 ABSL_FLAG(std::string, address, "127.0.0.1:0", "host:port to serve on (port 0: a free one)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port (and a newline) to this file");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the engine's random generators");
+ABSL_FLAG(std::string, data_root, "",
+          "jobs read data files only under this folder (TESSERA_DATA_ROOT; default: the working "
+          "directory)");
+ABSL_FLAG(std::string, run_root, "",
+          "jobs write checkpoints only under this folder (TESSERA_RUN_ROOT; default: the working "
+          "directory)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-worker: runs Tessera training jobs");
@@ -54,7 +63,21 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<tessera::OwnedRuntime>> runtime =
       tessera::OwnedRuntime::Create(absl::GetFlag(FLAGS_seed));
   if (!runtime.ok()) return fail(runtime.status());
-  tessera::worker::JobManager jobs((*runtime)->get(), {.security = *security});
+  auto root = [](const std::string& flag, const char* variable) -> std::string {
+    if (!flag.empty()) return flag;
+    if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') return value;
+    return std::filesystem::current_path().string();
+  };
+  const tessera::worker::JobEnvironment environment{
+      .security = *security,
+      .data_root = root(absl::GetFlag(FLAGS_data_root), "TESSERA_DATA_ROOT"),
+      .run_root = root(absl::GetFlag(FLAGS_run_root), "TESSERA_RUN_ROOT")};
+  for (const std::string& folder : {environment.data_root, environment.run_root}) {
+    if (!std::filesystem::is_directory(folder)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--data_root/--run_root '", folder, "' is not a folder")));
+    }
+  }
+  tessera::worker::JobManager jobs((*runtime)->get(), environment);
   tessera::worker::WorkerServiceImpl service(&jobs);
   absl::StatusOr<tessera::rpc::RunningServer> running =
       tessera::rpc::StartServer({.name = "tessera-worker",
@@ -64,8 +87,9 @@ int main(int argc, char** argv) {
                                  .services = {&service}});
   if (!running.ok()) return fail(running.status());
   std::unique_ptr<grpc::Server> server = std::move(running->server);
-  spdlog::info("tessera-worker serving on {}{}{}", running->address, security->tls() ? ", TLS" : "",
-               security->token.empty() ? "" : ", cluster token required");
+  spdlog::info("tessera-worker serving on {}{}{}; data root {}, run root {}", running->address,
+               security->tls() ? ", TLS" : "", security->token.empty() ? "" : ", cluster token required",
+               environment.data_root, environment.run_root);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status written = tessera::WritePortFile(path, running->port); !written.ok()) return fail(written);
   }

@@ -204,6 +204,8 @@ class JobTest : public ::testing::Test {
         client::LocalCluster::Start({.num_servers = servers,
                                      .num_workers = workers,
                                      .run_dir = daemons_dir_,
+                                     .data_root = DataDir(),
+                                     .run_root = TmpDir() + "/runs",
                                      .ps_binary = RunfilePath("server/tessera-ps"),
                                      .worker_binary = RunfilePath("worker/tessera-worker")});
     ASSERT_THAT(cluster.status(), IsOk());
@@ -401,6 +403,24 @@ TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
   spec = good;
   spec.mutable_data()->set_train_images(DataDir() + "/missing-images");
   expect_refused(spec, absl::StatusCode::kNotFound, "missing-images");
+  // Files outside the workers' roots: read nothing, write nothing.
+  spec = good;
+  spec.mutable_data()->set_kind("csv");
+  spec.mutable_data()->clear_train_images();
+  (*spec.mutable_data()->mutable_train_iter())["data_csv"] = "/etc/passwd";
+  (*spec.mutable_data()->mutable_train_iter())["data_shape"] = "(1)";
+  expect_refused(spec, absl::StatusCode::kPermissionDenied,
+                 "data.train_iter.data_csv: '/etc/passwd' leads outside this worker's data root");
+  spec = good;
+  std::string up = DataDir();
+  for (int i = 0; i < 40; ++i) up += "/..";  // past "/", wherever the test runs
+  spec.mutable_data()->set_train_images(up + "/etc/passwd");
+  expect_refused(spec, absl::StatusCode::kPermissionDenied, "data.train_images");
+  spec = good;
+  const std::string outside = TmpDir() + "/escaped";
+  spec.set_checkpoint_prefix(outside);
+  expect_refused(spec, absl::StatusCode::kPermissionDenied, "checkpoint_prefix");
+  EXPECT_FALSE(fs::exists(outside + "-0001.params"));
   spec = good;
   spec.set_optimizer("sgdd");
   // Local: a dist store would connect to the server before the optimizer is checked, and
@@ -535,14 +555,15 @@ TEST_F(JobTest, ATlsClusterTrainsWithItsTokenAndRefusesStrangers) {
   // Every interface, mutual TLS: the workers present their certificate to the server.
   const std::vector<std::string> secure = {"--address=0.0.0.0:0", "--tls_dir=" + tls,
                                            "--token_file=" + token, "--mtls"};
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"};
   auto with = [&](std::vector<std::string> argv) {
     argv.insert(argv.end(), secure.begin(), secure.end());
     return argv;
   };
   Daemon ps = StartDaemon("tls-ps", with({RunfilePath("server/tessera-ps"), "--index=0",
                                           "--num_servers=1", "--num_workers=2"}));
-  Daemon w0 = StartDaemon("tls-worker-0", with({RunfilePath("worker/tessera-worker")}));
-  Daemon w1 = StartDaemon("tls-worker-1", with({RunfilePath("worker/tessera-worker")}));
+  Daemon w0 = StartDaemon("tls-worker-0", with({RunfilePath("worker/tessera-worker"), roots[0], roots[1]}));
+  Daemon w1 = StartDaemon("tls-worker-1", with({RunfilePath("worker/tessera-worker"), roots[0], roots[1]}));
   ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
   const std::string workers = absl::StrCat(w0.address, ",", w1.address);
   const std::string job = WriteJob({.name = "tls-mlp", .epochs = 1});

@@ -1,0 +1,77 @@
+#include "core/confined_path.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether `path` is `root` or below it; both canonical.
+bool Within(const fs::path& root, const fs::path& path) {
+  auto r = root.begin();
+  auto p = path.begin();
+  for (; r != root.end() && !r->empty(); ++r, ++p) {
+    if (p == path.end() || *r != *p) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::string& path,
+                                        PathUse use, const std::string& what) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": an empty path"));
+  std::error_code error;
+  const fs::path canonical_root = fs::canonical(root, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the root '", root, "' cannot be resolved: ", error.message()));
+  }
+  const fs::path given(path);
+  const fs::path joined = given.is_absolute() ? given : canonical_root / given;
+  auto outside = [&](const fs::path& resolved) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, ": '", path, "' leads outside this worker's ",
+        use == PathUse::kReadFile ? "data root" : "run root", " '", canonical_root.string(),
+        "'", resolved == joined ? "" : absl::StrCat(" (to '", resolved.string(), "')")));
+  };
+
+  if (use == PathUse::kReadFile) {
+    const fs::path resolved = fs::canonical(joined, error);
+    if (error) {
+      return absl::ErrnoToStatus(error.value(), absl::StrCat(what, ": cannot open '", path, "'"));
+    }
+    if (!Within(canonical_root, resolved)) return outside(resolved);
+    struct stat st;
+    if (stat(resolved.c_str(), &st) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat(what, ": cannot open '", path, "'"));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(what, ": '", path, "' is not a regular file (a folder, device, FIFO or socket)"));
+    }
+    return resolved.string();
+  }
+
+  // A prefix: its folder must exist (and is resolved); the name part stays as given, so
+  // ".." there is refused outright.
+  const fs::path name = joined.filename();
+  if (name.empty() || name == "." || name == "..") {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' names no file"));
+  }
+  const fs::path folder = fs::canonical(joined.parent_path(), error);
+  if (error) {
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat(what, ": no folder '", joined.parent_path().string(), "'"));
+  }
+  if (!Within(canonical_root, folder)) return outside(folder / name);
+  return (folder / name).string();
+}
+
+}  // namespace tessera
