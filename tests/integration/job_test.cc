@@ -37,6 +37,7 @@
 #include "client/local_cluster.h"
 #include "core/status_matchers.h"
 #include "core/file.h"
+#include "core/status_macros.h"
 #include "core/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -103,18 +104,17 @@ JobSpec Spec(const Job& job) {
   return file.ok() ? file->spec : JobSpec();
 }
 
-// One `tessera` command line, run to its end.
+// A command line run to its end.
 struct Command {
   int code = -1;  // exit code; -1 if killed or timed out
   std::string out, err;
   std::vector<std::string> lines;  // of out, non-empty
 };
 
-Command Tessera(const std::vector<std::string>& args) {
+// `argv`, run to its end.
+Command RunCommand(const std::vector<std::string>& argv) {
   static int count = 0;
-  const std::string base = absl::StrCat(TmpDir(), "/tessera-", ++count);
-  std::vector<std::string> argv = {RunfilePath("client/tessera")};
-  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string base = absl::StrCat(TmpDir(), "/command-", ++count);
   Command c;
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start({.argv = argv, .stdout_path = base + ".out", .stderr_path = base + ".err"});
@@ -122,7 +122,7 @@ Command Tessera(const std::vector<std::string>& args) {
   if (!p.ok()) return c;
   absl::StatusOr<ExitStatus> exit = (*p)->Wait(kCommandTimeout);
   if (!exit.ok()) {  // SIGTERM makes tessera cancel the job and stop its daemons
-    ADD_FAILURE() << "tessera " << absl::StrJoin(args, " ") << ": " << exit.status();
+    ADD_FAILURE() << absl::StrJoin(argv, " ") << ": " << exit.status();
     (void)(*p)->Signal(SIGTERM);
     exit = (*p)->Wait(absl::Seconds(20));
   }
@@ -131,6 +131,12 @@ Command Tessera(const std::vector<std::string>& args) {
   c.err = ReadFileToString(base + ".err").value_or("");
   c.lines = absl::StrSplit(c.out, '\n', absl::SkipEmpty());
   return c;
+}
+
+Command Tessera(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {RunfilePath("client/tessera")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
 }
 
 // The number after "KEY": in a flat JSON object; NaN if missing.
@@ -185,6 +191,7 @@ class JobTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     fs::create_directories(DataDir());
+    fs::create_directories(TmpDir() + "/runs");  // the workers' run root
     WriteDigits(DataDir() + "/train-images", DataDir() + "/train-labels", 2048, 1);
     WriteDigits(DataDir() + "/test-images", DataDir() + "/test-labels", 500, 2);
   }
@@ -589,6 +596,135 @@ TEST_F(JobTest, ATlsClusterTrainsWithItsTokenAndRefusesStrangers) {
   EXPECT_GT(JsonNumber(ok.lines.back(), "test_accuracy"), 0.9) << ok.out;
   for (Daemon* d : {&ps, &w0, &w1}) EXPECT_TRUE(d->process->running()) << d->log;
   EXPECT_THAT(ReadFileToString(w0.log).value_or(""), Not(HasSubstr("correct horse")));
+}
+
+// Hosts of their own: network namespaces joined by a bridge (ip netns + veth), one daemon
+// per namespace on its own address, so every connection crosses a (virtual) network as it
+// would between machines. Needs CAP_NET_ADMIN (root); skipped with the reason otherwise.
+class Network {
+ public:
+  // Runs `ip ARGS...`; the error carries its stderr.
+  static absl::Status Ip(const std::vector<std::string>& args) {
+    const std::string err = TmpDir() + "/ip.err";
+    std::vector<std::string> argv = {"ip"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = Subprocess::Start({.argv = argv, .stdout_path = "/dev/null", .stderr_path = err});
+    if (!p.ok()) return p.status();
+    absl::StatusOr<ExitStatus> exit = (*p)->Wait(absl::Seconds(30));
+    if (!exit.ok()) return exit.status();
+    if (!exit->exited || exit->code != 0) {
+      return absl::InternalError(absl::StrCat("ip ", absl::StrJoin(args, " "), ": ", exit->ToString(), ": ",
+                                              ReadFileToString(err).value_or("")));
+    }
+    return absl::OkStatus();
+  }
+
+  // Namespaces "<prefix>-<host>" with addresses 10.213.47.<i+1>/24, in the order given, on
+  // one bridge in a namespace of its own (the machine's own network is never touched).
+  absl::Status Create(const std::vector<std::string>& hosts) {
+    prefix_ = absl::StrCat("tsr", getpid());
+    hub_ = prefix_ + "-hub";
+    RETURN_IF_ERROR(AddNamespace(hub_));
+    RETURN_IF_ERROR(Ip({"-n", hub_, "link", "add", "br0", "type", "bridge"}));
+    RETURN_IF_ERROR(Ip({"-n", hub_, "link", "set", "br0", "up"}));
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const std::string ns = Namespace(hosts[i]);
+      const std::string port = absl::StrCat("p", i);
+      RETURN_IF_ERROR(AddNamespace(ns));
+      RETURN_IF_ERROR(Ip({"-n", hub_, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns}));
+      RETURN_IF_ERROR(Ip({"-n", hub_, "link", "set", port, "master", "br0", "up"}));
+      RETURN_IF_ERROR(Ip({"-n", ns, "addr", "add", absl::StrCat(Address(i), "/24"), "dev", "eth0"}));
+      RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "eth0", "up"}));
+    }
+    return absl::OkStatus();
+  }
+
+  ~Network() {
+    for (const std::string& ns : namespaces_) (void)Ip({"netns", "del", ns});
+  }
+
+  std::string Namespace(const std::string& host) const { return prefix_ + "-" + host; }
+  static std::string Address(size_t i) { return absl::StrCat("10.213.47.", i + 1); }
+
+ private:
+  absl::Status AddNamespace(const std::string& ns) {
+    RETURN_IF_ERROR(Ip({"netns", "add", ns}));
+    namespaces_.push_back(ns);
+    return Ip({"-n", ns, "link", "set", "lo", "up"});
+  }
+
+  std::string prefix_, hub_;
+  std::vector<std::string> namespaces_;
+};
+
+TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
+  // Hosts: the parameter server, two workers, the client.
+  Network network;
+  if (absl::Status created = network.Create({"ps", "w0", "w1", "client"}); !created.ok()) {
+    GTEST_SKIP() << "network namespaces unavailable here (needs root): " << created.message();
+  }
+  const std::string ps_ip = Network::Address(0), w0_ip = Network::Address(1), w1_ip = Network::Address(2);
+  const std::string certs = TmpDir() + "/hosts-certs";
+  fs::remove_all(certs);
+  ASSERT_EQ(Tessera({"certs", certs, "--hosts", absl::StrJoin({ps_ip, w0_ip, w1_ip, std::string("client")}, ",")}).code, 0);
+  ASSERT_EQ(Tessera({"certs", certs + "/other", "--hosts", "client"}).code, 0);
+  const std::string token = TmpDir() + "/hosts-token";
+  const std::string wrong_token = TmpDir() + "/hosts-wrong-token";
+  ASSERT_THAT(WriteStringToFile(token, "hosts token\n", kOwnerOnly), IsOk());
+  ASSERT_THAT(WriteStringToFile(wrong_token, "not the hosts token\n", kOwnerOnly), IsOk());
+  auto on = [&](const std::string& host, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", network.Namespace(host)});
+    return argv;
+  };
+
+  // Plaintext on a host's own address is refused at start.
+  {
+    const std::string err = TmpDir() + "/hosts-refused.err";
+    auto p = Subprocess::Start({.argv = on("w0", {RunfilePath("worker/tessera-worker"), "--address=" + w0_ip + ":7000"}),
+                                .stderr_path = err});
+    ASSERT_THAT(p.status(), IsOk());
+    absl::StatusOr<ExitStatus> exit = (*p)->Wait(absl::Seconds(30));
+    ASSERT_THAT(exit.status(), IsOk());
+    EXPECT_EQ(exit->code, 1);
+    EXPECT_THAT(ReadFileToString(err).value_or(""), HasSubstr("will not serve " + w0_ip + ":7000"));
+  }
+
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"};
+  Daemon ps = StartDaemon("hosts-ps", on("ps", {RunfilePath("server/tessera-ps"), "--address=" + ps_ip + ":9000",
+                                                "--index=0", "--num_servers=1", "--num_workers=2",
+                                                "--tls_dir=" + certs + "/" + ps_ip, "--token_file=" + token}));
+  Daemon w0 = StartDaemon("hosts-w0", on("w0", {RunfilePath("worker/tessera-worker"), "--address=" + w0_ip + ":7000",
+                                                "--tls_dir=" + certs + "/" + w0_ip, "--token_file=" + token, roots[0],
+                                                roots[1]}));
+  Daemon w1 = StartDaemon("hosts-w1", on("w1", {RunfilePath("worker/tessera-worker"), "--address=" + w1_ip + ":7000",
+                                                "--tls_dir=" + certs + "/" + w1_ip, "--token_file=" + token, roots[0],
+                                                roots[1]}));
+  ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
+  const std::string workers = absl::StrCat(w0_ip, ":7000,", w1_ip, ":7000");
+  const std::string job = WriteJob({.name = "hosts-mlp", .epochs = 1});
+  auto submit = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = on("client", {RunfilePath("client/tessera"), "submit", "--workers", workers,
+                                                  "--servers", ps_ip + ":9000", job});
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunCommand(args);
+  };
+
+  const Command plaintext = submit({"--token_file", token});
+  EXPECT_EQ(plaintext.code, 1);
+  EXPECT_THAT(plaintext.err, HasSubstr("will not dial " + w0_ip + ":7000 in plaintext"));
+  const Command no_token = submit({"--tls_dir", certs + "/client"});
+  EXPECT_EQ(no_token.code, 1);
+  EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
+  const Command wrong = submit({"--tls_dir", certs + "/client", "--token_file", wrong_token});
+  EXPECT_THAT(wrong.err, HasSubstr("wrong cluster token"));
+  const Command stranger = submit({"--tls_dir", certs + "/other/client", "--token_file", token});
+  EXPECT_THAT(stranger.err, HasSubstr("TLS handshake failed"));
+
+  const Command ok = submit({"--tls_dir", certs + "/client", "--token_file", token, "--json"});
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.err << ReadFileToString(ps.log).value_or("")
+                        << ReadFileToString(w0.log).value_or("") << ReadFileToString(w1.log).value_or("");
+  EXPECT_GT(JsonNumber(ok.lines.back(), "test_accuracy"), 0.9) << ok.out;
+  for (Daemon* d : {&ps, &w0, &w1}) EXPECT_TRUE(d->process->running()) << d->log;
 }
 
 }  // namespace
