@@ -523,6 +523,18 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
 
 absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request) {
   CommandReply reply;
+  {
+    // One job's trainer must not change another's optimizer or read its state.
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool connected = std::any_of(sessions_.begin(), sessions_.end(),
+                                       [](const Session* p) { return p != nullptr; });
+    if (!connected || request.job_id() != job_id_) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "server ", options_.server_index, " ",
+          connected ? absl::StrCat("serves job '", job_id_, "'") : std::string("runs no job"),
+          "; a command of job '", request.job_id(), "' is refused"));
+    }
+  }
   switch (request.command_case()) {
     case CommandRequest::kSetOptimizer: {
       const OptimizerSpec& spec = request.set_optimizer();

@@ -410,8 +410,10 @@ absl::Status DistKVStore::Barrier() {
 
 absl::Status DistKVStore::CommandAll(const CommandRequest& request,
                                      std::vector<CommandReply>* replies) {
+  CommandRequest ours = request;
+  ours.set_job_id(options_.job_id);
   for (auto& server : servers_) {
-    ASSIGN_OR_RETURN(CommandReply reply, server->Command(request, absl::Seconds(60)));
+    ASSIGN_OR_RETURN(CommandReply reply, server->Command(ours, absl::Seconds(60)));
     if (replies != nullptr) replies->push_back(std::move(reply));
   }
   return absl::OkStatus();

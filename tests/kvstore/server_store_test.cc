@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/ndarray/test_util.h"
@@ -19,6 +20,9 @@
 namespace tessera::kvstore {
 namespace {
 
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // One worker's end: its session and the replies the store sent it.
@@ -208,6 +212,30 @@ TEST_F(ServerStoreTest, ANewJobStartsAfreshOnceTheOldOnesWorkersLeft) {
   ASSERT_EQ(replies.size(), 3u);
   EXPECT_EQ(replies[1].code(), 0) << replies[1].message();
   EXPECT_EQ(replies[2].code(), static_cast<int>(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ServerStoreTest, OptimizerCommandsBelongToTheRunningJob) {
+  CommandRequest set;
+  set.mutable_set_optimizer()->set_name("sgd");
+  (*set.mutable_set_optimizer()->mutable_params())["learning_rate"] = "0.1";
+  Start(1, SYNC_MODE_SYNC);  // job "" (the fixture's Hello names none)
+  InitEverywhere(0, {5});
+  // Job "" runs; another job's trainer can neither replace its optimizer nor read its state.
+  CommandRequest foreign = set;
+  foreign.set_job_id("other-job");
+  EXPECT_THAT(store_->Command(foreign),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr("serves job ''"), HasSubstr("command of job 'other-job' is refused"))));
+  EXPECT_THAT(store_->Command(set), IsOk());
+  CommandRequest save;
+  save.set_save_optimizer_state(true);
+  save.set_job_id("other-job");
+  EXPECT_THAT(store_->Command(save), StatusIs(absl::StatusCode::kPermissionDenied));
+  save.clear_job_id();
+  EXPECT_THAT(store_->Command(save), IsOk());
+  // Once the job's workers have left, no job's command is taken.
+  workers_[0]->Close();
+  EXPECT_THAT(store_->Command(set), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("runs no job")));
 }
 
 TEST_F(ServerStoreTest, DepartureFailsTheOpenRoundsPullsButNotFinishedOnes) {
