@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -170,9 +171,16 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
   sessions_.assign(options_.num_workers, nullptr);
   departed_.assign(options_.num_workers, absl::OkStatus());
   barrier_.assign(options_.num_workers, Waiter{});
+  watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
 
 ServerStore::~ServerStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    watchdog_cv_.notify_all();
+  }
+  watchdog_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, key] : keys_) {
     (void)key.value.WaitToWrite();
@@ -354,6 +362,7 @@ absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
   char* merged = static_cast<char*>(key.merged.data().dptr);
   if (key.pushed_count == 0) {
     CopyPieces(pieces, merged);
+    key.round_opened = absl::Now();
   } else {
     AddPieces(pieces, reinterpret_cast<float*>(merged));
   }
@@ -465,7 +474,7 @@ void ServerStore::Barrier(Session* s, uint64_t id) {
                                         "worker ", s->rank_, " is already in the barrier")))});
   }
   barrier_[s->rank_] = Waiter{s, id};
-  ++barrier_count_;
+  if (barrier_count_++ == 0) barrier_opened_ = absl::Now();
   // Join: rounds the others finish while this worker waits complete without it.
   if (sync()) {
     for (auto& [key_id, key] : keys_) (void)MaybeCompleteRound(key_id, key);
@@ -515,6 +524,52 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
         absl::UnavailableError(absl::StrCat("barrier cannot complete: ", why.message()));
     for (Waiter& w : barrier_) {
       if (w.session != nullptr) Reply(w, {ErrorReply(w.id, blocked)});
+      w = Waiter{};
+    }
+    barrier_count_ = 0;
+  }
+}
+
+void ServerStore::WatchDeadlines() {
+  const absl::Duration tick = std::min(absl::Seconds(1), options_.round_timeout / 4);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!watchdog_cv_.wait_for(lock, absl::ToChronoNanoseconds(tick), [&] { return stopping_; })) {
+    FailOverdue(absl::Now());
+  }
+}
+
+void ServerStore::FailOverdue(absl::Time now) {
+  if (!sync()) return;
+  auto missing = [&](const std::vector<char>& arrived) {
+    std::vector<int> ranks;
+    for (int r = 0; r < options_.num_workers; ++r) {
+      if (!arrived[r]) ranks.push_back(r);
+    }
+    return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ", absl::StrJoin(ranks, ", "), " sent nothing within ",
+                        absl::FormatDuration(options_.round_timeout), " (--round_timeout)");
+  };
+  std::vector<char> in_barrier(options_.num_workers, 0);
+  for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
+  for (auto& [key_id, key] : keys_) {
+    if (key.pushed_count == 0 || now - key.round_opened < options_.round_timeout) continue;
+    std::vector<char> arrived = key.pushed;
+    for (int r = 0; r < options_.num_workers; ++r) arrived[r] |= in_barrier[r];
+    const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
+        "server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1, " of key ", key_id,
+        " cannot complete: ", missing(arrived)));
+    std::erase_if(key.pulls, [&](const PendingPull& p) {
+      if (p.round <= key.rounds_done) return false;
+      Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
+      return true;
+    });
+    for (ParkedPush& p : key.parked) Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
+    key.parked.clear();
+  }
+  if (barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout) {
+    const absl::Status overdue = absl::DeadlineExceededError(
+        absl::StrCat("server ", options_.server_index, ": barrier cannot complete: ", missing(in_barrier)));
+    for (Waiter& w : barrier_) {
+      if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
       w = Waiter{};
     }
     barrier_count_ = 0;

@@ -39,6 +39,7 @@
 #ifndef TESSERA_KVSTORE_SERVER_STORE_H_
 #define TESSERA_KVSTORE_SERVER_STORE_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -47,11 +48,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
@@ -68,6 +71,10 @@ struct ServerStoreOptions {
   uint64_t max_chunk_bytes = uint64_t{1} << 20;
   // The largest part of one key this server accepts (a guard against absurd shapes).
   uint64_t max_array_bytes = uint64_t{16} << 30;
+  // dist_sync: a round or a barrier still waiting this long after it opened for ranks that
+  // never connected, or connected and stopped sending, fails its waiting requests with
+  // DEADLINE_EXCEEDED naming those ranks (departed ranks fail them at once).
+  absl::Duration round_timeout = absl::Seconds(120);
 };
 
 class ServerStore {
@@ -148,6 +155,7 @@ class ServerStore {
     std::vector<int64_t> pushes;    // per rank: rounds it has pushed into (or joined)
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
+    absl::Time round_opened;  // when the open round's first push came
   };
 
   void Greet(Session* s, uint64_t id, const Hello& hello);
@@ -177,6 +185,10 @@ class ServerStore {
   void ServePulls(int key_id, Key& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the waiters of rounds and a barrier open longer than round_timeout (a thread of
+  // its own calls it every round_timeout / 4, at most every second).
+  void FailOverdue(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WatchDeadlines();
   // Replies go out under the lock, so a waiter's session is alive (Leave drops its waiters
   // under the same lock) and one worker's replies keep their order.
   static void Reply(const Waiter& w, std::vector<ServerMessage> replies) {
@@ -196,6 +208,10 @@ class ServerStore {
   std::vector<absl::Status> departed_ ABSL_GUARDED_BY(mu_);  // per rank: why it left (ok: here)
   std::vector<Waiter> barrier_ ABSL_GUARDED_BY(mu_);      // per rank, session null if absent
   int barrier_count_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time barrier_opened_ ABSL_GUARDED_BY(mu_);  // when the first waiter came
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::condition_variable watchdog_cv_;
+  std::thread watchdog_;  // WatchDeadlines; last member: starts after the others exist
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
 };

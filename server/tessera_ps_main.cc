@@ -39,6 +39,8 @@ ABSL_FLAG(std::optional<std::string>, worker_hosts, std::nullopt,
           "comma-separated host:port of every worker (TESSERA_WORKER_HOSTS)");
 ABSL_FLAG(std::optional<int>, num_servers, std::nullopt,
           "the number of servers, when --ps_hosts is not given (then --address is required)");
+ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(120),
+          "dist_sync: a round or barrier waiting this long for silent workers fails, naming them");
 ABSL_FLAG(std::optional<int>, num_workers, std::nullopt,
           "number of workers when their addresses are not given (TESSERA_NUM_WORKERS)");
 
@@ -85,6 +87,10 @@ int main(int argc, char** argv) {
   options.server_index = spec->index;
   options.num_servers = spec->num_servers();
   options.num_workers = spec->num_workers();
+  options.round_timeout = absl::GetFlag(FLAGS_round_timeout);
+  if (options.round_timeout <= absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError("--round_timeout must be positive"));
+  }
 
   // Signals stop the server from a thread of their own (set up before gRPC starts threads).
   tessera::server::ParameterServer* serving = nullptr;

@@ -119,11 +119,13 @@ class Worker {
 
 class ServerStoreTest : public ::testing::Test {
  protected:
-  void Start(int num_workers, SyncMode mode, uint64_t max_chunk_bytes = 1 << 20) {
+  void Start(int num_workers, SyncMode mode, uint64_t max_chunk_bytes = 1 << 20,
+             absl::Duration round_timeout = absl::Seconds(120)) {
     owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
     ServerStoreOptions options;
     options.num_workers = num_workers;
     options.max_chunk_bytes = max_chunk_bytes;
+    options.round_timeout = round_timeout;
     store_ = std::make_unique<ServerStore>(owned_->get(), options);
     for (int w = 0; w < num_workers; ++w) {
       workers_.push_back(std::make_unique<Worker>(*store_, w, num_workers, mode));
@@ -250,6 +252,40 @@ TEST_F(ServerStoreTest, DepartureFailsTheOpenRoundsPullsButNotFinishedOnes) {
   EXPECT_EQ(r.id(), pull);
   EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnavailable));
   EXPECT_THAT(r.message(), HasSubstr("worker 1 left server 0 (test closed it)"));
+}
+
+TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout) {
+  Start(3, SYNC_MODE_SYNC, 1 << 20, absl::Milliseconds(300));
+  InitEverywhere(0, {0});
+  // Worker 0 pushes and pulls; worker 1 waits in the barrier (it counts as having pushed);
+  // worker 2 is connected but silent.
+  workers_[0]->Send(false, 0, {1});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  const absl::Time start = absl::Now();
+  const uint64_t pull = workers_[0]->Pull(0);
+  const uint64_t barrier = workers_[1]->Barrier();
+  ServerMessage r = workers_[0]->Next();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  EXPECT_EQ(r.id(), pull);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(r.message(), HasSubstr("dist_sync round 1 of key 0 cannot complete: worker 2 sent nothing "
+                                     "within 300ms (--round_timeout)"));
+  r = workers_[1]->Next();
+  EXPECT_EQ(r.id(), barrier);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(r.message(), HasSubstr("barrier cannot complete: workers 0, 2 sent nothing"));
+  // The server still serves: once worker 2 pushes, the round completes.
+  workers_[1]->Send(false, 0, {10});
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  workers_[2]->Send(false, 0, {100});
+  EXPECT_EQ(workers_[2]->Next().code(), 0);
+  workers_[2]->Pull(0);
+  r = workers_[2]->Next();
+  EXPECT_EQ(r.code(), 0) << r.message();
+  ASSERT_EQ(r.pull().data().size(), sizeof(float));
+  float value = 0;
+  std::memcpy(&value, r.pull().data().data(), sizeof(value));
+  EXPECT_EQ(value, 111);
 }
 
 // Randomized against the round oracle, in threads: every worker pushes every key once per
