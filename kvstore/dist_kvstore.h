@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/cancellation.h"
 #include "kvstore/cluster_spec.h"
 #include "kvstore/kvstore.h"
 #include "rpc/transport_security.h"
@@ -53,6 +54,9 @@ struct DistKVStoreOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // TLS and the cluster token for the servers' connections (rpc/transport_security.h).
   rpc::TransportSecurity security;
+  // Not owned, may be null; must outlive the store. When it fires, connecting stops and the
+  // servers' streams are cut: every pending and later call fails at once.
+  Cancellation* cancellation = nullptr;
 };
 
 // Connects to every server of `options.cluster` as worker `cluster.index`; `type` is

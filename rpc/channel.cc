@@ -81,7 +81,8 @@ std::string LastConnectError(grpc::Channel& channel) {
 
 }  // namespace
 
-absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout) {
+absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout,
+                                const std::function<bool()>& cancelled) {
   const absl::Time deadline = absl::Now() + timeout;
   int closed_in_a_row = 0;
   std::string why;
@@ -89,6 +90,7 @@ absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer,
     if (channel.WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1))))) {
       return absl::OkStatus();
     }
+    if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat("cancelled while connecting to ", peer));
     why = LastConnectError(channel);
     // A peer that is not up yet refuses connections; one whose TLS settings differ from
     // ours fails every handshake, or closes every connection when one end speaks plaintext.

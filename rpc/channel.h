@@ -5,6 +5,7 @@
 #ifndef TESSERA_RPC_CHANNEL_H_
 #define TESSERA_RPC_CHANNEL_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,7 +34,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const ChannelConfig& c
 // not connect: at once for settings that waiting cannot mend (a failed TLS handshake, a peer
 // that closes every connection as one end speaks plaintext to the other's TLS), else after
 // `timeout` (a refused connection: the peer may still be starting).
-absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout);
+// CANCELLED within a second once `cancelled` (when given) returns true.
+absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout,
+                                const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace tessera::rpc
 

@@ -9,12 +9,14 @@
 namespace tessera::worker {
 
 JobManager::~JobManager() {
-  cancel_ = true;
   std::thread thread;
+  std::shared_ptr<Cancellation> cancellation;
   {
     std::lock_guard<std::mutex> lock(mu_);
     thread = std::move(thread_);
+    cancellation = cancellation_;
   }
+  if (cancellation != nullptr) cancellation->Cancel();
   if (thread.joinable()) thread.join();
 }
 
@@ -27,11 +29,12 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
   }
   if (thread_.joinable()) thread_.join();  // the previous job's thread has finished its work
   running_ = true;
-  cancel_ = false;
+  cancellation_ = std::make_shared<Cancellation>();
   status_ = WorkerStatus();
   status_.set_state(WorkerStatus::RUNNING);
   status_.set_job(spec.name());
-  thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink), done = std::move(done)] {
+  thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink), done = std::move(done),
+                         cancellation = cancellation_] {
     auto track = [&](const JobEvent& event) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -45,9 +48,8 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       }
       sink(event);
     };
-    absl::StatusOr<JobResult> result = RunJob(
-        rt_, spec, track, [this] { return cancel_.load(); }, environment_);
-    if (!result.ok() && !absl::IsCancelled(result.status()) && cancel_.load()) {
+    absl::StatusOr<JobResult> result = RunJob(rt_, spec, track, cancellation.get(), environment_);
+    if (!result.ok() && !absl::IsCancelled(result.status()) && cancellation->cancelled()) {
       // Cancel reaches the workers of a dist_sync job at different batches: the first to
       // stop leaves the others' round unfinished and the server fails their pulls
       // (UNAVAILABLE). After a Cancel that is the cancel's doing, and the job ends CANCELLED
@@ -67,9 +69,14 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
 }
 
 bool JobManager::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!running_) return false;
-  cancel_ = true;
+  std::shared_ptr<Cancellation> cancellation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_) return false;
+    cancellation = cancellation_;
+  }
+  // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
+  cancellation->Cancel();
   return true;
 }
 

@@ -6,8 +6,8 @@
 #ifndef TESSERA_WORKER_JOB_MANAGER_H_
 #define TESSERA_WORKER_JOB_MANAGER_H_
 
-#include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "core/cancellation.h"
 #include "ndarray/runtime.h"
 #include "proto/worker.pb.h"
 #include "worker/job_runner.h"
@@ -31,7 +32,8 @@ class JobManager {
   // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
   // that thread; `done` is the last call). RESOURCE_EXHAUSTED while another job runs.
   absl::Status Start(JobSpec spec, JobEventSink sink, std::function<void(absl::Status)> done);
-  // Asks the running job to stop before its next batch; false when none runs.
+  // Asks the running job to stop before its next batch, and cuts its parameter-server streams
+  // so a job waiting on a server stops at once; false when none runs.
   bool Cancel();
   WorkerStatus Status() const;
   // The running job's progress is not a snapshot of parameters: these are the last
@@ -44,7 +46,8 @@ class JobManager {
   mutable std::mutex mu_;  // std::mutex for TSan (kvstore/optimizer.h says why)
   std::thread thread_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<bool> cancel_{false};
+  // The running (or last) job's; a new one per job.
+  std::shared_ptr<Cancellation> cancellation_ ABSL_GUARDED_BY(mu_);
   WorkerStatus status_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> last_ ABSL_GUARDED_BY(mu_);
 };

@@ -157,7 +157,7 @@ std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, dou
 }  // namespace
 
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
-                                 const std::function<bool()>& should_stop,
+                                 Cancellation* cancellation,
                                  const JobEnvironment& environment) {
   if (spec.version() > kJobSpecVersion) {
     return FieldError(absl::StatusCode::kInvalidArgument, "version",
@@ -237,7 +237,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   fit.initializer = *initializer;
   fit.seed = spec.seed();
   if (spec.rank() == 0) fit.checkpoint_prefix = checkpoint_prefix;
-  fit.should_stop = should_stop;
+  fit.should_stop = [cancellation] { return cancellation != nullptr && cancellation->cancelled(); };
   if (dist) {
     kvstore::DistKVStoreOptions options;
     options.cluster.role = kvstore::Role::kWorker;
@@ -246,6 +246,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     options.cluster.workers.assign(workers, "");
     options.job_id = spec.job_id().empty() ? spec.name() : spec.job_id();
     options.security = environment.security;
+    options.cancellation = cancellation;
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }
 

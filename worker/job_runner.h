@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
+#include "core/cancellation.h"
 #include "proto/worker.pb.h"
 #include "rpc/transport_security.h"
 
@@ -47,8 +48,11 @@ struct JobEnvironment {
   std::string run_root;
 };
 
+// Runs `spec` to its end. `cancellation` (may be null) stops it before its next batch, and at
+// once where it waits on a parameter server; the job then returns CANCELLED or the error the
+// cut produced.
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
-                                 const std::function<bool()>& should_stop = nullptr,
+                                 Cancellation* cancellation = nullptr,
                                  const JobEnvironment& environment = {});
 
 }  // namespace tessera::worker

@@ -61,9 +61,16 @@ class DistKVStore : public KVStore {
  public:
   DistKVStore(std::string type, DistKVStoreOptions options,
               std::vector<std::unique_ptr<ServerConnection>> servers)
-      : KVStore(std::move(type)), options_(std::move(options)), servers_(std::move(servers)) {}
+      : KVStore(std::move(type)), options_(std::move(options)), servers_(std::move(servers)) {
+    if (options_.cancellation != nullptr) {
+      cancelled_ = options_.cancellation->OnCancel([this] {
+        for (auto& server : servers_) server->Abort();
+      });
+    }
+  }
 
   ~DistKVStore() override {
+    cancelled_.reset();  // before the servers go
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, key] : keys_) {
       (void)key.engine->WaitForVar(key.var);
@@ -146,6 +153,7 @@ class DistKVStore : public KVStore {
   std::unique_ptr<Optimizer> optimizer_;
   std::mutex broken_mu_;
   absl::Status broken_;
+  std::unique_ptr<Cancellation::Registration> cancelled_;  // aborts servers_
 };
 
 std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
@@ -512,7 +520,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   for (const std::string& address : options.cluster.servers) {
     ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,
                      internal::ServerConnection::Connect(address, hello, options.connect_timeout,
-                                                                         options.security));
+                                                                         options.security, options.cancellation));
     servers.push_back(std::move(conn));
   }
   return std::make_unique<internal::DistKVStore>(type, options, std::move(servers));

@@ -47,6 +47,8 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     StartNextWriteLocked();
   }
 
+  void Abort() { context_.TryCancel(); }
+
   // Starts closing; OnDone follows once the server has finished the stream.
   void Close() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -169,13 +171,14 @@ ServerConnection::ServerConnection(std::string address, std::shared_ptr<grpc::Ch
 
 absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
     const std::string& address, const Hello& hello, absl::Duration timeout,
-    const rpc::TransportSecurity& security) {
+    const rpc::TransportSecurity& security, const Cancellation* cancellation) {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    rpc::NewChannel({.target = address,
                                     .security = security,
                                     .limits = rpc::kKVStoreLimits.Peer(),
                                     .own_connection = true}));
-  RETURN_IF_ERROR(rpc::WaitUntilConnected(*channel, absl::StrCat("parameter server ", address), timeout));
+  RETURN_IF_ERROR(rpc::WaitUntilConnected(*channel, absl::StrCat("parameter server ", address), timeout,
+                                          [cancellation] { return cancellation != nullptr && cancellation->cancelled(); }));
   std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
   conn->reactor_ = new Reactor(conn->channel_, address);
   // Shared: if Hello times out, the callback may still run while `conn` is torn down.
@@ -201,6 +204,10 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
   }
   conn->hello_ = reply.hello();
   return conn;
+}
+
+void ServerConnection::Abort() {
+  if (reactor_ != nullptr) reactor_->Abort();
 }
 
 ServerConnection::~ServerConnection() {

@@ -24,6 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/cancellation.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "rpc/transport_security.h"
 
@@ -37,9 +38,10 @@ class ServerConnection {
   // workers), opens the stream and exchanges Hello. UNAVAILABLE / DEADLINE_EXCEEDED naming
   // `address` and why it cannot be reached (e.g. a TLS handshake that failed), or the
   // server's answer to Hello (UNAUTHENTICATED for a missing or wrong token).
+  // A `cancellation` (may be null) that fires ends the wait with CANCELLED.
   static absl::StatusOr<std::unique_ptr<ServerConnection>> Connect(
       const std::string& address, const Hello& hello, absl::Duration timeout,
-      const rpc::TransportSecurity& security);
+      const rpc::TransportSecurity& security, const Cancellation* cancellation = nullptr);
   // Closes the stream (after the queued messages), waits for it to end.
   ~ServerConnection();
 
@@ -51,6 +53,9 @@ class ServerConnection {
   void SendChunks(std::vector<WorkerMessage> headers,
                   std::vector<std::pair<const char*, size_t>> payloads,
                   std::shared_ptr<const void> owner, int priority, OnReply on_reply);
+  // Cuts the stream: every request pending or sent later fails at once (UNAVAILABLE, "stream
+  // ended (Cancelled)"). For a job being cancelled while it waits on this server.
+  void Abort();
   // The command channel (a unary call).
   absl::StatusOr<CommandReply> Command(const CommandRequest& request, absl::Duration timeout);
 

@@ -187,6 +187,29 @@ std::string Logs(const std::string& run_dir) {
   return all;
 }
 
+// One daemon as a process of the test; `address` is set once it reports its port.
+struct Daemon {
+  std::unique_ptr<Subprocess> process;
+  std::string address;
+  std::string log;
+};
+
+Daemon StartDaemon(const std::string& name, std::vector<std::string> argv) {
+  const std::string base = absl::StrCat(TmpDir(), "/", name);
+  fs::remove(base + ".port");
+  argv.push_back("--port_file=" + base + ".port");
+  Daemon d;
+  d.log = base + ".log";
+  auto p = Subprocess::Start({.argv = argv, .stdout_path = d.log, .stderr_path = d.log});
+  EXPECT_THAT(p.status(), IsOk());
+  if (!p.ok()) return d;
+  d.process = std::move(*p);
+  absl::StatusOr<std::string> port = WaitForFile(base + ".port", absl::Seconds(30));
+  EXPECT_THAT(port.status(), IsOk()) << ReadFileToString(d.log).value_or("");
+  if (port.ok()) d.address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port));
+  return d;
+}
+
 class JobTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -498,29 +521,6 @@ TEST_F(JobTest, AKilledWorkerFailsTheJobNamingItAndTheOthersSurvive) {
                absl::FormatDuration(took).c_str(), result.status().ToString().c_str());
 }
 
-// One daemon as a process of the test; `address` is set once it reports its port.
-struct Daemon {
-  std::unique_ptr<Subprocess> process;
-  std::string address;
-  std::string log;
-};
-
-Daemon StartDaemon(const std::string& name, std::vector<std::string> argv) {
-  const std::string base = absl::StrCat(TmpDir(), "/", name);
-  fs::remove(base + ".port");
-  argv.push_back("--port_file=" + base + ".port");
-  Daemon d;
-  d.log = base + ".log";
-  auto p = Subprocess::Start({.argv = argv, .stdout_path = d.log, .stderr_path = d.log});
-  EXPECT_THAT(p.status(), IsOk());
-  if (!p.ok()) return d;
-  d.process = std::move(*p);
-  absl::StatusOr<std::string> port = WaitForFile(base + ".port", absl::Seconds(30));
-  EXPECT_THAT(port.status(), IsOk()) << ReadFileToString(d.log).value_or("");
-  if (port.ok()) d.address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port));
-  return d;
-}
-
 TEST(SecureDaemonTest, DaemonsRefuseToServeBeyondLoopbackWithoutTlsAndAToken) {
   const std::vector<std::vector<std::string>> daemons = {
       {RunfilePath("worker/tessera-worker"), "--address=0.0.0.0:0"},
@@ -545,6 +545,39 @@ TEST(SecureDaemonTest, DaemonsRefuseToServeBeyondLoopbackWithoutTlsAndAToken) {
     ASSERT_FALSE(d.address.empty());
     EXPECT_THAT(ReadFileToString(d.log).value_or(""), HasSubstr("plaintext without token checks"));
   }
+}
+
+// The case: a worker whose parameter server froze (SIGSTOP) took 24 s to honour
+// SIGTERM (until keepalive gave up), and would never have with a server that keeps its
+// stream alive. Kubernetes waits terminationGracePeriodSeconds, then kills.
+TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"};
+  Daemon ps = StartDaemon("frozen-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0", "--index=0",
+                                        "--num_servers=1", "--num_workers=2"});
+  Daemon w0 = StartDaemon("frozen-w0", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0", roots[0], roots[1]});
+  Daemon w1 = StartDaemon("frozen-w1", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0", roots[0], roots[1]});
+  ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
+  auto client = client::JobClient::Connect({.workers = {w0.address, w1.address}, .servers = {ps.address}},
+                                           absl::Seconds(30));
+  ASSERT_THAT(client.status(), IsOk());
+  absl::Duration took = absl::InfiniteDuration();
+  absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
+  const absl::StatusOr<client::JobOutcome> outcome =
+      RunJob(Spec({.name = "frozen-ps", .epochs = 1000}), client->get(), [&] {
+        ASSERT_THAT(ps.process->Signal(SIGSTOP), IsOk());
+        absl::SleepFor(absl::Milliseconds(300));  // the workers are now waiting on it
+        const absl::Time start = absl::Now();
+        ASSERT_THAT(w0.process->Signal(SIGTERM), IsOk());
+        exit = w0.process->Wait(absl::Seconds(20));
+        took = absl::Now() - start;
+        (void)ps.process->Signal(SIGCONT);
+        (void)w1.process->Signal(SIGTERM);
+      });
+  EXPECT_FALSE(outcome.ok());
+  ASSERT_THAT(exit.status(), IsOk()) << ReadFileToString(w0.log).value_or("");
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  EXPECT_LT(took, absl::Seconds(10)) << ReadFileToString(w0.log).value_or("");
+  EXPECT_THAT(ReadFileToString(w0.log).value_or(""), HasSubstr("tessera-worker stopped"));
 }
 
 TEST_F(JobTest, ATlsClusterTrainsWithItsTokenAndRefusesStrangers) {

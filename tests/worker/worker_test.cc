@@ -391,6 +391,36 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
             *results[1]->arg_params.at("fc2_weight").AsVector<float>());
 }
 
+TEST_F(WorkerTest, CancelStopsAJobWaitingOnTheParameterServerAtOnce) {
+  // Worker 1 never comes: worker 0's first round can never complete.
+  kvstore::ServerStoreOptions options;
+  options.num_workers = 2;
+  auto ps = server::ParameterServer::Start("127.0.0.1:0", options);
+  ASSERT_THAT(ps, IsOk());
+  JobSpec spec = MlpJob();
+  spec.set_kvstore("dist_sync");
+  spec.add_ps_hosts((*ps)->address());
+  spec.set_num_workers(2);
+  spec.set_batch_event_every(1);
+  std::promise<absl::Status> done;
+  std::promise<void> started;
+  JobManager jobs(rt());
+  ASSERT_THAT(jobs.Start(spec, [&](const JobEvent& e) { if (e.has_started()) started.set_value(); },
+                         [&](absl::Status s) { done.set_value(s); }),
+              IsOk());
+  std::future<absl::Status> outcome = done.get_future();
+  ASSERT_EQ(started.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  // Blocked in its first round (no batch completes); give it time to get there.
+  EXPECT_EQ(outcome.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout);
+  const absl::Time cancelled = absl::Now();
+  EXPECT_TRUE(jobs.Cancel());
+  ASSERT_EQ(outcome.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "the job did not stop within 5 s of Cancel";
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(5));
+  EXPECT_THAT(outcome.get(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(jobs.Status().state(), WorkerStatus::IDLE);
+}
+
 TEST_F(WorkerTest, TheManagerRunsOneJobAtATimeAndCancels) {
   std::atomic<int> batches{0};
   std::promise<absl::Status> done, second;  // before `jobs`: its thread may still use them
