@@ -70,12 +70,22 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
     return Result();
   }
   auto fail = [&](absl::Status status) {
-    staged_.erase(id);
+    if (auto open = staged_.find(id); open != staged_.end()) {
+      staged_bytes_ -= open->second.received;
+      staged_.erase(open);
+    }
     if (!chunk.last()) failed_[id] = true;
     return status;
   };
+  const ServerStoreOptions& options = store_->options_;
   auto it = staged_.find(id);
   if (it == staged_.end()) {
+    if (staged_.size() >= static_cast<size_t>(options.max_session_staged_requests)) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "key ", chunk.key(), ": request ", id, " would be this worker's request number ",
+          staged_.size() + 1, " being received at once; server ", options.server_index,
+          " takes at most ", options.max_session_staged_requests)));
+    }
     if (chunk.offset() != 0) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "key ", chunk.key(), ": the first chunk of request ", id, " starts at byte ",
@@ -124,7 +134,14 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
         " bytes overruns the array ", ShapeString(chunk.dtype(), chunk.shape()), " of ",
         staged.expected, " bytes")));
   }
+  if (staged_bytes_ + chunk.data().size() > options.max_session_staged_bytes) {
+    return fail(absl::ResourceExhaustedError(absl::StrCat(
+        "key ", chunk.key(), ": request ", id, " would take this worker's requests being received to ",
+        staged_bytes_ + chunk.data().size(), " bytes; server ", options.server_index, " holds at most ",
+        options.max_session_staged_bytes, " per worker")));
+  }
   staged.received += chunk.data().size();
+  staged_bytes_ += chunk.data().size();
   if (!chunk.data().empty()) staged.pieces.push_back(std::move(*chunk.mutable_data()));
   if (!chunk.last()) return Result();
   if (staged.received != staged.expected) {
@@ -133,6 +150,7 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
         staged.expected, " that ", ShapeString(chunk.dtype(), chunk.shape()), " needs")));
   }
   Staged done = std::move(staged);
+  staged_bytes_ -= done.received;
   staged_.erase(it);
   return Result(std::move(done));
 }

@@ -71,6 +71,11 @@ struct ServerStoreOptions {
   uint64_t max_chunk_bytes = uint64_t{1} << 20;
   // The largest part of one key this server accepts (a guard against absurd shapes).
   uint64_t max_array_bytes = uint64_t{16} << 30;
+  // What one worker's stream may hold in requests still being received: their bytes, and
+  // their number. Beyond either a new chunk is RESOURCE_EXHAUSTED (that request fails, the
+  // stream and the worker's other requests go on).
+  uint64_t max_session_staged_bytes = uint64_t{4} << 30;
+  int max_session_staged_requests = 4096;
   // dist_sync: a round or a barrier still waiting this long after it opened for ranks that
   // never connected, or connected and stopped sending, fails its waiting requests with
   // DEADLINE_EXCEEDED naming those ranks (departed ranks fail them at once).
@@ -113,6 +118,7 @@ class ServerStore {
     const Send send_;
     // Touched only by Handle (one thread at a time per session).
     std::map<uint64_t, Staged> staged_;
+    uint64_t staged_bytes_ = 0;  // received so far by the requests in staged_
     std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
     // The rank from Hello (-1 before it), also read under the store's lock.
     int rank_ = -1;

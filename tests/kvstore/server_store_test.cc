@@ -63,6 +63,19 @@ class Worker {
     }
     return id;
   }
+  // One chunk of push request `id` for a key of `total` floats, at float `offset`.
+  void PushChunk(uint64_t id, int key, int64_t total, int64_t offset, const std::vector<float>& values, bool last) {
+    WorkerMessage m;
+    m.set_id(id);
+    ArrayChunk* c = m.mutable_push();
+    c->set_key(key);
+    c->set_dtype(DT_FLOAT32);
+    c->add_shape(total);
+    c->set_offset(offset * sizeof(float));
+    c->set_data(values.data(), values.size() * sizeof(float));
+    c->set_last(last);
+    session_->Handle(m);
+  }
   uint64_t Pull(int key) {
     WorkerMessage m;
     m.set_id(next_id_++);
@@ -120,12 +133,14 @@ class Worker {
 class ServerStoreTest : public ::testing::Test {
  protected:
   void Start(int num_workers, SyncMode mode, uint64_t max_chunk_bytes = 1 << 20,
-             absl::Duration round_timeout = absl::Seconds(120)) {
+             absl::Duration round_timeout = absl::Seconds(120),
+             const std::function<void(ServerStoreOptions&)>& configure = nullptr) {
     owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
     ServerStoreOptions options;
     options.num_workers = num_workers;
     options.max_chunk_bytes = max_chunk_bytes;
     options.round_timeout = round_timeout;
+    if (configure) configure(options);
     store_ = std::make_unique<ServerStore>(owned_->get(), options);
     for (int w = 0; w < num_workers; ++w) {
       workers_.push_back(std::make_unique<Worker>(*store_, w, num_workers, mode));
@@ -159,6 +174,38 @@ TEST_F(ServerStoreTest, ChunkedPushesAndPullsReassembleExactly) {
   workers_[0]->Send(false, 4, g, /*chunk=*/3);
   EXPECT_EQ(workers_[0]->Next().code(), 0);
   EXPECT_EQ(workers_[0]->PullValue(4), g);  // no optimizer: the round's sum is the value
+}
+
+TEST_F(ServerStoreTest, AStreamHoldsBoundedPartialRequestsAndStaysUsable) {
+  Start(1, SYNC_MODE_ASYNC, 1 << 20, absl::Seconds(120), [](ServerStoreOptions& o) {
+    o.max_session_staged_bytes = 40;  // 10 floats
+    o.max_session_staged_requests = 2;
+  });
+  Worker& w = *workers_[0];
+  InitEverywhere(0, std::vector<float>(8, 0.f));
+  // Two pushes of 8 floats half received, a third refused by count.
+  w.PushChunk(100, 0, 8, 0, std::vector<float>(4, 1.f), false);
+  w.PushChunk(101, 0, 8, 0, std::vector<float>(4, 2.f), false);
+  w.PushChunk(102, 0, 8, 0, std::vector<float>(4, 3.f), false);
+  ServerMessage r = w.Next();
+  EXPECT_EQ(r.id(), 102u);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(r.message(), HasSubstr("takes at most 2"));
+  // 100's next chunks would hold 44 bytes in all: it fails, and its later chunks are dropped.
+  w.PushChunk(100, 0, 8, 4, std::vector<float>(1, 1.f), false);  // 36 bytes held: fine
+  w.PushChunk(100, 0, 8, 5, std::vector<float>(2, 1.f), false);
+  r = w.Next();
+  EXPECT_EQ(r.id(), 100u);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(r.message(), HasSubstr("holds at most 40 per worker"));
+  w.PushChunk(100, 0, 8, 7, std::vector<float>(1, 1.f), true);
+  EXPECT_FALSE(w.HasReply());
+  // What was freed serves the rest: 101 completes, and its value is what was pushed.
+  w.PushChunk(101, 0, 8, 4, std::vector<float>(4, 2.f), true);
+  r = w.Next();
+  EXPECT_EQ(r.id(), 101u);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(w.PullValue(0), std::vector<float>(8, 2.f));
 }
 
 TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
