@@ -9,19 +9,25 @@ Cancellation::Registration::~Registration() {
   owner_->callbacks_.erase(id_);
 }
 
+void Cancellation::RequestStop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_requested_ = true;
+}
+
 void Cancellation::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   if (cancelled_) return;
-  cancelled_ = true;
+  cancelled_ = stop_requested_ = true;
   for (auto& [id, callback] : callbacks_) callback();
 }
 
 bool Cancellation::cancelled() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return cancelled_;
+  return stop_requested_;
 }
 
-std::unique_ptr<Cancellation::Registration> Cancellation::OnCancel(std::function<void()> on_cancel) {
+std::unique_ptr<Cancellation::Registration> Cancellation::OnCancel(
+    std::function<void()> on_cancel) {
   std::lock_guard<std::mutex> lock(mu_);
   if (cancelled_) on_cancel();
   const uint64_t id = next_id_++;

@@ -36,9 +36,12 @@ class Cancellation {
   Cancellation(const Cancellation&) = delete;
   Cancellation& operator=(const Cancellation&) = delete;
 
-  // Sets the flag and runs every registered callback once, on this thread. Later calls do
-  // nothing.
+  // Sets the flag only: work stops where it checks it (a training loop before its next batch).
+  void RequestStop();
+  // Sets the flag and runs every registered callback once, on this thread: waits are cut.
+  // Later calls do nothing.
   void Cancel();
+  // After RequestStop or Cancel.
   bool cancelled() const;
   // `on_cancel` runs at Cancel, or at once (on this thread) when that already happened. The
   // registration must not outlive this object.
@@ -47,6 +50,7 @@ class Cancellation {
  private:
   // Callbacks run under the lock, so that a registration dropped meanwhile waits for them.
   mutable std::mutex mu_;
+  bool stop_requested_ = false;
   bool cancelled_ = false;
   uint64_t next_id_ = 0;
   std::map<uint64_t, std::function<void()>> callbacks_;

@@ -38,8 +38,8 @@ absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::stri
   auto outside = [&](const fs::path& resolved) {
     return absl::PermissionDeniedError(absl::StrCat(
         what, ": '", path, "' leads outside this worker's ",
-        use == PathUse::kReadFile ? "data root" : "run root", " '", canonical_root.string(),
-        "'", resolved == joined ? "" : absl::StrCat(" (to '", resolved.string(), "')")));
+        use == PathUse::kReadFile ? "data root" : "run root", " '", canonical_root.string(), "'",
+        resolved == joined ? "" : absl::StrCat(" (to '", resolved.string(), "')")));
   };
 
   if (use == PathUse::kReadFile) {
@@ -53,8 +53,8 @@ absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::stri
       return absl::ErrnoToStatus(errno, absl::StrCat(what, ": cannot open '", path, "'"));
     }
     if (!S_ISREG(st.st_mode)) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(what, ": '", path, "' is not a regular file (a folder, device, FIFO or socket)"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          what, ": '", path, "' is not a regular file (a folder, device, FIFO or socket)"));
     }
     return resolved.string();
   }
@@ -67,8 +67,8 @@ absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::stri
   }
   const fs::path folder = fs::canonical(joined.parent_path(), error);
   if (error) {
-    return absl::ErrnoToStatus(error.value(),
-                               absl::StrCat(what, ": no folder '", joined.parent_path().string(), "'"));
+    return absl::ErrnoToStatus(
+        error.value(), absl::StrCat(what, ": no folder '", joined.parent_path().string(), "'"));
   }
   if (!Within(canonical_root, folder)) return outside(folder / name);
   return (folder / name).string();

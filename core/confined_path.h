@@ -15,8 +15,8 @@
 namespace tessera {
 
 enum class PathUse {
-  kReadFile,      // an existing regular file
-  kWritePrefix,   // a file name prefix (PREFIX-0001.params ...): its folder must exist
+  kReadFile,     // an existing regular file
+  kWritePrefix,  // a file name prefix (PREFIX-0001.params ...): its folder must exist
 };
 
 // The resolved absolute path. PERMISSION_DENIED naming `what` (e.g. "data.train_images"),

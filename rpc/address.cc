@@ -10,7 +10,8 @@ namespace tessera::rpc {
 std::string HostOf(absl::string_view address) {
   if (absl::StartsWith(address, "[")) {
     const size_t close = address.find(']');
-    return std::string(address.substr(1, close == absl::string_view::npos ? absl::string_view::npos : close - 1));
+    return std::string(
+        address.substr(1, close == absl::string_view::npos ? absl::string_view::npos : close - 1));
   }
   // One colon: host:port. Several without brackets: a bare IPv6 address.
   const size_t colon = address.rfind(':');

@@ -4,6 +4,7 @@
 #define TESSERA_RPC_ADDRESS_H_
 
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace tessera::rpc {

@@ -41,7 +41,8 @@ absl::Status OpenSslError(absl::string_view what) {
 
 bool IsIpAddress(const std::string& host) {
   unsigned char buffer[sizeof(in6_addr)];
-  return inet_pton(AF_INET, host.c_str(), buffer) == 1 || inet_pton(AF_INET6, host.c_str(), buffer) == 1;
+  return inet_pton(AF_INET, host.c_str(), buffer) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), buffer) == 1;
 }
 
 // A DNS name (RFC 1123 labels, a leading "*." allowed) or an IP address.
@@ -77,25 +78,30 @@ absl::Status AddExtension(X509* cert, X509* issuer, int nid, const std::string& 
 
 // A certificate for `key` named `common_name`, signed by `issuer_key` (itself when `issuer`
 // is null).
-absl::StatusOr<Cert> Sign(EVP_PKEY* key, const std::string& common_name, X509* issuer, EVP_PKEY* issuer_key,
-                          int valid_days, const std::vector<std::pair<int, std::string>>& extensions) {
+absl::StatusOr<Cert> Sign(EVP_PKEY* key, const std::string& common_name, X509* issuer,
+                          EVP_PKEY* issuer_key, int valid_days,
+                          const std::vector<std::pair<int, std::string>>& extensions) {
   Cert cert(X509_new());
   if (cert == nullptr) return OpenSslError("allocate a certificate");
   unsigned char serial[16];
   if (RAND_bytes(serial, sizeof(serial)) != 1) return OpenSslError("draw a serial number");
   serial[0] &= 0x7f;  // positive
   BIGNUM* number = BN_bin2bn(serial, sizeof(serial), nullptr);
-  const bool serial_set = number != nullptr && BN_to_ASN1_INTEGER(number, X509_get_serialNumber(cert.get()));
+  const bool serial_set =
+      number != nullptr && BN_to_ASN1_INTEGER(number, X509_get_serialNumber(cert.get()));
   BN_free(number);
   X509_NAME* name = X509_get_subject_name(cert.get());
   if (!serial_set || X509_set_version(cert.get(), 2) != 1 ||
       X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) == nullptr ||
       X509_gmtime_adj(X509_getm_notAfter(cert.get()), int64_t{valid_days} * 86400) == nullptr ||
-      X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("Tessera"), -1,
-                                 -1, 0) != 1 ||
+      X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
+                                 reinterpret_cast<const unsigned char*>("Tessera"), -1, -1,
+                                 0) != 1 ||
       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                                 reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0) != 1 ||
-      X509_set_issuer_name(cert.get(), X509_get_subject_name(issuer != nullptr ? issuer : cert.get())) != 1 ||
+                                 reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
+                                 -1, 0) != 1 ||
+      X509_set_issuer_name(cert.get(),
+                           X509_get_subject_name(issuer != nullptr ? issuer : cert.get())) != 1 ||
       X509_set_pubkey(cert.get(), key) != 1) {
     return OpenSslError(absl::StrCat("fill in the certificate of ", common_name));
   }
@@ -110,7 +116,8 @@ absl::StatusOr<Cert> Sign(EVP_PKEY* key, const std::string& common_name, X509* i
 
 absl::StatusOr<std::string> CertPem(X509* cert) {
   Bio bio(BIO_new(BIO_s_mem()));
-  if (bio == nullptr || PEM_write_bio_X509(bio.get(), cert) != 1) return OpenSslError("write a certificate");
+  if (bio == nullptr || PEM_write_bio_X509(bio.get(), cert) != 1)
+    return OpenSslError("write a certificate");
   char* data = nullptr;
   const long size = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, size);
@@ -118,7 +125,8 @@ absl::StatusOr<std::string> CertPem(X509* cert) {
 
 absl::StatusOr<std::string> KeyPem(EVP_PKEY* key) {
   Bio bio(BIO_new(BIO_s_mem()));
-  if (bio == nullptr || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+  if (bio == nullptr ||
+      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
     return OpenSslError("write a private key");
   }
   char* data = nullptr;
@@ -163,19 +171,24 @@ absl::Status LoadOrMakeCa(const std::filesystem::path& dir, int valid_days, Cert
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> MakeCertificates(const CertificateOptions& options) {
-  if (options.hosts.empty()) return absl::InvalidArgumentError("tessera certs: --hosts names no host");
+  if (options.hosts.empty())
+    return absl::InvalidArgumentError("tessera certs: --hosts names no host");
   if (options.valid_days < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--days ", options.valid_days, " is not at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--days ", options.valid_days, " is not at least 1"));
   }
   for (const std::string& host : options.hosts) {
     if (!IsValidHost(host)) {
-      return absl::InvalidArgumentError(absl::StrCat("host '", host, "' is not a DNS name or an IP address"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("host '", host, "' is not a DNS name or an IP address"));
     }
   }
   const std::filesystem::path dir(options.dir);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create '", options.dir, "': ", error.message()));
+  if (error)
+    return absl::InternalError(
+        absl::StrCat("cannot create '", options.dir, "': ", error.message()));
   Cert ca;
   Key ca_key;
   RETURN_IF_ERROR(LoadOrMakeCa(dir, options.valid_days, &ca, &ca_key));
@@ -197,7 +210,9 @@ absl::StatusOr<std::vector<std::string>> MakeCertificates(const CertificateOptio
     }
     const std::filesystem::path host_dir = dir / folder;
     std::filesystem::create_directories(host_dir, error);
-    if (error) return absl::InternalError(absl::StrCat("cannot create '", host_dir.string(), "': ", error.message()));
+    if (error)
+      return absl::InternalError(
+          absl::StrCat("cannot create '", host_dir.string(), "': ", error.message()));
     ASSIGN_OR_RETURN(std::string key_pem, KeyPem(key.get()));
     ASSIGN_OR_RETURN(std::string cert_pem, CertPem(cert.get()));
     RETURN_IF_ERROR(WriteStringToFile((host_dir / kKeyFile).string(), key_pem, kOwnerOnly));

@@ -40,7 +40,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const ChannelConfig& c
   }
   // In plaintext beyond loopback (--insecure) the token stays home: it would be in the clear.
   if (!s.token.empty() && token_level.has_value()) {
-    credentials = grpc::CompositeChannelCredentials(credentials, TokenCallCredentials(s.token, *token_level));
+    credentials =
+        grpc::CompositeChannelCredentials(credentials, TokenCallCredentials(s.token, *token_level));
   }
 
   grpc::ChannelArguments args;
@@ -81,16 +82,18 @@ std::string LastConnectError(grpc::Channel& channel) {
 
 }  // namespace
 
-absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout,
-                                const std::function<bool()>& cancelled) {
+absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer,
+                                absl::Duration timeout, const std::function<bool()>& cancelled) {
   const absl::Time deadline = absl::Now() + timeout;
   int closed_in_a_row = 0;
   std::string why;
   while (true) {
-    if (channel.WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1))))) {
+    if (channel.WaitForConnected(
+            absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1))))) {
       return absl::OkStatus();
     }
-    if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat("cancelled while connecting to ", peer));
+    if (cancelled && cancelled())
+      return absl::CancelledError(absl::StrCat("cancelled while connecting to ", peer));
     why = LastConnectError(channel);
     // A peer that is not up yet refuses connections; one whose TLS settings differ from
     // ours fails every handshake, or closes every connection when one end speaks plaintext.
@@ -101,12 +104,15 @@ absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer,
     closed_in_a_row = absl::StrContains(why, "Socket closed") ? closed_in_a_row + 1 : 0;
     if (closed_in_a_row >= 3) {
       return absl::UnavailableError(absl::StrCat(
-          peer, ": closes every connection as it is set up - does one end use TLS (--tls_dir) and "
-          "the other not? (", why, ")"));
+          peer,
+          ": closes every connection as it is set up - does one end use TLS (--tls_dir) and "
+          "the other not? (",
+          why, ")"));
     }
     if (absl::Now() >= deadline) break;
   }
-  return absl::UnavailableError(absl::StrCat(peer, ": not reachable within ", absl::FormatDuration(timeout),
+  return absl::UnavailableError(absl::StrCat(peer, ": not reachable within ",
+                                             absl::FormatDuration(timeout),
                                              why.empty() ? "" : absl::StrCat(" (", why, ")")));
 }
 

@@ -35,7 +35,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const ChannelConfig& c
 // that closes every connection as one end speaks plaintext to the other's TLS), else after
 // `timeout` (a refused connection: the peer may still be starting).
 // CANCELLED within a second once `cancelled` (when given) returns true.
-absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer, absl::Duration timeout,
+absl::Status WaitUntilConnected(grpc::Channel& channel, const std::string& peer,
+                                absl::Duration timeout,
                                 const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace tessera::rpc

@@ -12,7 +12,9 @@ struct MessageLimits {
   int max_send = 4 << 20;
 
   // What the other end of a connection with these limits must use.
-  constexpr MessageLimits Peer() const { return {.max_receive = max_send, .max_send = max_receive}; }
+  constexpr MessageLimits Peer() const {
+    return {.max_receive = max_send, .max_send = max_receive};
+  }
 };
 
 // KVStoreService (parameter servers): arrays travel in 1 MiB chunks, so every message of

@@ -21,8 +21,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
                                                                      bool loopback) {
   const TransportSecurity& s = config.security;
   auto refuse = [&](absl::string_view why) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(config.name, ": will not serve ", config.address, " ", why, ": ", kHowToSecure));
+    return absl::PermissionDeniedError(absl::StrCat(config.name, ": will not serve ",
+                                                    config.address, " ", why, ": ", kHowToSecure));
   };
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (s.tls()) {
@@ -36,9 +36,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   } else if (loopback) {
     credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
   } else if (s.insecure) {
-    spdlog::warn("{}: serving {} in plaintext without token checks (--insecure): anyone who can "
-                 "reach it controls this daemon",
-                 config.name, config.address);
+    spdlog::warn(
+        "{}: serving {} in plaintext without token checks (--insecure): anyone who can "
+        "reach it controls this daemon",
+        config.name, config.address);
     return grpc::InsecureServerCredentials();
   } else {
     return refuse("(beyond this machine) without TLS and a cluster token");
@@ -56,7 +57,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
 absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   const std::string host = HostOf(config.address);
   const bool loopback = IsLoopbackHost(host);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(config, loopback);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      Credentials(config, loopback);
   if (!credentials.ok()) return credentials.status();
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -74,15 +76,17 @@ absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   RunningServer running;
   builder.AddListeningPort(config.address, *std::move(credentials), &running.port);
   for (grpc::Service* service : config.services) builder.RegisterService(service);
-  if (config.generic_service != nullptr) builder.RegisterCallbackGenericService(config.generic_service);
+  if (config.generic_service != nullptr)
+    builder.RegisterCallbackGenericService(config.generic_service);
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat(config.name, ": cannot listen on ", config.address));
   }
   const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
   const std::string dial_host = wildcard ? "127.0.0.1" : host;
-  running.address = dial_host.find(':') != std::string::npos ? absl::StrCat("[", dial_host, "]:", running.port)
-                                                               : absl::StrCat(dial_host, ":", running.port);
+  running.address = dial_host.find(':') != std::string::npos
+                        ? absl::StrCat("[", dial_host, "]:", running.port)
+                        : absl::StrCat(dial_host, ":", running.port);
   return running;
 }
 

@@ -29,7 +29,7 @@ struct ServerConfig {
   std::string address;  // host:port; port 0 picks a free one
   TransportSecurity security;
   MessageLimits limits;
-  std::vector<grpc::Service*> services;  // not owned; must outlive the server
+  std::vector<grpc::Service*> services;                     // not owned; must outlive the server
   grpc::CallbackGenericService* generic_service = nullptr;  // methods no service has
 };
 

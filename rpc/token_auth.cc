@@ -37,14 +37,16 @@ class TokenProcessor : public grpc::AuthMetadataProcessor {
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata* consumed,
                        OutputMetadata*) override {
     if (auto path = metadata.find(":path");
-        path != metadata.end() && absl::StartsWith(absl::string_view(path->second.data(), path->second.size()),
-                                                   kHealthService)) {
+        path != metadata.end() &&
+        absl::StartsWith(absl::string_view(path->second.data(), path->second.size()),
+                         kHealthService)) {
       return grpc::Status::OK;
     }
     auto header = metadata.find(kAuthorization);
     if (header == metadata.end()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this call carries no cluster token (--token_file or TESSERA_TOKEN_FILE)");
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          "this call carries no cluster token (--token_file or TESSERA_TOKEN_FILE)");
     }
     const absl::string_view value(header->second.data(), header->second.size());
     const bool bearer = absl::StartsWith(value, kBearer);
@@ -71,8 +73,8 @@ bool TokensEqual(absl::string_view presented, absl::string_view expected) {
   return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
 }
 
-std::shared_ptr<grpc::CallCredentials> TokenCallCredentials(std::string token,
-                                                            grpc_security_level min_security_level) {
+std::shared_ptr<grpc::CallCredentials> TokenCallCredentials(
+    std::string token, grpc_security_level min_security_level) {
   return grpc::experimental::MetadataCredentialsFromPlugin(
       std::make_unique<TokenPlugin>(std::move(token)), min_security_level);
 }

@@ -39,14 +39,17 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return Annotate(text.status(), "token file");
   std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));
   return token;
 }
 
 absl::StatusOr<std::string> NewToken() {
   unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof(bytes)) != 1) return absl::InternalError("OpenSSL's RAND_bytes failed");
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1)
+    return absl::InternalError("OpenSSL's RAND_bytes failed");
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(TransportSecuritySources sources) {

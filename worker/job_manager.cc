@@ -9,15 +9,17 @@
 namespace tessera::worker {
 
 JobManager::~JobManager() {
-  std::thread thread;
+  std::thread thread, cutter;
   std::shared_ptr<Cancellation> cancellation;
   {
     std::lock_guard<std::mutex> lock(mu_);
     thread = std::move(thread_);
+    cutter = std::move(cutter_);
     cancellation = cancellation_;
   }
   if (cancellation != nullptr) cancellation->Cancel();
   if (thread.joinable()) thread.join();
+  if (cutter.joinable()) cutter.join();
 }
 
 absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
@@ -59,6 +61,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
+      idle_cv_.notify_all();
       status_.set_state(WorkerStatus::IDLE);
       status_.set_last_result(result.ok() ? "OK" : result.status().ToString());
       if (result.ok()) last_ = std::move(*result);
@@ -69,14 +72,23 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
 }
 
 bool JobManager::Cancel() {
-  std::shared_ptr<Cancellation> cancellation;
+  std::thread finished_cutter;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!running_) return false;
-    cancellation = cancellation_;
+    if (cancellation_->cancelled()) return true;  // asked before: the cutter is on it
+    cancellation_->RequestStop();
+    finished_cutter = std::move(cutter_);  // a previous job's, done or about to be
+    cutter_ = std::thread([this, cancellation = cancellation_] {
+      std::unique_lock<std::mutex> lock(mu_);
+      const bool stopped = idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(kCancelGrace),
+                                             [&] { return !running_ || cancellation_ != cancellation; });
+      lock.unlock();
+      // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
+      if (!stopped) cancellation->Cancel();
+    });
   }
-  // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
-  cancellation->Cancel();
+  if (finished_cutter.joinable()) finished_cutter.join();
   return true;
 }
 

@@ -6,6 +6,7 @@
 #ifndef TESSERA_WORKER_JOB_MANAGER_H_
 #define TESSERA_WORKER_JOB_MANAGER_H_
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -15,12 +16,16 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/cancellation.h"
 #include "ndarray/runtime.h"
 #include "proto/worker.pb.h"
 #include "worker/job_runner.h"
 
 namespace tessera::worker {
+
+// How long a cancelled job may take to stop at its next batch before its waits are cut.
+inline constexpr absl::Duration kCancelGrace = absl::Seconds(2);
 
 class JobManager {
  public:
@@ -32,8 +37,9 @@ class JobManager {
   // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
   // that thread; `done` is the last call). RESOURCE_EXHAUSTED while another job runs.
   absl::Status Start(JobSpec spec, JobEventSink sink, std::function<void(absl::Status)> done);
-  // Asks the running job to stop before its next batch, and cuts its parameter-server streams
-  // so a job waiting on a server stops at once; false when none runs.
+  // Asks the running job to stop before its next batch; if it has not within
+  // kCancelGrace (it waits on a frozen parameter server, say), cuts its parameter-server
+  // streams so that it stops then. False when no job runs.
   bool Cancel();
   WorkerStatus Status() const;
   // The running job's progress is not a snapshot of parameters: these are the last
@@ -48,6 +54,11 @@ class JobManager {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   // The running (or last) job's; a new one per job.
   std::shared_ptr<Cancellation> cancellation_ ABSL_GUARDED_BY(mu_);
+  // After a Cancel: cuts the job's waits unless it stops within kCancelGrace. The grace lets
+  // every worker of a dist job see its own Cancel and stop at a batch boundary; cutting at
+  // once would fail the others' rounds (UNAVAILABLE) before their Cancel arrives.
+  std::thread cutter_ ABSL_GUARDED_BY(mu_);
+  std::condition_variable idle_cv_;  // a job ended
   WorkerStatus status_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> last_ ABSL_GUARDED_BY(mu_);
 };

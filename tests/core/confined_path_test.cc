@@ -44,17 +44,19 @@ TEST_F(ConfinedPathTest, FilesUnderTheRootResolveToTheirRealPath) {
   EXPECT_EQ(ConfinePath(root_, data, PathUse::kReadFile, "f").value(), data);
   EXPECT_EQ(ConfinePath(root_, "sub/../sub/data.csv", PathUse::kReadFile, "f").value(), data);
   EXPECT_EQ(ConfinePath(root_, "alias.csv", PathUse::kReadFile, "f").value(), data);
-  EXPECT_EQ(ConfinePath(root_.string() + "/", "sub/data.csv", PathUse::kReadFile, "f").value(), data);
+  EXPECT_EQ(ConfinePath(root_.string() + "/", "sub/data.csv", PathUse::kReadFile, "f").value(),
+            data);
 }
 
 TEST_F(ConfinedPathTest, PathsLeadingOutAreRefusedNamingFieldPathAndRoot) {
-  for (const std::string path : {(base_ / "secret").string(), std::string("../secret"),
-                                 std::string("sub/../../secret"), std::string("leak"),
-                                 std::string("up/secret"), std::string("/etc/passwd")}) {
-    EXPECT_THAT(ConfinePath(root_, path, PathUse::kReadFile, "data.train_iter.data_csv"),
-                StatusIs(absl::StatusCode::kPermissionDenied,
-                         AllOf(HasSubstr("data.train_iter.data_csv: '" + path + "'"),
-                               HasSubstr("outside this worker's data root"), HasSubstr(root_.string()))))
+  for (const std::string path :
+       {(base_ / "secret").string(), std::string("../secret"), std::string("sub/../../secret"),
+        std::string("leak"), std::string("up/secret"), std::string("/etc/passwd")}) {
+    EXPECT_THAT(
+        ConfinePath(root_, path, PathUse::kReadFile, "data.train_iter.data_csv"),
+        StatusIs(absl::StatusCode::kPermissionDenied,
+                 AllOf(HasSubstr("data.train_iter.data_csv: '" + path + "'"),
+                       HasSubstr("outside this worker's data root"), HasSubstr(root_.string()))))
         << path;
   }
   // A sibling whose name starts like the root is not inside it.
@@ -73,7 +75,8 @@ TEST_F(ConfinedPathTest, ReadsNeedARegularFile) {
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("not a regular file")));
   EXPECT_THAT(ConfinePath(root_, "missing.csv", PathUse::kReadFile, "f"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("'missing.csv'")));
-  EXPECT_THAT(ConfinePath(root_, "", PathUse::kReadFile, "f"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ConfinePath(root_, "", PathUse::kReadFile, "f"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(ConfinedPathTest, WritePrefixesNeedTheirFolderInsideTheRoot) {
@@ -81,11 +84,12 @@ TEST_F(ConfinedPathTest, WritePrefixesNeedTheirFolderInsideTheRoot) {
             (root_ / "sub" / "ckpt").string());
   EXPECT_EQ(ConfinePath(root_, (root_ / "new").string(), PathUse::kWritePrefix, "c").value(),
             (root_ / "new").string());
-  for (const std::string path : {(base_ / "ckpt").string(), std::string("../ckpt"), std::string("up/ckpt"),
-                                 std::string("/tmp/ckpt")}) {
-    EXPECT_THAT(ConfinePath(root_, path, PathUse::kWritePrefix, "checkpoint_prefix"),
-                StatusIs(absl::StatusCode::kPermissionDenied,
-                         AllOf(HasSubstr("checkpoint_prefix: '" + path + "'"), HasSubstr("run root"))))
+  for (const std::string path : {(base_ / "ckpt").string(), std::string("../ckpt"),
+                                 std::string("up/ckpt"), std::string("/tmp/ckpt")}) {
+    EXPECT_THAT(
+        ConfinePath(root_, path, PathUse::kWritePrefix, "checkpoint_prefix"),
+        StatusIs(absl::StatusCode::kPermissionDenied,
+                 AllOf(HasSubstr("checkpoint_prefix: '" + path + "'"), HasSubstr("run root"))))
         << path;
   }
   EXPECT_THAT(ConfinePath(root_, "sub/..", PathUse::kWritePrefix, "c"),

@@ -52,9 +52,11 @@ bool Verifies(X509* ca, X509* leaf, const std::string& host) {
 TEST(CertificatesTest, EveryHostGetsAFolderWhoseCertificateChainsToTheCa) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/certs");
   std::filesystem::remove_all(dir);
-  auto folders = MakeCertificates({.dir = dir, .hosts = {"10.0.0.2", "ps-0.ps", "*.workers.default.svc"}});
+  auto folders =
+      MakeCertificates({.dir = dir, .hosts = {"10.0.0.2", "ps-0.ps", "*.workers.default.svc"}});
   ASSERT_THAT(folders, IsOk());
-  EXPECT_EQ(*folders, (std::vector<std::string>{dir + "/10.0.0.2", dir + "/ps-0.ps", dir + "/_.workers.default.svc"}));
+  EXPECT_EQ(*folders, (std::vector<std::string>{dir + "/10.0.0.2", dir + "/ps-0.ps",
+                                                dir + "/_.workers.default.svc"}));
   X509* ca = ReadCert(dir + "/ca.pem");
   ASSERT_NE(ca, nullptr);
   X509* ip = ReadCert(dir + "/10.0.0.2/cert.pem");
@@ -91,7 +93,8 @@ TEST(CertificatesTest, HostsThatAreNotNamesOrAddressesAreRefused) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << host;
     EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("'", host, "'"))) << host;
   }
-  EXPECT_THAT(MakeCertificates({.dir = dir, .hosts = {}}).status().message(), HasSubstr("names no host"));
+  EXPECT_THAT(MakeCertificates({.dir = dir, .hosts = {}}).status().message(),
+              HasSubstr("names no host"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/ca.key"));
 }
 

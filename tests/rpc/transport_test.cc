@@ -93,7 +93,8 @@ class TransportTest : public ::testing::Test {
     return *s;
   }
 
-  static std::shared_ptr<grpc::Channel> Dial(const std::string& target, TransportSecurity security) {
+  static std::shared_ptr<grpc::Channel> Dial(const std::string& target,
+                                             TransportSecurity security) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         NewChannel({.target = target, .security = std::move(security)});
     EXPECT_THAT(channel, IsOk());
@@ -111,11 +112,10 @@ class EchoServer {
   static absl::StatusOr<std::unique_ptr<EchoServer>> Start(const std::string& address,
                                                            TransportSecurity security) {
     auto echo = std::unique_ptr<EchoServer>(new EchoServer);
-    ASSIGN_OR_RETURN(RunningServer running,
-                     StartServer({.name = "echo server",
-                                  .address = address,
-                                  .security = std::move(security),
-                                  .generic_service = &echo->service_}));
+    ASSIGN_OR_RETURN(RunningServer running, StartServer({.name = "echo server",
+                                                         .address = address,
+                                                         .security = std::move(security),
+                                                         .generic_service = &echo->service_}));
     echo->server_ = std::move(running.server);
     echo->address_ = running.address;
     return echo;
@@ -161,7 +161,8 @@ TEST_F(TransportTest, TlsWithATokenConnectsClientsOfTheSameCa) {
   ASSERT_THAT(server, IsOk());
   const std::string& address = (*server)->address();
   EXPECT_TRUE(Call(Dial(address, Tls("client", "t")), kEcho).ok());
-  EXPECT_EQ(Call(Dial(address, Tls("client")), kEcho).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Call(Dial(address, Tls("client")), kEcho).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 
   // A client trusting another CA cannot complete the handshake, and says so.
   // Waiting would not mend that, so the wait ends at once.
@@ -178,7 +179,8 @@ TEST_F(TransportTest, TlsWithATokenConnectsClientsOfTheSameCa) {
   std::shared_ptr<grpc::Channel> plaintext = Dial(address, {.token = "t"});
   EXPECT_FALSE(Call(plaintext, kEcho).ok());
   const absl::Status unsecured = WaitUntilConnected(*plaintext, "echo server", absl::Seconds(60));
-  EXPECT_THAT(std::string(unsecured.message()), HasSubstr("does one end use TLS (--tls_dir) and the other not?"));
+  EXPECT_THAT(std::string(unsecured.message()),
+              HasSubstr("does one end use TLS (--tls_dir) and the other not?"));
 }
 
 TEST_F(TransportTest, MutualTlsRefusesClientsWithoutACertificateOfTheCa) {
@@ -237,7 +239,8 @@ TEST_F(TransportTest, UnreachableTargetsAreNamedWithTheReason) {
   ASSERT_THAT(server, IsOk());
   const std::string address = (*server)->address();
   server->reset();
-  const absl::Status status = WaitUntilConnected(*Dial(address, {}), "worker 3", absl::Milliseconds(300));
+  const absl::Status status =
+      WaitUntilConnected(*Dial(address, {}), "worker 3", absl::Milliseconds(300));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("worker 3: not reachable within 300ms"));
 }
@@ -275,7 +278,8 @@ TEST(TransportSecurityTest, LoadsFoldersAndTokenFilesAndNamesWhatIsWrong) {
   std::filesystem::remove_all(dir);
   ASSERT_THAT(MakeCertificates({.dir = dir, .hosts = {"h"}}), IsOk());
   ASSERT_THAT(WriteStringToFile(dir + "/token", "  tok3n\n"), IsOk());
-  auto loaded = LoadTransportSecurity({.tls_dir = dir + "/h", .token_file = dir + "/token", .mtls = true});
+  auto loaded =
+      LoadTransportSecurity({.tls_dir = dir + "/h", .token_file = dir + "/token", .mtls = true});
   ASSERT_THAT(loaded, IsOk());
   EXPECT_TRUE(loaded->tls());
   EXPECT_THAT(loaded->cert_pem, HasSubstr("BEGIN CERTIFICATE"));
