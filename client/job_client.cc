@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const Cluster& clu
                      rpc::NewChannel({.target = cluster.workers[rank],
                                       .security = cluster.security,
                                       .limits = rpc::kWorkerServiceLimits.Peer()}));
-    RETURN_IF_ERROR(rpc::WaitUntilConnected(*channel, client->Name(static_cast<int>(rank)), timeout));
+    RETURN_IF_ERROR(
+        rpc::WaitUntilConnected(*channel, client->Name(static_cast<int>(rank)), timeout));
     client->stubs_.push_back(Worker::NewStub(channel));
   }
   return client;

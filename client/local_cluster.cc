@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include <csignal>
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -80,9 +80,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     if (!st.ok()) return st;
   }
   for (int w = 0; w < options.num_workers; ++w) {
-    absl::Status st = start(absl::StrCat("worker-", w),
-                            {worker, absl::StrCat("--seed=", w), "--data_root=" + options.data_root,
-                             "--run_root=" + (options.run_root.empty() ? options.run_dir : options.run_root)});
+    absl::Status st =
+        start(absl::StrCat("worker-", w),
+              {worker, absl::StrCat("--seed=", w), "--data_root=" + options.data_root,
+               "--run_root=" + (options.run_root.empty() ? options.run_dir : options.run_root)});
     if (!st.ok()) return st;
   }
   return cluster;

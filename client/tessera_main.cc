@@ -193,7 +193,8 @@ int RunCerts(int argc, char** argv) {
         options.hosts.emplace_back(host);
       }
     } else if (!absl::SimpleAtoi(value, &options.valid_days)) {
-      return Fail(command, absl::InvalidArgumentError(absl::StrCat("--days '", value, "' is not a number")));
+      return Fail(command,
+                  absl::InvalidArgumentError(absl::StrCat("--days '", value, "' is not a number")));
     }
   }
   absl::StatusOr<std::vector<std::string>> folders = tessera::rpc::MakeCertificates(options);

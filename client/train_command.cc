@@ -142,14 +142,15 @@ absl::StatusOr<std::vector<std::string>> HostList(const std::string& flag, const
 }
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: tessera train JOB.yaml [--json]\n"
-               "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json]\n"
-               "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
-               "       tessera status --workers H:P,...\n"
-               "submit and status reach the workers with --tls_dir DIR (ca.pem; cert.pem and key.pem\n"
-               "for mutual TLS), --token_file FILE, and --insecure for plaintext beyond loopback\n"
-               "(or TESSERA_TLS_DIR, TESSERA_TOKEN_FILE, TESSERA_INSECURE=1).\n");
+  std::fprintf(
+      stderr,
+      "usage: tessera train JOB.yaml [--json]\n"
+      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json]\n"
+      "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
+      "       tessera status --workers H:P,...\n"
+      "submit and status reach the workers with --tls_dir DIR (ca.pem; cert.pem and key.pem\n"
+      "for mutual TLS), --token_file FILE, and --insecure for plaintext beyond loopback\n"
+      "(or TESSERA_TLS_DIR, TESSERA_TOKEN_FILE, TESSERA_INSECURE=1).\n");
   return 2;
 }
 
@@ -178,8 +179,8 @@ int TrainMain(int argc, char** argv) {
       absl::StatusOr<std::vector<std::string>> hosts = HostList(arg, argv[++i]);
       if (!hosts.ok()) return Usage();
       (arg == "--workers" ? cluster.workers : cluster.servers) = *hosts;
-    } else if ((arg == "--tls_dir" || arg == "--token_file") && i + 1 < argc && command != "train" &&
-               command != "launch") {
+    } else if ((arg == "--tls_dir" || arg == "--token_file") && i + 1 < argc &&
+               command != "train" && command != "launch") {
       (arg == "--tls_dir" ? security.tls_dir : security.token_file) = argv[++i];
     } else if (arg == "--insecure" && command != "train" && command != "launch") {
       security.insecure = true;
@@ -193,7 +194,8 @@ int TrainMain(int argc, char** argv) {
   if (command == "submit" || command == "status") {
     absl::StatusOr<rpc::TransportSecurity> loaded = rpc::LoadTransportSecurity(security);
     if (!loaded.ok()) {
-      std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), std::string(loaded.status().message()).c_str());
+      std::fprintf(stderr, "tessera %s: %s\n", command.c_str(),
+                   std::string(loaded.status().message()).c_str());
       return 1;
     }
     cluster.security = *std::move(loaded);

@@ -33,7 +33,8 @@ absl::Status WriteStringToFile(const std::string& path, absl::string_view text, 
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create '", path, "'"));
   absl::Cleanup close_fd = [fd] { close(fd); };
   // Before any byte is written: an existing file keeps its old mode through open().
-  if (fchmod(fd, mode) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot chmod '", path, "'"));
+  if (fchmod(fd, mode) != 0)
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot chmod '", path, "'"));
   while (!text.empty()) {
     const ssize_t n = write(fd, text.data(), text.size());
     if (n < 0) {

@@ -31,7 +31,8 @@ absl::StatusOr<std::string> DataIterForKind(absl::string_view kind) {
 }
 
 bool IsFileArgument(absl::string_view key) {
-  for (const char* file : {"image", "label", "data_csv", "label_csv", "path_imgrec", "path_imgidx"}) {
+  for (const char* file :
+       {"image", "label", "data_csv", "label_csv", "path_imgrec", "path_imgidx"}) {
     if (key == file) return true;
   }
   return false;

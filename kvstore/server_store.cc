@@ -135,10 +135,11 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
         staged.expected, " bytes")));
   }
   if (staged_bytes_ + chunk.data().size() > options.max_session_staged_bytes) {
-    return fail(absl::ResourceExhaustedError(absl::StrCat(
-        "key ", chunk.key(), ": request ", id, " would take this worker's requests being received to ",
-        staged_bytes_ + chunk.data().size(), " bytes; server ", options.server_index, " holds at most ",
-        options.max_session_staged_bytes, " per worker")));
+    return fail(absl::ResourceExhaustedError(
+        absl::StrCat("key ", chunk.key(), ": request ", id,
+                     " would take this worker's requests being received to ",
+                     staged_bytes_ + chunk.data().size(), " bytes; server ", options.server_index,
+                     " holds at most ", options.max_session_staged_bytes, " per worker")));
   }
   staged.received += chunk.data().size();
   staged_bytes_ += chunk.data().size();
@@ -563,8 +564,9 @@ void ServerStore::FailOverdue(absl::Time now) {
     for (int r = 0; r < options_.num_workers; ++r) {
       if (!arrived[r]) ranks.push_back(r);
     }
-    return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ", absl::StrJoin(ranks, ", "), " sent nothing within ",
-                        absl::FormatDuration(options_.round_timeout), " (--round_timeout)");
+    return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ", absl::StrJoin(ranks, ", "),
+                        " sent nothing within ", absl::FormatDuration(options_.round_timeout),
+                        " (--round_timeout)");
   };
   std::vector<char> in_barrier(options_.num_workers, 0);
   for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
@@ -572,9 +574,9 @@ void ServerStore::FailOverdue(absl::Time now) {
     if (key.pushed_count == 0 || now - key.round_opened < options_.round_timeout) continue;
     std::vector<char> arrived = key.pushed;
     for (int r = 0; r < options_.num_workers; ++r) arrived[r] |= in_barrier[r];
-    const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
-        "server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1, " of key ", key_id,
-        " cannot complete: ", missing(arrived)));
+    const absl::Status overdue = absl::DeadlineExceededError(
+        absl::StrCat("server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1,
+                     " of key ", key_id, " cannot complete: ", missing(arrived)));
     std::erase_if(key.pulls, [&](const PendingPull& p) {
       if (p.round <= key.rounds_done) return false;
       Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
@@ -584,8 +586,8 @@ void ServerStore::FailOverdue(absl::Time now) {
     key.parked.clear();
   }
   if (barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout) {
-    const absl::Status overdue = absl::DeadlineExceededError(
-        absl::StrCat("server ", options_.server_index, ": barrier cannot complete: ", missing(in_barrier)));
+    const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
+        "server ", options_.server_index, ": barrier cannot complete: ", missing(in_barrier)));
     for (Waiter& w : barrier_) {
       if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
       w = Waiter{};

@@ -56,9 +56,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kvstore/optimizer.h"
+#include "kvstore/transport.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
-#include "kvstore/transport.h"
 #include "proto/kvstore.pb.h"
 
 namespace tessera::kvstore {
@@ -118,7 +118,7 @@ class ServerStore {
     const Send send_;
     // Touched only by Handle (one thread at a time per session).
     std::map<uint64_t, Staged> staged_;
-    uint64_t staged_bytes_ = 0;  // received so far by the requests in staged_
+    uint64_t staged_bytes_ = 0;        // received so far by the requests in staged_
     std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
     // The rank from Hello (-1 before it), also read under the store's lock.
     int rank_ = -1;

@@ -20,12 +20,13 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     raw->stop_requested_ = true;
     raw->cv_.notify_all();
   });
-  ASSIGN_OR_RETURN(rpc::RunningServer running,
-                   rpc::StartServer({.name = absl::StrCat("parameter server ", options.server_index),
-                                     .address = address,
-                                     .security = security,
-                                     .limits = rpc::kKVStoreLimits,
-                                     .services = {ps->service_.get()}}));
+  ASSIGN_OR_RETURN(
+      rpc::RunningServer running,
+      rpc::StartServer({.name = absl::StrCat("parameter server ", options.server_index),
+                        .address = address,
+                        .security = security,
+                        .limits = rpc::kKVStoreLimits,
+                        .services = {ps->service_.get()}}));
   ps->server_ = std::move(running.server);
   ps->port_ = running.port;
   ps->address_ = std::move(running.address);

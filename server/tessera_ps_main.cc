@@ -14,9 +14,9 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <string>
-#include <mutex>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(serving_mu);
     if (serving != nullptr) serving->Shutdown();
   });
-  absl::StatusOr<tessera::rpc::TransportSecurity> security = tessera::rpc::TransportSecurityFromFlags();
+  absl::StatusOr<tessera::rpc::TransportSecurity> security =
+      tessera::rpc::TransportSecurityFromFlags();
   if (!security.ok()) return Fail(security.status());
   absl::StatusOr<std::unique_ptr<tessera::server::ParameterServer>> ps =
       tessera::server::ParameterServer::Start(address, options, *security);

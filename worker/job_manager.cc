@@ -35,8 +35,8 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
   status_ = WorkerStatus();
   status_.set_state(WorkerStatus::RUNNING);
   status_.set_job(spec.name());
-  thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink), done = std::move(done),
-                         cancellation = cancellation_] {
+  thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink),
+                         done = std::move(done), cancellation = cancellation_] {
     auto track = [&](const JobEvent& event) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -81,8 +81,9 @@ bool JobManager::Cancel() {
     finished_cutter = std::move(cutter_);  // a previous job's, done or about to be
     cutter_ = std::thread([this, cancellation = cancellation_] {
       std::unique_lock<std::mutex> lock(mu_);
-      const bool stopped = idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(kCancelGrace),
-                                             [&] { return !running_ || cancellation_ != cancellation; });
+      const bool stopped = idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(kCancelGrace), [&] {
+        return !running_ || cancellation_ != cancellation;
+      });
       lock.unlock();
       // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
       if (!stopped) cancellation->Cancel();

@@ -98,7 +98,8 @@ absl::Status ConfineFiles(const std::string& root, const std::string& field,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec, const std::string& data_root) {
+absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec,
+                               const std::string& data_root) {
   const DataSpec& d = spec.data();
   absl::StatusOr<std::string> iter_name = io::DataIterForKind(d.kind());
   if (!iter_name.ok()) {
@@ -157,8 +158,7 @@ std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, dou
 }  // namespace
 
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
-                                 Cancellation* cancellation,
-                                 const JobEnvironment& environment) {
+                                 Cancellation* cancellation, const JobEnvironment& environment) {
   if (spec.version() > kJobSpecVersion) {
     return FieldError(absl::StatusCode::kInvalidArgument, "version",
                       absl::StrCat(spec.version(), " is newer than this worker's ", kJobSpecVersion));

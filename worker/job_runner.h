@@ -19,9 +19,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/cancellation.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
-#include "core/cancellation.h"
 #include "proto/worker.pb.h"
 #include "rpc/transport_security.h"
 

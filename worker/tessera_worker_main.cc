@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
     cv.notify_all();
   });
 
-  absl::StatusOr<tessera::rpc::TransportSecurity> security = tessera::rpc::TransportSecurityFromFlags();
+  absl::StatusOr<tessera::rpc::TransportSecurity> security =
+      tessera::rpc::TransportSecurityFromFlags();
   if (!security.ok()) return fail(security.status());
   absl::StatusOr<std::unique_ptr<tessera::OwnedRuntime>> runtime =
       tessera::OwnedRuntime::Create(absl::GetFlag(FLAGS_seed));
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
       .run_root = root(absl::GetFlag(FLAGS_run_root), "TESSERA_RUN_ROOT")};
   for (const std::string& folder : {environment.data_root, environment.run_root}) {
     if (!std::filesystem::is_directory(folder)) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("--data_root/--run_root '", folder, "' is not a folder")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--data_root/--run_root '", folder, "' is not a folder")));
     }
   }
   tessera::worker::JobManager jobs((*runtime)->get(), environment);
@@ -88,10 +90,12 @@ int main(int argc, char** argv) {
   if (!running.ok()) return fail(running.status());
   std::unique_ptr<grpc::Server> server = std::move(running->server);
   spdlog::info("tessera-worker serving on {}{}{}; data root {}, run root {}", running->address,
-               security->tls() ? ", TLS" : "", security->token.empty() ? "" : ", cluster token required",
-               environment.data_root, environment.run_root);
+               security->tls() ? ", TLS" : "",
+               security->token.empty() ? "" : ", cluster token required", environment.data_root,
+               environment.run_root);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status written = tessera::WritePortFile(path, running->port); !written.ok()) return fail(written);
+    if (absl::Status written = tessera::WritePortFile(path, running->port); !written.ok())
+      return fail(written);
   }
   {
     std::unique_lock<std::mutex> lock(mu);

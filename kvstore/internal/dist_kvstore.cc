@@ -520,7 +520,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   for (const std::string& address : options.cluster.servers) {
     ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,
                      internal::ServerConnection::Connect(address, hello, options.connect_timeout,
-                                                                         options.security, options.cancellation));
+                                                         options.security, options.cancellation));
     servers.push_back(std::move(conn));
   }
   return std::make_unique<internal::DistKVStore>(type, options, std::move(servers));

@@ -4,12 +4,11 @@
 #include <future>
 #include <utility>
 
-#include "grpcpp/impl/codegen/rpc_method.h"
-#include "grpcpp/support/client_callback.h"
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpcpp/support/client_callback.h"
 #include "kvstore/transport.h"
 #include "rpc/channel.h"
 
@@ -108,10 +107,10 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
       // gone for this worker.
       const bool refused = status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                            status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
-      broken_ = absl::Status(
-          refused ? static_cast<absl::StatusCode>(status.error_code()) : absl::StatusCode::kUnavailable,
-          absl::StrCat("parameter server ", address_, ": stream ended (",
-                       status.ok() ? "closed" : status.error_message(), ")"));
+      broken_ = absl::Status(refused ? static_cast<absl::StatusCode>(status.error_code())
+                                     : absl::StatusCode::kUnavailable,
+                             absl::StrCat("parameter server ", address_, ": stream ended (",
+                                          status.ok() ? "closed" : status.error_message(), ")"));
       broken = broken_;
       pending.swap(callbacks_);
       queue_.clear();
@@ -177,8 +176,9 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
                                     .security = security,
                                     .limits = rpc::kKVStoreLimits.Peer(),
                                     .own_connection = true}));
-  RETURN_IF_ERROR(rpc::WaitUntilConnected(*channel, absl::StrCat("parameter server ", address), timeout,
-                                          [cancellation] { return cancellation != nullptr && cancellation->cancelled(); }));
+  RETURN_IF_ERROR(rpc::WaitUntilConnected(
+      *channel, absl::StrCat("parameter server ", address), timeout,
+      [cancellation] { return cancellation != nullptr && cancellation->cancelled(); }));
   std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
   conn->reactor_ = new Reactor(conn->channel_, address);
   // Shared: if Hello times out, the callback may still run while `conn` is torn down.
@@ -199,8 +199,9 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
     // The server's answer, or the stream's end, which already names the server.
     const std::string name = absl::StrCat("parameter server ", address, ": ");
     return absl::Status(static_cast<absl::StatusCode>(reply.code()),
-                        absl::StartsWith(reply.message(), name) ? reply.message()
-                                                                : absl::StrCat(name, reply.message()));
+                        absl::StartsWith(reply.message(), name)
+                            ? reply.message()
+                            : absl::StrCat(name, reply.message()));
   }
   conn->hello_ = reply.hello();
   return conn;

@@ -35,14 +35,14 @@
 #include "client/job_client.h"
 #include "client/job_file.h"
 #include "client/local_cluster.h"
-#include "core/status_matchers.h"
 #include "core/file.h"
 #include "core/status_macros.h"
+#include "core/status_matchers.h"
 #include "core/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/worker/synthetic_digits.h"
 #include "tests/integration/local_cluster.h"
+#include "tests/worker/synthetic_digits.h"
 
 namespace tessera::integration {
 namespace {
@@ -371,8 +371,8 @@ TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
   const std::string token = daemons_->token_file();
   for (int round = 0; round < 2; ++round) {
     const std::string server = round == 0 ? daemons_->cluster().servers[0] : NewServer();
-    const Command c = Tessera(
-        {"submit", "--workers", workers, "--servers", server, job, "--json", "--token_file", token});
+    const Command c = Tessera({"submit", "--workers", workers, "--servers", server, job, "--json",
+                               "--token_file", token});
     ASSERT_EQ(c.code, 0) << "round " << round << ": " << c.out << c.err;
     EXPECT_GT(JsonNumber(c.lines.back(), "test_accuracy"), 0.9) << c.out;
 
@@ -400,11 +400,10 @@ TEST_F(JobTest, CancelStopsTheJobAndTheDaemonsTakeTheNext) {
     EXPECT_EQ(s.state(), WorkerStatus::IDLE);
     EXPECT_THAT(s.last_result(), HasSubstr("CANCELLED"));
   }
-  auto next_client = client::JobClient::Connect(
-      {.workers = daemons_->cluster().workers,
-       .servers = {NewServer()},
-       .security = daemons_->cluster().security},
-      absl::Seconds(30));
+  auto next_client = client::JobClient::Connect({.workers = daemons_->cluster().workers,
+                                                 .servers = {NewServer()},
+                                                 .security = daemons_->cluster().security},
+                                                absl::Seconds(30));
   ASSERT_THAT(next_client.status(), IsOk());
   const absl::StatusOr<client::JobOutcome> next =
       RunJob(Spec({.name = "after-cancel", .epochs = 1}), next_client->get());
@@ -458,10 +457,9 @@ TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
   spec.set_kvstore("local");
   expect_refused(spec, absl::StatusCode::kInvalidArgument, "sgdd");
   // dist_sync on workers told of no parameter servers.
-  auto no_servers =
-      client::JobClient::Connect(
-          {.workers = daemons_->cluster().workers, .security = daemons_->cluster().security},
-          absl::Seconds(30));
+  auto no_servers = client::JobClient::Connect(
+      {.workers = daemons_->cluster().workers, .security = daemons_->cluster().security},
+      absl::Seconds(30));
   ASSERT_THAT(no_servers.status(), IsOk());
   expect_refused(good, absl::StatusCode::kFailedPrecondition, "ps_hosts", no_servers->get());
 
@@ -551,14 +549,17 @@ TEST(SecureDaemonTest, DaemonsRefuseToServeBeyondLoopbackWithoutTlsAndAToken) {
 // SIGTERM (until keepalive gave up), and would never have with a server that keeps its
 // stream alive. Kubernetes waits terminationGracePeriodSeconds, then kills.
 TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
-  const std::vector<std::string> roots = {"--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"};
-  Daemon ps = StartDaemon("frozen-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0", "--index=0",
-                                        "--num_servers=1", "--num_workers=2"});
-  Daemon w0 = StartDaemon("frozen-w0", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0", roots[0], roots[1]});
-  Daemon w1 = StartDaemon("frozen-w1", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0", roots[0], roots[1]});
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
+                                          "--run_root=" + TmpDir() + "/runs"};
+  Daemon ps = StartDaemon("frozen-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0",
+                                        "--index=0", "--num_servers=1", "--num_workers=2"});
+  Daemon w0 = StartDaemon("frozen-w0", {RunfilePath("worker/tessera-worker"),
+                                        "--address=127.0.0.1:0", roots[0], roots[1]});
+  Daemon w1 = StartDaemon("frozen-w1", {RunfilePath("worker/tessera-worker"),
+                                        "--address=127.0.0.1:0", roots[0], roots[1]});
   ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
-  auto client = client::JobClient::Connect({.workers = {w0.address, w1.address}, .servers = {ps.address}},
-                                           absl::Seconds(30));
+  auto client = client::JobClient::Connect(
+      {.workers = {w0.address, w1.address}, .servers = {ps.address}}, absl::Seconds(30));
   ASSERT_THAT(client.status(), IsOk());
   absl::Duration took = absl::InfiniteDuration();
   absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
@@ -595,15 +596,18 @@ TEST_F(JobTest, ATlsClusterTrainsWithItsTokenAndRefusesStrangers) {
   // Every interface, mutual TLS: the workers present their certificate to the server.
   const std::vector<std::string> secure = {"--address=0.0.0.0:0", "--tls_dir=" + tls,
                                            "--token_file=" + token, "--mtls"};
-  const std::vector<std::string> roots = {"--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"};
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
+                                          "--run_root=" + TmpDir() + "/runs"};
   auto with = [&](std::vector<std::string> argv) {
     argv.insert(argv.end(), secure.begin(), secure.end());
     return argv;
   };
   Daemon ps = StartDaemon("tls-ps", with({RunfilePath("server/tessera-ps"), "--index=0",
                                           "--num_servers=1", "--num_workers=2"}));
-  Daemon w0 = StartDaemon("tls-worker-0", with({RunfilePath("worker/tessera-worker"), roots[0], roots[1]}));
-  Daemon w1 = StartDaemon("tls-worker-1", with({RunfilePath("worker/tessera-worker"), roots[0], roots[1]}));
+  Daemon w0 =
+      StartDaemon("tls-worker-0", with({RunfilePath("worker/tessera-worker"), roots[0], roots[1]}));
+  Daemon w1 =
+      StartDaemon("tls-worker-1", with({RunfilePath("worker/tessera-worker"), roots[0], roots[1]}));
   ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
   const std::string workers = absl::StrCat(w0.address, ",", w1.address);
   const std::string job = WriteJob({.name = "tls-mlp", .epochs = 1});
@@ -646,7 +650,8 @@ class Network {
     absl::StatusOr<ExitStatus> exit = (*p)->Wait(absl::Seconds(30));
     if (!exit.ok()) return exit.status();
     if (!exit->exited || exit->code != 0) {
-      return absl::InternalError(absl::StrCat("ip ", absl::StrJoin(args, " "), ": ", exit->ToString(), ": ",
+      return absl::InternalError(absl::StrCat("ip ", absl::StrJoin(args, " "), ": ",
+                                              exit->ToString(), ": ",
                                               ReadFileToString(err).value_or("")));
     }
     return absl::OkStatus();
@@ -664,9 +669,11 @@ class Network {
       const std::string ns = Namespace(hosts[i]);
       const std::string port = absl::StrCat("p", i);
       RETURN_IF_ERROR(AddNamespace(ns));
-      RETURN_IF_ERROR(Ip({"-n", hub_, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns}));
+      RETURN_IF_ERROR(Ip(
+          {"-n", hub_, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns}));
       RETURN_IF_ERROR(Ip({"-n", hub_, "link", "set", port, "master", "br0", "up"}));
-      RETURN_IF_ERROR(Ip({"-n", ns, "addr", "add", absl::StrCat(Address(i), "/24"), "dev", "eth0"}));
+      RETURN_IF_ERROR(
+          Ip({"-n", ns, "addr", "add", absl::StrCat(Address(i), "/24"), "dev", "eth0"}));
       RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "eth0", "up"}));
     }
     return absl::OkStatus();
@@ -696,10 +703,14 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
   if (absl::Status created = network.Create({"ps", "w0", "w1", "client"}); !created.ok()) {
     GTEST_SKIP() << "network namespaces unavailable here (needs root): " << created.message();
   }
-  const std::string ps_ip = Network::Address(0), w0_ip = Network::Address(1), w1_ip = Network::Address(2);
+  const std::string ps_ip = Network::Address(0), w0_ip = Network::Address(1),
+                    w1_ip = Network::Address(2);
   const std::string certs = TmpDir() + "/hosts-certs";
   fs::remove_all(certs);
-  ASSERT_EQ(Tessera({"certs", certs, "--hosts", absl::StrJoin({ps_ip, w0_ip, w1_ip, std::string("client")}, ",")}).code, 0);
+  ASSERT_EQ(Tessera({"certs", certs, "--hosts",
+                     absl::StrJoin({ps_ip, w0_ip, w1_ip, std::string("client")}, ",")})
+                .code,
+            0);
   ASSERT_EQ(Tessera({"certs", certs + "/other", "--hosts", "client"}).code, 0);
   const std::string token = TmpDir() + "/hosts-token";
   const std::string wrong_token = TmpDir() + "/hosts-wrong-token";
@@ -713,8 +724,9 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
   // Plaintext on a host's own address is refused at start.
   {
     const std::string err = TmpDir() + "/hosts-refused.err";
-    auto p = Subprocess::Start({.argv = on("w0", {RunfilePath("worker/tessera-worker"), "--address=" + w0_ip + ":7000"}),
-                                .stderr_path = err});
+    auto p = Subprocess::Start(
+        {.argv = on("w0", {RunfilePath("worker/tessera-worker"), "--address=" + w0_ip + ":7000"}),
+         .stderr_path = err});
     ASSERT_THAT(p.status(), IsOk());
     absl::StatusOr<ExitStatus> exit = (*p)->Wait(absl::Seconds(30));
     ASSERT_THAT(exit.status(), IsOk());
@@ -722,22 +734,27 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
     EXPECT_THAT(ReadFileToString(err).value_or(""), HasSubstr("will not serve " + w0_ip + ":7000"));
   }
 
-  const std::vector<std::string> roots = {"--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"};
-  Daemon ps = StartDaemon("hosts-ps", on("ps", {RunfilePath("server/tessera-ps"), "--address=" + ps_ip + ":9000",
-                                                "--index=0", "--num_servers=1", "--num_workers=2",
-                                                "--tls_dir=" + certs + "/" + ps_ip, "--token_file=" + token}));
-  Daemon w0 = StartDaemon("hosts-w0", on("w0", {RunfilePath("worker/tessera-worker"), "--address=" + w0_ip + ":7000",
-                                                "--tls_dir=" + certs + "/" + w0_ip, "--token_file=" + token, roots[0],
-                                                roots[1]}));
-  Daemon w1 = StartDaemon("hosts-w1", on("w1", {RunfilePath("worker/tessera-worker"), "--address=" + w1_ip + ":7000",
-                                                "--tls_dir=" + certs + "/" + w1_ip, "--token_file=" + token, roots[0],
-                                                roots[1]}));
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
+                                          "--run_root=" + TmpDir() + "/runs"};
+  Daemon ps = StartDaemon(
+      "hosts-ps", on("ps", {RunfilePath("server/tessera-ps"), "--address=" + ps_ip + ":9000",
+                            "--index=0", "--num_servers=1", "--num_workers=2",
+                            "--tls_dir=" + certs + "/" + ps_ip, "--token_file=" + token}));
+  Daemon w0 = StartDaemon(
+      "hosts-w0",
+      on("w0", {RunfilePath("worker/tessera-worker"), "--address=" + w0_ip + ":7000",
+                "--tls_dir=" + certs + "/" + w0_ip, "--token_file=" + token, roots[0], roots[1]}));
+  Daemon w1 = StartDaemon(
+      "hosts-w1",
+      on("w1", {RunfilePath("worker/tessera-worker"), "--address=" + w1_ip + ":7000",
+                "--tls_dir=" + certs + "/" + w1_ip, "--token_file=" + token, roots[0], roots[1]}));
   ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
   const std::string workers = absl::StrCat(w0_ip, ":7000,", w1_ip, ":7000");
   const std::string job = WriteJob({.name = "hosts-mlp", .epochs = 1});
   auto submit = [&](std::vector<std::string> flags) {
-    std::vector<std::string> args = on("client", {RunfilePath("client/tessera"), "submit", "--workers", workers,
-                                                  "--servers", ps_ip + ":9000", job});
+    std::vector<std::string> args =
+        on("client", {RunfilePath("client/tessera"), "submit", "--workers", workers, "--servers",
+                      ps_ip + ":9000", job});
     args.insert(args.end(), flags.begin(), flags.end());
     return RunCommand(args);
   };
@@ -755,7 +772,8 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
 
   const Command ok = submit({"--tls_dir", certs + "/client", "--token_file", token, "--json"});
   ASSERT_EQ(ok.code, 0) << ok.out << ok.err << ReadFileToString(ps.log).value_or("")
-                        << ReadFileToString(w0.log).value_or("") << ReadFileToString(w1.log).value_or("");
+                        << ReadFileToString(w0.log).value_or("")
+                        << ReadFileToString(w1.log).value_or("");
   EXPECT_GT(JsonNumber(ok.lines.back(), "test_accuracy"), 0.9) << ok.out;
   for (Daemon* d : {&ps, &w0, &w1}) EXPECT_TRUE(d->process->running()) << d->log;
 }

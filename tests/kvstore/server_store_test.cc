@@ -64,7 +64,8 @@ class Worker {
     return id;
   }
   // One chunk of push request `id` for a key of `total` floats, at float `offset`.
-  void PushChunk(uint64_t id, int key, int64_t total, int64_t offset, const std::vector<float>& values, bool last) {
+  void PushChunk(uint64_t id, int key, int64_t total, int64_t offset,
+                 const std::vector<float>& values, bool last) {
     WorkerMessage m;
     m.set_id(id);
     ArrayChunk* c = m.mutable_push();
@@ -274,7 +275,8 @@ TEST_F(ServerStoreTest, OptimizerCommandsBelongToTheRunningJob) {
   foreign.set_job_id("other-job");
   EXPECT_THAT(store_->Command(foreign),
               StatusIs(absl::StatusCode::kPermissionDenied,
-                       AllOf(HasSubstr("serves job ''"), HasSubstr("command of job 'other-job' is refused"))));
+                       AllOf(HasSubstr("serves job ''"),
+                             HasSubstr("command of job 'other-job' is refused"))));
   EXPECT_THAT(store_->Command(set), IsOk());
   CommandRequest save;
   save.set_save_optimizer_state(true);
@@ -284,7 +286,8 @@ TEST_F(ServerStoreTest, OptimizerCommandsBelongToTheRunningJob) {
   EXPECT_THAT(store_->Command(save), IsOk());
   // Once the job's workers have left, no job's command is taken.
   workers_[0]->Close();
-  EXPECT_THAT(store_->Command(set), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("runs no job")));
+  EXPECT_THAT(store_->Command(set),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("runs no job")));
 }
 
 TEST_F(ServerStoreTest, DepartureFailsTheOpenRoundsPullsButNotFinishedOnes) {
@@ -315,8 +318,9 @@ TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
   EXPECT_EQ(r.id(), pull);
   EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_THAT(r.message(), HasSubstr("dist_sync round 1 of key 0 cannot complete: worker 2 sent nothing "
-                                     "within 300ms (--round_timeout)"));
+  EXPECT_THAT(r.message(),
+              HasSubstr("dist_sync round 1 of key 0 cannot complete: worker 2 sent nothing "
+                        "within 300ms (--round_timeout)"));
   r = workers_[1]->Next();
   EXPECT_EQ(r.id(), barrier);
   EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));

@@ -379,7 +379,8 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
       spec.mutable_data()->set_part_index(rank);
       spec.mutable_data()->set_num_parts(2);
       spec.set_batch_size(16);
-      results[rank] = RunJob(rt(), spec, [](const JobEvent&) {}, nullptr, environment);
+      results[rank] = RunJob(
+          rt(), spec, [](const JobEvent&) {}, nullptr, environment);
     });
   }
   for (auto& t : workers) t.join();
@@ -405,8 +406,12 @@ TEST_F(WorkerTest, CancelStopsAJobWaitingOnTheParameterServerWithinSeconds) {
   std::promise<absl::Status> done;
   std::promise<void> started;
   JobManager jobs(rt());
-  ASSERT_THAT(jobs.Start(spec, [&](const JobEvent& e) { if (e.has_started()) started.set_value(); },
-                         [&](absl::Status s) { done.set_value(s); }),
+  ASSERT_THAT(jobs.Start(
+                  spec,
+                  [&](const JobEvent& e) {
+                    if (e.has_started()) started.set_value();
+                  },
+                  [&](absl::Status s) { done.set_value(s); }),
               IsOk());
   std::future<absl::Status> outcome = done.get_future();
   ASSERT_EQ(started.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
