@@ -41,8 +41,6 @@ constexpr const char* kKVStores[] = {"local",      "local_update_cpu", "local_al
 // The IDX-file fields of kind mnist; the other kinds read data.train / data.test instead.
 constexpr const char* kMnistFields[] = {"dir",         "train_images", "train_labels",
                                         "test_images", "test_labels",  "flat"};
-// Iterator arguments naming files: resolved against the job file's folder like data.dir.
-constexpr const char* kIterPaths[] = {"path_imgrec", "path_imgidx", "data_csv", "label_csv"};
 // Iterator arguments the job sets (DataSpec's comment), and where from.
 constexpr std::pair<const char*, const char*> kJobSetArgs[] = {
     {"batch_size", "batch_size"},
@@ -532,7 +530,8 @@ class Parser {
       }
       ASSIGN_OR_RETURN(std::string value, IterValue(entry, key_path));
       // "NULL" is MXNet's "no file" (label_csv); it and "" are not paths.
-      if (OneOf(key, kIterPaths) && !value.empty() && value != "NULL") value = Resolve(value);
+      // Files the iterator reads: resolved against the job file's folder like data.dir.
+      if (io::IsFileArgument(key) && !value.empty() && value != "NULL") value = Resolve(value);
       if (absl::Status alone = io::CheckDataIterKwargs(iter, {{key, value}}); !alone.ok()) {
         return Error(entry, key_path, alone.message());
       }
