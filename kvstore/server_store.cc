@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -162,7 +164,6 @@ void ServerStore::Session::Handle(WorkerMessage message) {
   auto staged = [&](ArrayChunk& chunk, auto handler) {
     absl::StatusOr<std::optional<Staged>> done = Stage(id, chunk);
     if (!done.ok()) {
-      std::lock_guard<std::mutex> lock(store_->mu_);
       send_({ErrorReply(id, done.status())});
     } else if (done->has_value()) {
       (store_->*handler)(this, id, (*done)->header, std::move((*done)->pieces));
@@ -174,11 +175,9 @@ void ServerStore::Session::Handle(WorkerMessage message) {
     case WorkerMessage::kPush: staged(*message.mutable_push(), &ServerStore::Push); break;
     case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
     case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
-    default: {
-      std::lock_guard<std::mutex> lock(store_->mu_);
+    default:
       send_({ErrorReply(id, absl::InvalidArgumentError(
                                 absl::StrCat("request ", id, " carries no request")))});
-    }
   }
 }
 
@@ -195,12 +194,12 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
 
 ServerStore::~ServerStore() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(watchdog_mu_);
     stopping_ = true;
     watchdog_cv_.notify_all();
   }
   watchdog_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<SharedMutex> lock(mu_);
   for (auto& [id, key] : keys_) {
     (void)key.value.WaitToWrite();
     if (!key.merged.is_none()) (void)key.merged.WaitToWrite();
@@ -217,7 +216,7 @@ absl::Status ServerStore::CheckSession(const Session* s) const {
 }
 
 void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<SharedMutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (hello.protocol_version() != kKVStoreProtocolVersion) {
     return fail(absl::FailedPreconditionError(
@@ -299,7 +298,7 @@ absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what,
 
 void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
                        std::vector<std::string> pieces) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<SharedMutex> lock(mu_);
   auto status = [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckSession(s));
     if (keys_.count(header.key())) return FindKey("Init", header).status();  // first value wins
@@ -308,15 +307,17 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
           "Init of key ", header.key(), ": the parameter server holds float32 arrays, got ",
           ShapeString(header.dtype(), header.shape())));
     }
-    Key key;
-    key.shape = Shape(header.shape().begin(), header.shape().end());
-    ASSIGN_OR_RETURN(key.value, NDArray::Empty(rt_, key.shape));
-    ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt_, key.shape));
-    RETURN_IF_ERROR(key.value.WaitToWrite());
-    CopyPieces(pieces, static_cast<char*>(key.value.data().dptr));
+    const Shape shape(header.shape().begin(), header.shape().end());
+    ASSIGN_OR_RETURN(NDArray value, NDArray::Empty(rt_, shape));
+    ASSIGN_OR_RETURN(NDArray merged, NDArray::Empty(rt_, shape));
+    RETURN_IF_ERROR(value.WaitToWrite());
+    CopyPieces(pieces, static_cast<char*>(value.data().dptr));
+    Key& key = keys_[header.key()];  // a Key holds a mutex: made in place
+    key.shape = shape;
+    key.value = std::move(value);
+    key.merged = std::move(merged);
     key.pushed.assign(options_.num_workers, 0);
     key.pushes.assign(options_.num_workers, 0);
-    keys_.emplace(header.key(), std::move(key));
     return absl::OkStatus();
   }();
   s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
@@ -346,12 +347,13 @@ static absl::Status RoundBlocked(int key_id, int64_t round, const std::vector<ch
 
 void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header,
                        std::vector<std::string> pieces) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_lock<SharedMutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
   absl::StatusOr<Key*> found = FindKey("push", header);
   if (!found.ok()) return fail(found.status());
   Key& key = **found;
+  std::lock_guard<std::mutex> key_lock(key.mu);
   const int rank = s->rank_;
   if (!sync()) {
     CopyPieces(pieces, static_cast<char*>(key.merged.data().dptr));
@@ -464,7 +466,7 @@ void ServerStore::ServePulls(int key_id, Key& key) {
 }
 
 void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_lock<SharedMutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
   auto it = keys_.find(pull.key());
@@ -473,6 +475,7 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
         absl::StrCat("pull of key ", pull.key(), ": the key is not initialized (Init it first)")));
   }
   Key& key = it->second;
+  std::lock_guard<std::mutex> key_lock(key.mu);
   const int64_t round = sync() ? key.pushes[s->rank_] : 0;
   if (key.rounds_done >= round) return s->send_(PullReply(id, pull.key(), key));
   key.pulls.push_back({Waiter{s, id}, s->rank_, round});
@@ -480,7 +483,7 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
 }
 
 void ServerStore::Barrier(Session* s, uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<SharedMutex> lock(mu_);
   if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
   for (int r = 0; r < options_.num_workers; ++r) {
     if (!departed_[r].ok()) {
@@ -510,7 +513,7 @@ void ServerStore::Barrier(Session* s, uint64_t id) {
 }
 
 void ServerStore::Leave(Session* s, const absl::Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<SharedMutex> lock(mu_);
   const int rank = s->rank_;
   if (rank < 0 || sessions_[rank] != s) return;
   sessions_[rank] = nullptr;
@@ -551,32 +554,49 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
 
 void ServerStore::WatchDeadlines() {
   const absl::Duration tick = std::min(absl::Seconds(1), options_.round_timeout / 4);
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!watchdog_cv_.wait_for(lock, absl::ToChronoNanoseconds(tick), [&] { return stopping_; })) {
-    FailOverdue(absl::Now());
+  std::unique_lock<std::mutex> watchdog_lock(watchdog_mu_);
+  while (!watchdog_cv_.wait_for(watchdog_lock, absl::ToChronoNanoseconds(tick),
+                                [&] { return stopping_; })) {
+    watchdog_lock.unlock();
+    const absl::Time now = absl::Now();
+    bool barrier_overdue = false;
+    {
+      std::shared_lock<SharedMutex> lock(mu_);
+      FailOverdueRounds(now);
+      barrier_overdue = barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout;
+    }
+    if (barrier_overdue) {
+      std::unique_lock<SharedMutex> lock(mu_);
+      FailOverdueBarrier(now);
+    }
+    watchdog_lock.lock();
   }
 }
 
-void ServerStore::FailOverdue(absl::Time now) {
+// Why a round or barrier still misses the ranks not in `arrived`.
+static std::string MissingRanks(const std::vector<char>& arrived, absl::Duration timeout) {
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(arrived.size()); ++r) {
+    if (!arrived[r]) ranks.push_back(r);
+  }
+  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ", absl::StrJoin(ranks, ", "),
+                      " sent nothing within ", absl::FormatDuration(timeout),
+                      " (--round_timeout)");
+}
+
+void ServerStore::FailOverdueRounds(absl::Time now) {
   if (!sync()) return;
-  auto missing = [&](const std::vector<char>& arrived) {
-    std::vector<int> ranks;
-    for (int r = 0; r < options_.num_workers; ++r) {
-      if (!arrived[r]) ranks.push_back(r);
-    }
-    return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ", absl::StrJoin(ranks, ", "),
-                        " sent nothing within ", absl::FormatDuration(options_.round_timeout),
-                        " (--round_timeout)");
-  };
   std::vector<char> in_barrier(options_.num_workers, 0);
   for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
   for (auto& [key_id, key] : keys_) {
+    std::lock_guard<std::mutex> key_lock(key.mu);
     if (key.pushed_count == 0 || now - key.round_opened < options_.round_timeout) continue;
     std::vector<char> arrived = key.pushed;
     for (int r = 0; r < options_.num_workers; ++r) arrived[r] |= in_barrier[r];
     const absl::Status overdue = absl::DeadlineExceededError(
         absl::StrCat("server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1,
-                     " of key ", key_id, " cannot complete: ", missing(arrived)));
+                     " of key ", key_id, " cannot complete: ",
+                     MissingRanks(arrived, options_.round_timeout)));
     std::erase_if(key.pulls, [&](const PendingPull& p) {
       if (p.round <= key.rounds_done) return false;
       Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
@@ -585,22 +605,28 @@ void ServerStore::FailOverdue(absl::Time now) {
     for (ParkedPush& p : key.parked) Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
     key.parked.clear();
   }
-  if (barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout) {
-    const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
-        "server ", options_.server_index, ": barrier cannot complete: ", missing(in_barrier)));
-    for (Waiter& w : barrier_) {
-      if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
-      w = Waiter{};
-    }
-    barrier_count_ = 0;
+}
+
+void ServerStore::FailOverdueBarrier(absl::Time now) {
+  // Checked again: the barrier may have opened or been answered since the shared look.
+  if (!sync() || barrier_count_ == 0 || now - barrier_opened_ < options_.round_timeout) return;
+  std::vector<char> in_barrier(options_.num_workers, 0);
+  for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
+  const absl::Status overdue = absl::DeadlineExceededError(
+      absl::StrCat("server ", options_.server_index, ": barrier cannot complete: ",
+                   MissingRanks(in_barrier, options_.round_timeout)));
+  for (Waiter& w : barrier_) {
+    if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
+    w = Waiter{};
   }
+  barrier_count_ = 0;
 }
 
 absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request) {
   CommandReply reply;
   {
     // One job's trainer must not change another's optimizer or read its state.
-    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_lock<SharedMutex> lock(mu_);
     const bool connected = std::any_of(sessions_.begin(), sessions_.end(),
                                        [](const Session* p) { return p != nullptr; });
     if (!connected || request.job_id() != job_id_) {
@@ -615,7 +641,7 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
       const OptimizerSpec& spec = request.set_optimizer();
       {
         // Every worker sends the trainer's optimizer; copies of the one running change nothing.
-        std::lock_guard<std::mutex> lock(mu_);
+        std::shared_lock<SharedMutex> lock(mu_);
         if (optimizer_ != nullptr &&
             google::protobuf::util::MessageDifferencer::Equals(spec, optimizer_spec_)) {
           return reply;
@@ -633,13 +659,14 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
                          CreateLRScheduler(spec.lr_scheduler(), args));
         optimizer->SetLrScheduler(std::move(scheduler));
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<SharedMutex> lock(mu_);
       optimizer_ = std::move(optimizer);
       optimizer_spec_ = spec;
       return reply;
     }
     case CommandRequest::kSaveOptimizerState: {
-      std::lock_guard<std::mutex> lock(mu_);
+      // Exclusively: no update runs while the state is read.
+      std::unique_lock<SharedMutex> lock(mu_);
       if (optimizer_ == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "server ", options_.server_index, " has no optimizer whose state to save"));
@@ -648,7 +675,7 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
       return reply;
     }
     case CommandRequest::kLoadOptimizerState: {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<SharedMutex> lock(mu_);
       if (optimizer_ == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "server ", options_.server_index, " has no optimizer to load a state into"));

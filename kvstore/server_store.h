@@ -34,8 +34,11 @@
 // request before Hello) is answered with INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION
 // naming the key and shapes; it changes nothing and the session keeps serving.
 //
-// Thread safety: every method may be called from any thread; one lock guards the store.
-// Handle must be called for one session from one thread at a time (the stream's order).
+// Thread safety: every method may be called from any thread. Handle must be called for one
+// session from one thread at a time (the stream's order). Pushes and pulls lock only their
+// key (and share the store's lock), so one key's update - the optimizer on a large array -
+// never holds up another key's pushes and pulls; what spans keys or sessions (Hello, Init,
+// a barrier, a worker leaving, commands, round deadlines) takes the store's lock exclusively.
 #ifndef TESSERA_KVSTORE_SERVER_STORE_H_
 #define TESSERA_KVSTORE_SERVER_STORE_H_
 
@@ -55,6 +58,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/shared_mutex.h"
 #include "kvstore/optimizer.h"
 #include "kvstore/transport.h"
 #include "ndarray/ndarray.h"
@@ -84,7 +88,9 @@ struct ServerStoreOptions {
 
 class ServerStore {
  public:
-  // Delivers replies to one worker, in the order of the calls (the caller queues them).
+  // Delivers replies to one worker, in the order of the calls (the caller queues them). It may
+  // be called from several threads at once (for different keys); each call's replies must
+  // stay together.
   using Send = std::function<void(std::vector<ServerMessage> replies)>;
 
   class Session {
@@ -120,7 +126,8 @@ class ServerStore {
     std::map<uint64_t, Staged> staged_;
     uint64_t staged_bytes_ = 0;        // received so far by the requests in staged_
     std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
-    // The rank from Hello (-1 before it), also read under the store's lock.
+    // The rank from Hello (-1 before it), also read under the store's lock (set under it
+    // exclusively).
     int rank_ = -1;
     bool closed_ = false;
   };
@@ -151,7 +158,10 @@ class ServerStore {
     int rank = 0;
     std::vector<std::string> pieces;
   };
+  // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
+  // lock is held shared, and by the store's lock alone when it is held exclusively.
   struct Key {
+    std::mutex mu;  // taken after the store's lock, never before it
     Shape shape;
     NDArray value;   // float32 CPU, the key's part
     NDArray merged;  // dist_sync: the open round's sum
@@ -174,39 +184,45 @@ class ServerStore {
 
   // Checks a request against the key it names; INVALID_ARGUMENT/NOT_FOUND naming both.
   absl::StatusOr<Key*> FindKey(const char* what, const ArrayChunk& header)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckSession(const Session* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSession(const Session* s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // The helpers below that take a Key need mu_ shared and key.mu, or mu_ exclusively.
   // Sums a push into the open round (dist_sync) and completes the round when it is whole.
   absl::Status AcceptSyncPush(int key_id, Key& key, int rank, const std::vector<std::string>& pieces)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
   absl::Status MaybeCompleteRound(int key_id, Key& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies `grad` to the key's value: the optimizer, or a copy.
-  absl::Status Apply(int key_id, Key& key, const NDArray& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(int key_id, Key& key, const NDArray& grad) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The key's value as pull reply chunks for request `id`.
   std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answers ready pulls; fails the ones a departed worker blocks.
   void ServePulls(int key_id, Key& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fails the waiters of rounds and a barrier open longer than round_timeout (a thread of
-  // its own calls it every round_timeout / 4, at most every second).
-  void FailOverdue(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fail the waiters of rounds (each key locked in turn) and of a barrier (under the store's
+  // lock exclusively) open longer than round_timeout. A thread of its own calls them every
+  // round_timeout / 4, at most every second.
+  void FailOverdueRounds(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void FailOverdueBarrier(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchDeadlines();
-  // Replies go out under the lock, so a waiter's session is alive (Leave drops its waiters
-  // under the same lock) and one worker's replies keep their order.
+  // Replies go out under the store's lock (and the key's), so a waiter's session is alive
+  // (Leave drops its waiters under the store's lock exclusively) and one key's replies to a
+  // worker keep their order.
   static void Reply(const Waiter& w, std::vector<ServerMessage> replies) {
     w.session->send_(std::move(replies));
   }
-  bool sync() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return mode_ == SYNC_MODE_SYNC; }
+  bool sync() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return mode_ == SYNC_MODE_SYNC; }
 
   const Runtime rt_;
   const ServerStoreOptions options_;
 
-  // std::mutex, not absl::Mutex, for TSan (optimizer.h says why).
-  mutable std::mutex mu_;
+  // Not absl::Mutex, for TSan (optimizer.h says why); writer-preferring, so a worker's
+  // barrier or departure is not held back by the others' streams of pushes.
+  mutable SharedMutex mu_;
   SyncMode mode_ ABSL_GUARDED_BY(mu_) = SYNC_MODE_UNSET;
   std::string job_id_ ABSL_GUARDED_BY(mu_);  // the job being served
   std::map<int, Key> keys_ ABSL_GUARDED_BY(mu_);
@@ -215,7 +231,8 @@ class ServerStore {
   std::vector<Waiter> barrier_ ABSL_GUARDED_BY(mu_);      // per rank, session null if absent
   int barrier_count_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time barrier_opened_ ABSL_GUARDED_BY(mu_);  // when the first waiter came
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex watchdog_mu_;
+  bool stopping_ ABSL_GUARDED_BY(watchdog_mu_) = false;
   std::condition_variable watchdog_cv_;
   std::thread watchdog_;  // WatchDeadlines; last member: starts after the others exist
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -30,7 +31,15 @@ class Worker {
  public:
   Worker(ServerStore& store, int rank, int num_workers, SyncMode mode) {
     session_ = store.Open([this](std::vector<ServerMessage> replies) {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      // A held reply keeps the store's thread that sends it inside the store, as long work
+      // under the locks that reply is sent under would.
+      if (!replies.empty() && replies[0].id() == hold_id_) {
+        holding_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return hold_id_ == 0; });
+        holding_ = false;
+      }
       for (auto& r : replies) inbox_.push_back(std::move(r));
       cv_.notify_all();
     });
@@ -106,6 +115,28 @@ class Worker {
     std::lock_guard<std::mutex> lock(mu_);
     return !inbox_.empty();
   }
+  // Whether `count` replies arrive within `timeout` (they stay in the inbox).
+  bool AwaitReplies(size_t count, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [&] { return inbox_.size() >= count; });
+  }
+  // The reply to request `id` will block its sender until Release; WaitUntilHeld returns once
+  // it does.
+  void HoldReplyTo(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_id_ = id;
+  }
+  void WaitUntilHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return holding_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_id_ = 0;
+    cv_.notify_all();
+  }
+  uint64_t next_id() const { return next_id_; }
   // A pull's value, from its (possibly several) chunks.
   std::vector<float> PullValue(int key) {
     const uint64_t id = Pull(key);
@@ -129,6 +160,8 @@ class Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<ServerMessage> inbox_;
+  uint64_t hold_id_ = 0;  // 0: none (ids start at 1)
+  bool holding_ = false;
 };
 
 class ServerStoreTest : public ::testing::Test {
@@ -373,6 +406,108 @@ TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
   for (auto& t : threads) t.join();
   for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(mismatches[w], 0) << "worker " << w;
 }
+
+// A pull answered at once sends its reply under its key's lock; while that send is held, as
+// a long optimizer update of the key would be, another worker's pushes and pulls of other
+// keys go on (with one store-wide lock they would wait for it).
+TEST_F(ServerStoreTest, WorkUnderOneKeysLockHoldsUpNoOtherKey) {
+  Start(2, SYNC_MODE_SYNC);
+  InitEverywhere(0, {1});
+  InitEverywhere(1, {2});
+  workers_[0]->HoldReplyTo(workers_[0]->next_id());
+  std::thread held([&] { workers_[0]->Pull(0); });
+  workers_[0]->WaitUntilHeld();
+  std::thread other([&] {
+    workers_[1]->Pull(1);
+    workers_[1]->Send(false, 1, {5});
+    workers_[1]->Pull(1);  // waits for round 1, which needs worker 0's push
+  });
+  const bool answered = workers_[1]->AwaitReplies(2, absl::Seconds(5));
+  workers_[0]->Release();
+  held.join();
+  other.join();
+  EXPECT_TRUE(answered) << "key 1's pull and push waited for key 0";
+  const ServerMessage before_round = workers_[1]->Next();
+  EXPECT_EQ(before_round.code(), 0) << before_round.message();
+  EXPECT_EQ(workers_[1]->Next().code(), 0);  // the push
+  EXPECT_EQ(workers_[0]->Next().code(), 0);  // the held pull of key 0
+  EXPECT_FALSE(workers_[1]->HasReply());
+  workers_[0]->Send(false, 1, {7});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  const ServerMessage after_round = workers_[1]->Next();
+  ASSERT_EQ(after_round.code(), 0) << after_round.message();
+  float value = 0;
+  std::memcpy(&value, after_round.pull().data().data(), sizeof(value));
+  EXPECT_EQ(value, 12);
+}
+
+// Keys updated by the server's optimizer (SGD, rate 1: each update subtracts the gradient, exactly
+// in float for these integers) from workers in threads, every key's updates racing the
+// others'; after a final barrier every key holds its start minus the sum of everything pushed
+// into it, in either mode. dist_sync: every worker pushes every key once per round in its own
+// order and pulls them, and each pull must see its round exactly. dist_async: random keys,
+// pulls in between.
+class ServerStoreOptimizerTest : public ServerStoreTest,
+                                 public ::testing::WithParamInterface<SyncMode> {};
+
+TEST_P(ServerStoreOptimizerTest, ConcurrentUpdatesOfManyKeysMatchTheSequentialOracle) {
+  constexpr int kWorkers = 3, kKeys = 8, kRounds = 15;
+  const bool sync = GetParam() == SYNC_MODE_SYNC;
+  Start(kWorkers, GetParam(), /*max_chunk_bytes=*/64);
+  CommandRequest set;
+  set.mutable_set_optimizer()->set_name("sgd");
+  (*set.mutable_set_optimizer()->mutable_params())["learning_rate"] = "1";
+  ASSERT_THAT(store_->Command(set), IsOk());
+  auto size = [](int key) { return 1 + 7 * key; };
+  auto grad = [](int w, int key, int round) { return static_cast<float>(w + 3 * key + round); };
+  for (int k = 0; k < kKeys; ++k) InitEverywhere(k, std::vector<float>(size(k), 10000.f));
+  std::vector<int> mismatches(kWorkers, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(w + 11);
+      std::vector<int> keys(kKeys);
+      std::iota(keys.begin(), keys.end(), 0);
+      for (int round = 1; round <= kRounds; ++round) {
+        std::shuffle(keys.begin(), keys.end(), rng);
+        for (int k : keys) {
+          workers_[w]->Send(false, k, std::vector<float>(size(k), grad(w, k, round)),
+                            1 + rng() % 9);
+          if (workers_[w]->Next().code() != 0) ++mismatches[w];
+          if (!sync && rng() % 4 == 0) {
+            if (workers_[w]->PullValue(keys[rng() % kKeys]).empty()) ++mismatches[w];
+          }
+        }
+        if (!sync) continue;
+        std::shuffle(keys.begin(), keys.end(), rng);
+        for (int k : keys) {
+          float expect = 10000.f;
+          for (int r = 1; r <= round; ++r) {
+            for (int o = 0; o < kWorkers; ++o) expect -= grad(o, k, r);
+          }
+          for (float v : workers_[w]->PullValue(k)) mismatches[w] += v != expect;
+        }
+      }
+      if (workers_[w]->Barrier() == 0 || workers_[w]->Next().code() != 0) ++mismatches[w];
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(mismatches[w], 0) << "worker " << w;
+  for (int k = 0; k < kKeys; ++k) {
+    float expect = 10000.f;
+    for (int r = 1; r <= kRounds; ++r) {
+      for (int w = 0; w < kWorkers; ++w) expect -= grad(w, k, r);
+    }
+    EXPECT_EQ(workers_[0]->PullValue(k), std::vector<float>(size(k), expect)) << "key " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ServerStoreOptimizerTest,
+                         ::testing::Values(SYNC_MODE_SYNC, SYNC_MODE_ASYNC),
+                         [](const ::testing::TestParamInfo<SyncMode>& info) {
+                           return std::string(info.param == SYNC_MODE_SYNC ? "DistSync"
+                                                                           : "DistAsync");
+                         });
 
 }  // namespace
 }  // namespace tessera::kvstore
