@@ -10,9 +10,14 @@
 // elements) a 64 MiB array (16.8 M elements) is split across both servers, the smaller ones
 // live whole on one server.
 //
-// One iteration of a worker: Push(key, grad), Pull(key, out), out.WaitToRead(). After
-// --warmup iterations, --iters (scaled down for small arrays) are timed.
-//   gbytes_per_s: (push bytes + pull bytes) per worker, summed over the workers, divided by
+// Many keys: 100 keys of 1 MiB (--many_keys), 2 workers, 1 server, without and with an
+// optimizer on the server (SGD with momentum and weight decay, update_on_kvstore). The server
+// locks each key on its own, so one key's update overlaps the other keys' pushes and pulls;
+// optimizer_cost is the wall time with the optimizer over the time without.
+//
+// One iteration of a worker: Push(keys, grads), Pull(keys, outs), WaitToRead on every out.
+// After --warmup iterations, --iters (scaled down for small arrays) are timed.
+//   gbytes_per_s: (push bytes + pull bytes, every key) per worker, summed over the workers, divided by
 //                 the wall time of the timed iterations; 1 GB = 1e9 bytes. One worker moving a
 //                 64 MiB array 10 times in 1 s is 2 * 64 MiB * 10 / 1 s = 1.34 GB/s.
 //   median_ms:    median over every worker's timed iterations of one push+pull+wait.
@@ -46,6 +51,7 @@
 #include "core/file.h"
 #include "core/subprocess.h"
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
 #include "nlohmann/json.hpp"
@@ -67,13 +73,16 @@ struct Flags {
   std::string server_glibc_tunables;
   // The workers' malloc set as tessera-ps sets its own (see main).
   bool tune_malloc = true;
+  int many_keys = 100;
 };
 
 struct Config {
   const char* name;
-  int64_t bytes;
+  int64_t bytes;  // of each key
   int workers;
   int servers;
+  int keys = 1;
+  bool server_optimizer = false;
 };
 
 struct Result {
@@ -224,7 +233,7 @@ Result Run(const Flags& flags, const Config& config) {
   absl::StatusOr<Servers> servers = Servers::Start(flags, config.servers, config.workers);
   Check(servers.status(), "starting the parameter servers");
   const int64_t n = config.bytes / static_cast<int64_t>(sizeof(float));
-  const int iters = ItersFor(flags, config.bytes);
+  const int iters = ItersFor(flags, config.bytes * config.keys);
   std::vector<std::vector<double>> latencies(config.workers);
   std::vector<Clock::time_point> ends(config.workers);
   Clock::time_point start;
@@ -244,16 +253,31 @@ Result Run(const Flags& flags, const Config& config) {
       Check(kv.status(), "CreateDistKVStore");
       const Runtime& r = (*rt)->get();
       std::vector<float> ones(n, 1.0f);
-      auto grad = NDArray::Empty(r, Shape{n});
-      auto out = NDArray::Empty(r, Shape{n});
-      Check(grad.status(), "alloc");
-      Check(out.status(), "alloc");
-      Check(grad->SyncCopyFromCPU(ones.data(), n), "copy");
-      Check((*kv)->Init({0}, {*grad}), "Init");
+      std::vector<int> keys;
+      std::vector<NDArray> grads;
+      std::vector<std::vector<NDArray>> grad_lists, outs;
+      for (int k = 0; k < config.keys; ++k) {
+        keys.push_back(k);
+        auto grad = NDArray::Empty(r, Shape{n});
+        auto out = NDArray::Empty(r, Shape{n});
+        Check(grad.status(), "alloc");
+        Check(out.status(), "alloc");
+        Check(grad->SyncCopyFromCPU(ones.data(), n), "copy");
+        grads.push_back(*grad);
+        grad_lists.push_back({*grad});
+        outs.push_back({*out});
+      }
+      Check((*kv)->Init(keys, grads), "Init");
+      if (config.server_optimizer) {
+        auto sgd = kvstore::Optimizer::Create(
+            "sgd", {{"learning_rate", "0.01"}, {"momentum", "0.9"}, {"wd", "0.0001"}});
+        Check(sgd.status(), "sgd");
+        Check((*kv)->SetOptimizer(std::move(*sgd)), "SetOptimizer");
+      }
       auto step = [&] {
-        Check((*kv)->Push({0}, {{*grad}}, 0), "Push");
-        Check((*kv)->Pull({0}, {{*out}}, 0), "Pull");
-        Check(out->WaitToRead(), "push+pull");
+        Check((*kv)->Push(keys, grad_lists, 0), "Push");
+        Check((*kv)->Pull(keys, outs, 0), "Pull");
+        for (auto& out : outs) Check(out[0].WaitToRead(), "push+pull");
       };
       for (int i = 0; i < flags.warmup; ++i) step();
       Check((*kv)->Barrier(), "Barrier");
@@ -265,12 +289,17 @@ Result Run(const Flags& flags, const Config& config) {
         latencies[w].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
       ends[w] = Clock::now();
-      // Every worker sums ones into the round: the value pulled is the worker count.
-      auto v = out->AsVector<float>();
-      Check(v.status(), "AsVector");
-      if ((*v)[0] != static_cast<float>(config.workers) ||
-          (*v)[n - 1] != static_cast<float>(config.workers)) {
-        std::fprintf(stderr, "kvstore_bench: pulled %g, expected %d\n", (*v)[0], config.workers);
+      // Every worker sums ones into the round: without an optimizer the value pulled is the
+      // worker count; with one, every key went through the same updates from the same start.
+      auto first = outs.front()[0].AsVector<float>();
+      auto last = outs.back()[0].AsVector<float>();
+      Check(first.status(), "AsVector");
+      Check(last.status(), "AsVector");
+      const float expect = config.server_optimizer ? (*first)[0] : config.workers;
+      if ((*first)[0] != expect || (*first)[n - 1] != expect || (*last)[n - 1] != expect ||
+          (config.server_optimizer && !(expect < 1.0f))) {
+        std::fprintf(stderr, "kvstore_bench: pulled %g and %g, expected %g\n", (*first)[0],
+                     (*last)[n - 1], expect);
         std::exit(1);
       }
       Check((*kv)->Barrier(), "Barrier");
@@ -285,8 +314,8 @@ Result Run(const Flags& flags, const Config& config) {
   Result result;
   result.config = config;
   result.iters = iters;
-  result.gbytes_per_s =
-      2.0 * static_cast<double>(config.bytes) * config.workers * iters / seconds / 1e9;
+  result.gbytes_per_s = 2.0 * static_cast<double>(config.bytes) * config.keys *
+                        config.workers * iters / seconds / 1e9;
   result.median_ms = all[all.size() / 2];
   return result;
 }
@@ -314,12 +343,14 @@ int main(int argc, char** argv) {
     if (auto v = value("--iperf3_seconds="); v && absl::SimpleAtoi(*v, &flags.iperf3_seconds)) continue;
     if (auto v = value("--workers="); v && absl::SimpleAtoi(*v, &only_workers)) continue;
     if (auto v = value("--servers="); v && absl::SimpleAtoi(*v, &only_servers)) continue;
+    if (auto v = value("--many_keys="); v && absl::SimpleAtoi(*v, &flags.many_keys)) continue;
     if (arg == "--tune_malloc=0") { flags.tune_malloc = false; continue; }
     if (arg == "--in_process") { flags.in_process = true; continue; }
     std::fprintf(stderr,
                  "usage: kvstore_bench [--ps_binary=PATH] [--in_process] [--iters=N] [--warmup=N]\n"
                  "       [--iperf3=PATH] [--iperf3_seconds=N] [--sizes=4KiB,1MiB,64MiB]\n"
-                 "       [--tune_malloc=0] [--workers=1|2] [--servers=1|2] [--server_glibc_tunables=TUNABLES]\n");
+                 "       [--tune_malloc=0] [--workers=1|2] [--servers=1|2] [--server_glibc_tunables=TUNABLES]\n"
+                 "       [--many_keys=N] (--sizes=many runs only the many-keys case)\n");
     return 2;
   }
   if (flags.tune_malloc) {
@@ -340,7 +371,8 @@ int main(int argc, char** argv) {
   const bool processes = !flags.in_process && std::filesystem::exists(flags.ps_binary);
   std::printf("servers: %s\n", processes ? absl::StrCat("tessera-ps processes (", flags.ps_binary, ")").c_str()
                                          : "in-process ParameterServers");
-  std::printf("%-6s %7s %7s %6s %12s %11s\n", "size", "workers", "servers", "iters", "GB/s", "median ms");
+  std::printf("%-14s %7s %7s %6s %12s %11s\n", "size", "workers", "servers", "iters", "GB/s",
+              "median ms");
   const Config sizes[] = {{"4KiB", 4 << 10, 0, 0}, {"1MiB", 1 << 20, 0, 0}, {"64MiB", 64 << 20, 0, 0}};
   std::vector<Result> results;
   for (const Config& size : sizes) {
@@ -349,12 +381,31 @@ int main(int argc, char** argv) {
       for (int servers : {1, 2}) {
         if ((only_workers && workers != only_workers) || (only_servers && servers != only_servers)) continue;
         Result r = Run(flags, Config{size.name, size.bytes, workers, servers});
-        std::printf("%-6s %7d %7d %6d %12.3f %11.3f\n", r.config.name, workers, servers, r.iters,
+        std::printf("%-14s %7d %7d %6d %12.3f %11.3f\n", r.config.name, workers, servers, r.iters,
                     r.gbytes_per_s, r.median_ms);
         std::fflush(stdout);
         results.push_back(r);
       }
     }
+  }
+  std::optional<double> optimizer_cost;
+  if (only_sizes.empty() ||
+      std::find(only_sizes.begin(), only_sizes.end(), "many") != only_sizes.end()) {
+    const std::string name = absl::StrCat(flags.many_keys, "x1MiB");
+    double seconds[2] = {0, 0};
+    for (bool optimizer : {false, true}) {
+      Config config{name.c_str(), 1 << 20, 2, 1, flags.many_keys, optimizer};
+      Result r = Run(flags, config);
+      std::printf("%-14s %7d %7d %6d %12.3f %11.3f\n",
+                  absl::StrCat(name, optimizer ? "+sgd" : "").c_str(), 2, 1, r.iters,
+                  r.gbytes_per_s, r.median_ms);
+      std::fflush(stdout);
+      seconds[optimizer] = 1 / r.gbytes_per_s;  // the same bytes either way
+      results.push_back(r);
+    }
+    optimizer_cost = seconds[1] / seconds[0];
+    std::printf("many keys: the server's optimizer costs %.2fx the time without it\n",
+                *optimizer_cost);
   }
 
   nlohmann::json json;
@@ -370,13 +421,17 @@ int main(int argc, char** argv) {
   std::optional<double> best64;
   for (const Result& r : results) {
     json["results"].push_back({{"size", r.config.name},
+                               {"keys", r.config.keys},
+                               {"server_optimizer", r.config.server_optimizer ? "sgd" : "none"},
                                {"workers", r.config.workers},
                                {"servers", r.config.servers},
                                {"iters", r.iters},
                                {"gbytes_per_s", r.gbytes_per_s},
                                {"median_ms", r.median_ms}});
-    if (r.config.bytes == (64 << 20)) best64 = std::max(best64.value_or(0.0), r.gbytes_per_s);
+    if (r.config.bytes == (64 << 20) && r.config.keys == 1) best64 = std::max(best64.value_or(0.0), r.gbytes_per_s);
   }
+  json["many_keys_optimizer_cost"] =
+      optimizer_cost ? nlohmann::json(*optimizer_cost) : nlohmann::json(nullptr);
   json["best_64mib_gbytes_per_s"] = best64 ? nlohmann::json(*best64) : nlohmann::json(nullptr);
   json["best_64mib_ratio_vs_iperf3"] = best64 && iperf3.ok() && *iperf3 > 0
                                            ? nlohmann::json(*best64 / *iperf3)

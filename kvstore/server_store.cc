@@ -176,8 +176,8 @@ void ServerStore::Session::Handle(WorkerMessage message) {
     case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
     case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
     default:
-      send_({ErrorReply(id, absl::InvalidArgumentError(
-                                absl::StrCat("request ", id, " carries no request")))});
+      send_({ErrorReply(
+          id, absl::InvalidArgumentError(absl::StrCat("request ", id, " carries no request")))});
   }
 }
 
@@ -580,8 +580,7 @@ static std::string MissingRanks(const std::vector<char>& arrived, absl::Duration
     if (!arrived[r]) ranks.push_back(r);
   }
   return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ", absl::StrJoin(ranks, ", "),
-                      " sent nothing within ", absl::FormatDuration(timeout),
-                      " (--round_timeout)");
+                      " sent nothing within ", absl::FormatDuration(timeout), " (--round_timeout)");
 }
 
 void ServerStore::FailOverdueRounds(absl::Time now) {
@@ -593,10 +592,9 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
     if (key.pushed_count == 0 || now - key.round_opened < options_.round_timeout) continue;
     std::vector<char> arrived = key.pushed;
     for (int r = 0; r < options_.num_workers; ++r) arrived[r] |= in_barrier[r];
-    const absl::Status overdue = absl::DeadlineExceededError(
-        absl::StrCat("server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1,
-                     " of key ", key_id, " cannot complete: ",
-                     MissingRanks(arrived, options_.round_timeout)));
+    const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
+        "server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1, " of key ",
+        key_id, " cannot complete: ", MissingRanks(arrived, options_.round_timeout)));
     std::erase_if(key.pulls, [&](const PendingPull& p) {
       if (p.round <= key.rounds_done) return false;
       Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
@@ -612,9 +610,9 @@ void ServerStore::FailOverdueBarrier(absl::Time now) {
   if (!sync() || barrier_count_ == 0 || now - barrier_opened_ < options_.round_timeout) return;
   std::vector<char> in_barrier(options_.num_workers, 0);
   for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
-  const absl::Status overdue = absl::DeadlineExceededError(
-      absl::StrCat("server ", options_.server_index, ": barrier cannot complete: ",
-                   MissingRanks(in_barrier, options_.round_timeout)));
+  const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
+      "server ", options_.server_index,
+      ": barrier cannot complete: ", MissingRanks(in_barrier, options_.round_timeout)));
   for (Waiter& w : barrier_) {
     if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
     w = Waiter{};

@@ -189,19 +189,18 @@ class ServerStore {
 
   // The helpers below that take a Key need mu_ shared and key.mu, or mu_ exclusively.
   // Sums a push into the open round (dist_sync) and completes the round when it is whole.
-  absl::Status AcceptSyncPush(int key_id, Key& key, int rank, const std::vector<std::string>& pieces)
+  absl::Status AcceptSyncPush(int key_id, Key& key, int rank,
+                              const std::vector<std::string>& pieces)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
-  absl::Status MaybeCompleteRound(int key_id, Key& key)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status MaybeCompleteRound(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies `grad` to the key's value: the optimizer, or a copy.
   absl::Status Apply(int key_id, Key& key, const NDArray& grad) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The key's value as pull reply chunks for request `id`.
   std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answers ready pulls; fails the ones a departed worker blocks.
-  void ServePulls(int key_id, Key& key)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ServePulls(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fail the waiters of rounds (each key locked in turn) and of a barrier (under the store's
   // lock exclusively) open longer than round_timeout. A thread of its own calls them every
