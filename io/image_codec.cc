@@ -165,19 +165,26 @@ absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels) {
   // Before jpeg_start_decompress, which allocates whole-image buffers for progressive files.
   RETURN_IF_ERROR(
       CheckDecodeSize("JPEG", cinfo->image_height, cinfo->image_width, decoded_channels));
+  // libjpeg's own buffers (a progressive file's coefficients take 2 bytes a sample, zeroed
+  // up front) stay under the same limit: beyond it libjpeg fails for want of a backing store.
+  cinfo->mem->max_memory_to_use = kMaxPixelBytes;
   if (!RunJpeg(&d.err, [&] { jpeg_start_decompress(cinfo); })) return corrupt();
 
   Image image;
   image.height = static_cast<int>(cinfo->output_height);
   image.width = static_cast<int>(cinfo->output_width);
   image.channels = channels;
-  image.pixels.resize(static_cast<size_t>(image.height) * image.width * channels);
-  std::vector<uint8_t> cmyk_pixels(cmyk ? static_cast<size_t>(image.height) * image.width * 4 : 0);
-  uint8_t* const out = cmyk ? cmyk_pixels.data() : image.pixels.data();
+  std::vector<uint8_t> cmyk_pixels;
+  std::vector<uint8_t>& out = cmyk ? cmyk_pixels : image.pixels;
   const size_t stride = static_cast<size_t>(image.width) * cinfo->output_components;
+  // Rows are zeroed as they are decoded, not all up front: a truncated file whose header
+  // claims 2 GiB of pixels then touches only the rows its bytes reach (reserve only maps
+  // memory), instead of 2 GiB before failing. Reserved, so `out` never moves.
+  out.reserve(static_cast<size_t>(image.height) * stride);
   if (!RunJpeg(&d.err, [&] {
         while (cinfo->output_scanline < cinfo->output_height) {
-          JSAMPROW row = out + cinfo->output_scanline * stride;
+          out.resize((cinfo->output_scanline + size_t{1}) * stride);
+          JSAMPROW row = out.data() + cinfo->output_scanline * stride;
           jpeg_read_scanlines(cinfo, &row, 1);
         }
         // Reads up to EOI, so corruption after the last scanline is caught too.
@@ -185,7 +192,10 @@ absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels) {
       })) {
     return corrupt();
   }
-  if (cmyk) CmykToImage(cmyk_pixels.data(), cinfo->saw_Adobe_marker, &image);
+  if (cmyk) {
+    image.pixels.resize(static_cast<size_t>(image.height) * image.width * channels);
+    CmykToImage(cmyk_pixels.data(), cinfo->saw_Adobe_marker, &image);
+  }
   return image;
 }
 
@@ -259,7 +269,7 @@ absl::StatusOr<Image> DecodePng(absl::string_view bytes, int channels) {
   };
 
   png_uint_32 height = 0, width = 0;
-  int decoded_channels = 0;
+  int decoded_channels = 0, passes = 1;
   size_t row_bytes = 0;
   if (!RunPng(r.png, [&] {
         png_set_read_fn(r.png, &in, PngRead);
@@ -273,7 +283,7 @@ absl::StatusOr<Image> DecodePng(absl::string_view bytes, int channels) {
         if (gray && channels == 3) png_set_gray_to_rgb(r.png);
         // BT.601 weights (in 1/100000), matching libjpeg's YCbCr luma; 1 = convert silently.
         if (!gray && channels == 1) png_set_rgb_to_gray_fixed(r.png, 1, 29900, 58700);
-        png_set_interlace_handling(r.png);
+        passes = png_set_interlace_handling(r.png);
         png_read_update_info(r.png, r.info);
         height = png_get_image_height(r.png, r.info);
         width = png_get_image_width(r.png, r.info);
@@ -293,11 +303,17 @@ absl::StatusOr<Image> DecodePng(absl::string_view bytes, int channels) {
   image.height = static_cast<int>(height);
   image.width = static_cast<int>(width);
   image.channels = channels;
-  image.pixels.resize(static_cast<size_t>(height) * row_bytes);
-  std::vector<png_bytep> rows(height);
-  for (png_uint_32 y = 0; y < height; ++y) rows[y] = image.pixels.data() + y * row_bytes;
+  // png_read_image's loop, growing the rows as they are reached (as DecodeJpeg: a truncated
+  // file claiming 2 GiB touches only what its bytes decode to). Reserved, so rows never move.
+  image.pixels.reserve(static_cast<size_t>(height) * row_bytes);
   if (!RunPng(r.png, [&] {
-        png_read_image(r.png, rows.data());
+        for (int pass = 0; pass < passes; ++pass) {
+          for (png_uint_32 y = 0; y < height; ++y) {
+            const size_t end = (y + size_t{1}) * row_bytes;
+            if (image.pixels.size() < end) image.pixels.resize(end);
+            png_read_row(r.png, image.pixels.data() + y * row_bytes, nullptr);
+          }
+        }
         // Checks the remaining chunks' CRCs up to IEND, so a truncated tail is caught too.
         png_read_end(r.png, nullptr);
       })) {
