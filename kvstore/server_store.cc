@@ -136,12 +136,13 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
         " bytes overruns the array ", ShapeString(chunk.dtype(), chunk.shape()), " of ",
         staged.expected, " bytes")));
   }
-  if (staged_bytes_ + chunk.data().size() > options.max_session_staged_bytes) {
+  const uint64_t held = staged_bytes_ + parked_bytes_.load() + chunk.data().size();
+  if (held > options.max_session_staged_bytes) {
     return fail(absl::ResourceExhaustedError(
         absl::StrCat("key ", chunk.key(), ": request ", id,
-                     " would take this worker's requests being received to ",
-                     staged_bytes_ + chunk.data().size(), " bytes; server ", options.server_index,
-                     " holds at most ", options.max_session_staged_bytes, " per worker")));
+                     " would take this worker's requests being received or parked to ", held,
+                     " bytes; server ", options.server_index, " holds at most ",
+                     options.max_session_staged_bytes, " per worker")));
   }
   staged.received += chunk.data().size();
   staged_bytes_ += chunk.data().size();
@@ -368,7 +369,11 @@ void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header,
     return fail(st);
   }
   if (key.pushed[rank]) {  // already in this round: waits for the next
-    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces)});
+    const uint64_t bytes = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
+    if (absl::Status st = CheckWaitingBound(s, header.key(), id, bytes); !st.ok()) return fail(st);
+    ++s->waiting_;
+    s->parked_bytes_ += bytes;
+    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces), bytes});
     return;
   }
   if (absl::Status st = AcceptSyncPush(header.key(), key, rank, pieces); !st.ok()) return fail(st);
@@ -405,7 +410,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     // The value is unchanged; the round's pulls learn why.
     applied = absl::InternalError(absl::StrCat("update of key ", key_id, " on server ",
                                                options_.server_index, ": ", applied.message()));
-    for (const PendingPull& p : key.pulls) Reply(p.waiter, {ErrorReply(p.waiter.id, applied)});
+    for (const PendingPull& p : key.pulls) Answer(p, {ErrorReply(p.waiter.id, applied)});
     key.pulls.clear();
     for (int r = 0; r < options_.num_workers; ++r) key.pushes[r] = key.rounds_done;
     return applied;
@@ -421,7 +426,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       continue;
     }
     RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, p.pieces));
-    Reply(p.waiter, {OkReply(p.waiter.id)});
+    Answer(p, {OkReply(p.waiter.id)});
   }
   return MaybeCompleteRound(key_id, key);
 }
@@ -455,9 +460,9 @@ void ServerStore::ServePulls(int key_id, Key& key) {
   std::vector<PendingPull> waiting;
   for (PendingPull& p : key.pulls) {
     if (key.rounds_done >= p.round) {
-      Reply(p.waiter, PullReply(p.waiter.id, key_id, key));
+      Answer(p, PullReply(p.waiter.id, key_id, key));
     } else if (!blocked.ok()) {
-      Reply(p.waiter, {ErrorReply(p.waiter.id, blocked)});
+      Answer(p, {ErrorReply(p.waiter.id, blocked)});
     } else {
       waiting.push_back(p);
     }
@@ -478,6 +483,8 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
   std::lock_guard<std::mutex> key_lock(key.mu);
   const int64_t round = sync() ? key.pushes[s->rank_] : 0;
   if (key.rounds_done >= round) return s->send_(PullReply(id, pull.key(), key));
+  if (absl::Status st = CheckWaitingBound(s, pull.key(), id, 0); !st.ok()) return fail(st);
+  ++s->waiting_;
   key.pulls.push_back({Waiter{s, id}, s->rank_, round});
   ServePulls(pull.key(), key);  // fails it at once if a departed worker blocks its round
 }
@@ -537,7 +544,7 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
       const absl::Status blocked = absl::UnavailableError(absl::StrCat(
           "dist_sync round ", key.rounds_done + 1, " of key ", key_id,
           " cannot complete: ", why.message()));
-      for (ParkedPush& p : key.parked) Reply(p.waiter, {ErrorReply(p.waiter.id, blocked)});
+      for (ParkedPush& p : key.parked) Answer(p, {ErrorReply(p.waiter.id, blocked)});
       key.parked.clear();
     }
   }
@@ -550,6 +557,37 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
     }
     barrier_count_ = 0;
   }
+}
+
+void ServerStore::Answer(const PendingPull& p, std::vector<ServerMessage> replies) {
+  --p.waiter.session->waiting_;
+  Reply(p.waiter, std::move(replies));
+}
+
+void ServerStore::Answer(const ParkedPush& p, std::vector<ServerMessage> replies) {
+  --p.waiter.session->waiting_;
+  p.waiter.session->parked_bytes_ -= p.bytes;
+  Reply(p.waiter, std::move(replies));
+}
+
+absl::Status ServerStore::CheckWaitingBound(const Session* s, int key_id, uint64_t id,
+                                            uint64_t parked_bytes) const {
+  if (s->waiting_.load() >= options_.max_session_waiting_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key ", key_id, ": request ", id, " would be this worker's request number ",
+        s->waiting_.load() + 1, " waiting for a round; server ", options_.server_index,
+        " holds at most ", options_.max_session_waiting_requests));
+  }
+  // Read on the session's own thread: staged_bytes_ is its own.
+  const uint64_t held = s->staged_bytes_ + s->parked_bytes_.load() + parked_bytes;
+  if (parked_bytes > 0 && held > options_.max_session_staged_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("key ", key_id, ": parking push ", id,
+                     " for the next round would take this worker's requests being received "
+                     "or parked to ", held, " bytes; server ", options_.server_index,
+                     " holds at most ", options_.max_session_staged_bytes, " per worker"));
+  }
+  return absl::OkStatus();
 }
 
 void ServerStore::WatchDeadlines() {
@@ -597,10 +635,10 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
         key_id, " cannot complete: ", MissingRanks(arrived, options_.round_timeout)));
     std::erase_if(key.pulls, [&](const PendingPull& p) {
       if (p.round <= key.rounds_done) return false;
-      Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
+      Answer(p, {ErrorReply(p.waiter.id, overdue)});
       return true;
     });
-    for (ParkedPush& p : key.parked) Reply(p.waiter, {ErrorReply(p.waiter.id, overdue)});
+    for (ParkedPush& p : key.parked) Answer(p, {ErrorReply(p.waiter.id, overdue)});
     key.parked.clear();
   }
 }

@@ -42,6 +42,7 @@
 #ifndef TESSERA_KVSTORE_SERVER_STORE_H_
 #define TESSERA_KVSTORE_SERVER_STORE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -77,9 +78,14 @@ struct ServerStoreOptions {
   uint64_t max_array_bytes = uint64_t{16} << 30;
   // What one worker's stream may hold in requests still being received: their bytes, and
   // their number. Beyond either a new chunk is RESOURCE_EXHAUSTED (that request fails, the
-  // stream and the worker's other requests go on).
+  // stream and the worker's other requests go on). Pushes parked for a key's next round
+  // count in the bytes too.
   uint64_t max_session_staged_bytes = uint64_t{4} << 30;
   int max_session_staged_requests = 4096;
+  // dist_sync: how many of one worker's requests may wait at once - pulls for their round,
+  // pushes parked for the next one (a trainer has at most one of each per key). Beyond it a
+  // pull or push is RESOURCE_EXHAUSTED.
+  int max_session_waiting_requests = 4096;
   // dist_sync: a round or a barrier still waiting this long after it opened for ranks that
   // never connected, or connected and stopped sending, fails its waiting requests with
   // DEADLINE_EXCEEDED naming those ranks (departed ranks fail them at once).
@@ -126,6 +132,10 @@ class ServerStore {
     std::map<uint64_t, Staged> staged_;
     uint64_t staged_bytes_ = 0;        // received so far by the requests in staged_
     std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
+    // Requests of this worker waiting in keys (pulls, parked pushes), and the parked pushes'
+    // bytes: counted up and down under different keys' locks, hence atomic.
+    std::atomic<int> waiting_{0};
+    std::atomic<uint64_t> parked_bytes_{0};
     // The rank from Hello (-1 before it), also read under the store's lock (set under it
     // exclusively).
     int rank_ = -1;
@@ -157,6 +167,7 @@ class ServerStore {
     Waiter waiter;
     int rank = 0;
     std::vector<std::string> pieces;
+    uint64_t bytes = 0;  // in pieces
   };
   // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
   // lock is held shared, and by the store's lock alone when it is held exclusively.
@@ -208,6 +219,13 @@ class ServerStore {
   void FailOverdueRounds(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailOverdueBarrier(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchDeadlines();
+  // Answers a waiting pull or parked push, which stops counting against its worker's bounds.
+  static void Answer(const PendingPull& p, std::vector<ServerMessage> replies);
+  static void Answer(const ParkedPush& p, std::vector<ServerMessage> replies);
+  // Whether session `s` may add a waiting request of `parked_bytes`; RESOURCE_EXHAUSTED
+  // naming the key and request otherwise.
+  absl::Status CheckWaitingBound(const Session* s, int key_id, uint64_t id,
+                                 uint64_t parked_bytes) const;
   // Replies go out under the store's lock (and the key's), so a waiter's session is alive
   // (Leave drops its waiters under the store's lock exclusively) and one key's replies to a
   // worker keep their order.

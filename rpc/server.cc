@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "rpc/address.h"
 #include "rpc/token_auth.h"
@@ -73,6 +74,10 @@ absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              kKeepaliveTimeMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  grpc::ResourceQuota quota(config.name);
+  quota.Resize(config.memory_quota_bytes);
+  quota.SetMaxThreads(config.max_threads);
+  builder.SetResourceQuota(quota);
   RunningServer running;
   builder.AddListeningPort(config.address, *std::move(credentials), &running.port);
   for (grpc::Service* service : config.services) builder.RegisterService(service);

@@ -29,6 +29,11 @@ struct ServerConfig {
   std::string address;  // host:port; port 0 picks a free one
   TransportSecurity security;
   MessageLimits limits;
+  // gRPC's resource quota, so no flood of clients exhausts the daemon: what gRPC's buffers
+  // of every connection together may take (gRPC reclaims from connections as they near it),
+  // and its threads for synchronous calls (a call beyond them is RESOURCE_EXHAUSTED).
+  size_t memory_quota_bytes = size_t{1} << 30;
+  int max_threads = 256;
   std::vector<grpc::Service*> services;                     // not owned; must outlive the server
   grpc::CallbackGenericService* generic_service = nullptr;  // methods no service has
 };

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/confined_path.h"
+#include "core/memory_limit.h"
 #include "core/status_macros.h"
 #include "examples/models.h"
 #include "graph/graph_def.h"
@@ -151,6 +152,69 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec,
   return data;
 }
 
+// What binding `net` to `train`'s batches would allocate at the least - every argument with
+// its gradient, every auxiliary state and output, once per device - against `limit`, before
+// any of it is allocated: RESOURCE_EXHAUSTED naming the largest array when it cannot fit.
+// Shapes that do not infer are left to Bind, which names the node.
+absl::Status CheckFitsInMemory(const graph::Symbol& net, const io::DataIter& train,
+                               int devices, uint64_t limit) {
+  std::map<std::string, Shape> known;
+  std::map<std::string, DType> known_types;
+  for (const std::vector<io::DataDesc>& descs : {train.provide_data(), train.provide_label()}) {
+    for (const io::DataDesc& d : descs) {
+      known[d.name] = d.shape;
+      known_types[d.name] = d.dtype;
+    }
+  }
+  absl::StatusOr<graph::InferResult<Shape>> shapes = net.InferShape(known);
+  absl::StatusOr<graph::InferResult<DType>> types = net.InferType(known_types);
+  if (!shapes.ok() || !types.ok()) return absl::OkStatus();
+  struct Array {
+    std::string what;
+    Shape shape;
+    DType dtype;
+    int copies;
+  };
+  std::vector<Array> arrays;
+  auto add = [&](const char* kind, const std::vector<std::string>& names,
+                 const std::vector<Shape>& s, const std::vector<DType>& t, int copies) {
+    for (size_t i = 0; i < names.size() && i < s.size(); ++i) {
+      const DType dtype = i < t.size() && t[i] != DType::kUnknown ? t[i] : DType::kFloat32;
+      arrays.push_back({absl::StrCat(kind, " '", names[i], "'"), s[i], dtype, copies});
+    }
+  };
+  add("argument", net.ListArguments(), shapes->arguments, types->arguments, 2);
+  add("auxiliary state", net.ListAuxiliaryStates(), shapes->aux_states, types->aux_states, 1);
+  add("output", net.ListOutputs(), shapes->outputs, types->outputs, 1);
+  // Saturating arithmetic: an absurd shape must not wrap around to a small size.
+  auto times = [](uint64_t a, uint64_t b) {
+    uint64_t product = 0;
+    return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+  };
+  auto plus = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  uint64_t total = 0, largest_bytes = 0;
+  const Array* largest = nullptr;
+  for (const Array& a : arrays) {
+    uint64_t bytes = DTypeSize(a.dtype);
+    for (int64_t d : a.shape.dims()) bytes = times(bytes, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+    if (largest == nullptr || bytes > largest_bytes) {
+      largest = &a;
+      largest_bytes = bytes;
+    }
+    total = plus(total, times(bytes, a.copies));
+  }
+  total = times(total, static_cast<uint64_t>(devices));
+  if (total <= limit) return absl::OkStatus();
+  return FieldError(
+      absl::StatusCode::kResourceExhausted, "network",
+      absl::StrCat("binding it to batches of ", train.batch_size(), " on ", devices,
+                   " device(s) needs at least ", total,
+                   " bytes for its arguments (with their gradients), auxiliary states and outputs;"
+                   " this worker may use ", limit, " (its largest array: ", largest->what, " ",
+                   DTypeName(largest->dtype), " ", largest->shape.ToString(), ", ", largest_bytes,
+                   " bytes)"));
+}
+
 std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, double>>& values) {
   return {values.begin(), values.end()};
 }
@@ -210,6 +274,10 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
                                                     PathUse::kWritePrefix, "checkpoint_prefix"));
   }
   ASSIGN_OR_RETURN(Data data, BuildData(rt, spec, environment.data_root));
+  RETURN_IF_ERROR(CheckFitsInMemory(net, *data.train, static_cast<int>(contexts.size()),
+                                    environment.memory_limit_bytes > 0
+                                        ? environment.memory_limit_bytes
+                                        : AvailableMemoryBytes()));
 
   train::Module module(rt, net, {.contexts = contexts});
   if (absl::Status bound = module.Bind(data.train->provide_data(), data.train->provide_label(), true);

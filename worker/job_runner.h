@@ -46,6 +46,10 @@ struct JobEnvironment {
   // callers); the daemon always sets both.
   std::string data_root;
   std::string run_root;
+  // What the job's arrays may take at the least before it is refused with
+  // RESOURCE_EXHAUSTED (checked before they are allocated); 0: the process's memory
+  // (core/memory_limit.h).
+  uint64_t memory_limit_bytes = 0;
 };
 
 // Runs `spec` to its end. `cancellation` (may be null) stops it before its next batch, and at

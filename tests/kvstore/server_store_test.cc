@@ -242,6 +242,57 @@ TEST_F(ServerStoreTest, AStreamHoldsBoundedPartialRequestsAndStaysUsable) {
   EXPECT_EQ(w.PullValue(0), std::vector<float>(8, 2.f));
 }
 
+// A worker may hold 2 waiting requests and 24 bytes of parked or incoming pushes here; beyond
+// either its request is refused, the stream goes on, and answered requests free the room.
+TEST_F(ServerStoreTest, WaitingPullsAndParkedPushesAreBoundedPerWorker) {
+  Start(2, SYNC_MODE_SYNC, 1 << 20, absl::Seconds(120), [](ServerStoreOptions& o) {
+    o.max_session_waiting_requests = 2;
+    o.max_session_staged_bytes = 24;
+  });
+  InitEverywhere(0, {0, 0, 0, 0});
+  Worker& w0 = *workers_[0];
+  w0.Send(false, 0, {1, 1, 1, 1});
+  EXPECT_EQ(w0.Next().code(), 0);
+  const uint64_t parked = w0.Send(false, 0, {2, 2, 2, 2});  // into round 2: parked, 16 bytes
+  const uint64_t too_many_bytes = w0.Send(false, 0, {3, 3, 3, 3});
+  ServerMessage r = w0.Next();
+  EXPECT_EQ(r.id(), too_many_bytes);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(r.message(), HasSubstr("being received or parked to 32 bytes; server 0 holds at "
+                                     "most 24 per worker"));
+  const uint64_t pull = w0.Pull(0);  // waits for round 1: the second waiting request
+  const uint64_t one_too_many = w0.Pull(0);
+  r = w0.Next();
+  EXPECT_EQ(r.id(), one_too_many);
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(r.message(), HasSubstr("would be this worker's request number 3 waiting for a "
+                                     "round; server 0 holds at most 2"));
+  // Worker 1 completes round 1: the pull is answered and the parked push opens round 2.
+  workers_[1]->Send(false, 0, {10, 10, 10, 10});
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  r = w0.Next();
+  EXPECT_EQ(r.id(), pull);
+  ASSERT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(r.pull().data(), std::string(reinterpret_cast<const char*>(
+                                             std::vector<float>(4, 11).data()),
+                                         16));
+  r = w0.Next();
+  EXPECT_EQ(r.id(), parked);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  // The room is free again: two pulls of round 2 wait, and round 2 answers both.
+  w0.Pull(0);
+  w0.Pull(0);
+  workers_[1]->Send(false, 0, {20, 20, 20, 20});
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  for (int i = 0; i < 2; ++i) {
+    r = w0.Next();
+    ASSERT_EQ(r.code(), 0) << r.message();
+    float value = 0;
+    std::memcpy(&value, r.pull().data().data(), sizeof(value));
+    EXPECT_EQ(value, 22);
+  }
+}
+
 TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
   Start(2, SYNC_MODE_SYNC);
   InitEverywhere(0, {0});

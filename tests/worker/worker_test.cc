@@ -254,6 +254,29 @@ TEST_F(WorkerTest, BadJobsNameTheFieldNodeOrFile) {
   EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("network.model")));
 }
 
+// A network whose arrays cannot fit is refused from its inferred shapes before Bind allocates
+// any of them: here a 3 TB weight, and the MLP under a 1 MB limit.
+TEST_F(WorkerTest, AJobTooLargeForTheWorkersMemoryIsRefusedBeforeAllocating) {
+  JobSpec spec = MlpJob();
+  spec.set_symbol_json(R"({"nodes":[{"op":"null","name":"data","inputs":[]},
+      {"op":"null","name":"fc_huge_weight","inputs":[]},
+      {"op":"null","name":"fc_huge_bias","inputs":[]},
+      {"op":"FullyConnected","name":"fc_huge","attrs":{"num_hidden":"1000000000"},
+       "inputs":[[0,0,0],[1,0,0],[2,0,0]]},
+      {"op":"null","name":"softmax_label","inputs":[]},
+      {"op":"SoftmaxOutput","name":"softmax","inputs":[[3,0,0],[4,0,0]]}],
+      "arg_nodes":[0,1,2,4],"heads":[[5,0,0]]})");
+  EXPECT_THAT(RunJob(rt(), spec, [](const JobEvent&) {}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("network"), HasSubstr("this worker may use"),
+                             HasSubstr("argument 'fc_huge_weight' float32 (1000000000,784), "
+                                       "3136000000000 bytes"))));
+  JobEnvironment small;
+  small.memory_limit_bytes = 1 << 20;
+  EXPECT_THAT(RunJob(rt(), MlpJob(), [](const JobEvent&) {}, nullptr, small),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("may use 1048576")));
+}
+
 // Epoch events, and batch events per epoch, of a job run to the end.
 struct Counted {
   absl::StatusOr<JobResult> result = absl::UnknownError("not run");
