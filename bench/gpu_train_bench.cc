@@ -55,6 +55,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "bench/machine.h"
 #include "bench/trainer_throughput.h"
 #include "core/status_macros.h"
 #include "core/subprocess.h"
@@ -191,20 +192,6 @@ double Round(double v, int decimals) {
 // A CUDA-style version number (1000 * major + 10 * minor) as "major.minor".
 std::string CudaVersion(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-      }
-    }
-  }
-  return "unknown";
-}
-
 // The machine, for the JSON: what a later reader needs to compare figures across runs.
 json Machine() {
   json m;
@@ -243,7 +230,8 @@ json Machine() {
       }
     }
   }
-  m["cpu"] = CpuModel();
+  m["cpu"] = bench::CpuModel();
+  m["cpu_isa"] = bench::CpuIsa();
   return m;
 }
 

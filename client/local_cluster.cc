@@ -1,5 +1,6 @@
 #include "client/local_cluster.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "core/cpu_count.h"
 #include "core/file.h"
@@ -20,6 +22,36 @@ std::string SiblingBinary(const std::string& relative) {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   return (self.parent_path().parent_path() / relative).string();
 }
+
+std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int parts) {
+  std::vector<std::vector<int>> shares(std::max(parts, 0));
+  const int n = static_cast<int>(cpus.size());
+  if (n == 0) return shares;
+  for (int p = 0; p < parts; ++p) {
+    if (parts >= n) {
+      shares[p] = {cpus[p % n]};
+    } else {
+      shares[p].assign(cpus.begin() + p * n / parts, cpus.begin() + (p + 1) * n / parts);
+    }
+  }
+  return shares;
+}
+
+namespace {
+
+// The CPUs this process may run on, in order.
+std::vector<int> AffinityCpuIds() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> ids;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return ids;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) ids.push_back(cpu);
+  }
+  return ids;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
   // No servers is a cluster for kvstore "local" jobs.
@@ -79,11 +111,18 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
                              absl::StrCat("--num_workers=", options.num_workers)});
     if (!st.ok()) return st;
   }
+  const std::vector<std::vector<int>> shares =
+      options.pin_workers ? SplitCpus(AffinityCpuIds(), options.num_workers)
+                          : std::vector<std::vector<int>>();
   for (int w = 0; w < options.num_workers; ++w) {
-    absl::Status st =
-        start(absl::StrCat("worker-", w),
-              {worker, absl::StrCat("--seed=", w), "--data_root=" + options.data_root,
-               "--run_root=" + (options.run_root.empty() ? options.run_dir : options.run_root)});
+    std::vector<std::string> argv;
+    if (w < static_cast<int>(shares.size()) && !shares[w].empty()) {
+      argv = {"taskset", "--cpu-list", absl::StrJoin(shares[w], ",")};
+    }
+    argv.insert(argv.end(),
+                {worker, absl::StrCat("--seed=", w), "--data_root=" + options.data_root,
+                 "--run_root=" + (options.run_root.empty() ? options.run_dir : options.run_root)});
+    absl::Status st = start(absl::StrCat("worker-", w), std::move(argv));
     if (!st.ok()) return st;
   }
   return cluster;

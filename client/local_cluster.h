@@ -34,7 +34,14 @@ struct LocalClusterOptions {
   // (bazel-bin/server/tessera-ps, bazel-bin/worker/tessera-worker).
   std::string ps_binary;
   std::string worker_binary;
+  // Each worker runs on its own share of the CPUs this process may use (taskset), as
+  // containers with CPU limits would: its engine and OpenMP threads size themselves from it.
+  bool pin_workers = false;
 };
+
+// `cpus` split among `parts` workers: contiguous runs of nearly equal size, or with more
+// workers than CPUs, CPU i % size for worker i.
+std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int parts);
 
 class LocalCluster {
  public:
