@@ -581,6 +581,42 @@ TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
   EXPECT_THAT(ReadFileToString(w0.log).value_or(""), HasSubstr("tessera-worker stopped"));
 }
 
+// The server's side: with one worker frozen mid-job (its stream open, its round never
+// complete) and the other waiting in that round, SIGINT (as SIGTERM) stops tessera-ps within
+// 10 s with exit code 0, and the waiting worker's job fails instead of hanging.
+TEST_F(JobTest, SigintStopsAParameterServerWithWorkersWaitingInARound) {
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
+                                          "--run_root=" + TmpDir() + "/runs"};
+  Daemon ps = StartDaemon("stopping-ps", {RunfilePath("server/tessera-ps"),
+                                          "--address=127.0.0.1:0", "--index=0",
+                                          "--num_servers=1", "--num_workers=2"});
+  Daemon w0 = StartDaemon("stopping-w0", {RunfilePath("worker/tessera-worker"),
+                                          "--address=127.0.0.1:0", roots[0], roots[1]});
+  Daemon w1 = StartDaemon("stopping-w1", {RunfilePath("worker/tessera-worker"),
+                                          "--address=127.0.0.1:0", roots[0], roots[1]});
+  ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
+  auto client = client::JobClient::Connect(
+      {.workers = {w0.address, w1.address}, .servers = {ps.address}}, absl::Seconds(30));
+  ASSERT_THAT(client.status(), IsOk());
+  absl::Duration took = absl::InfiniteDuration();
+  absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
+  const absl::StatusOr<client::JobOutcome> outcome =
+      RunJob(Spec({.name = "stopping-ps", .epochs = 1000}), client->get(), [&] {
+        ASSERT_THAT(w1.process->Signal(SIGSTOP), IsOk());
+        absl::SleepFor(absl::Milliseconds(300));  // worker 0 now waits on worker 1's pushes
+        const absl::Time start = absl::Now();
+        ASSERT_THAT(ps.process->Signal(SIGINT), IsOk());
+        exit = ps.process->Wait(absl::Seconds(20));
+        took = absl::Now() - start;
+        (void)w1.process->Signal(SIGCONT);
+      });
+  EXPECT_FALSE(outcome.ok());
+  ASSERT_THAT(exit.status(), IsOk()) << ReadFileToString(ps.log).value_or("");
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  EXPECT_LT(took, absl::Seconds(10)) << ReadFileToString(ps.log).value_or("");
+  EXPECT_THAT(ReadFileToString(ps.log).value_or(""), HasSubstr("tessera-ps 0 stopped"));
+}
+
 TEST_F(JobTest, ATlsClusterTrainsWithItsTokenAndRefusesStrangers) {
   const std::string certs = TmpDir() + "/certs";
   fs::remove_all(certs);
