@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -113,7 +115,7 @@ struct Command {
 
 // `argv`, run to its end.
 Command RunCommand(const std::vector<std::string>& argv) {
-  static int count = 0;
+  static std::atomic<int> count{0};  // tests run commands from several threads
   const std::string base = absl::StrCat(TmpDir(), "/command-", ++count);
   Command c;
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
@@ -786,27 +788,53 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
                 "--tls_dir=" + certs + "/" + w1_ip, "--token_file=" + token, roots[0], roots[1]}));
   ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
   const std::string workers = absl::StrCat(w0_ip, ":7000,", w1_ip, ":7000");
-  const std::string job = WriteJob({.name = "hosts-mlp", .epochs = 1});
-  auto submit = [&](std::vector<std::string> flags) {
+  // Epochs enough to outlast the refused submissions below.
+  const std::string job = WriteJob({.name = "hosts-mlp", .epochs = 12});
+  const std::string other_job = WriteJob({.name = "hosts-other", .epochs = 1});
+  auto submit = [&](std::vector<std::string> flags, const std::string& job_file) {
     std::vector<std::string> args =
         on("client", {RunfilePath("client/tessera"), "submit", "--workers", workers, "--servers",
-                      ps_ip + ":9000", job});
+                      ps_ip + ":9000", job_file});
     args.insert(args.end(), flags.begin(), flags.end());
     return RunCommand(args);
   };
 
-  const Command plaintext = submit({"--token_file", token});
+  // The cluster's own client trains; while its job runs, strangers and a second job of the
+  // cluster's own client are refused, and the job goes on to its end.
+  const std::vector<std::string> good = {"--tls_dir", certs + "/client", "--token_file", token};
+  Command ok;
+  std::thread training([&] {
+    std::vector<std::string> flags = good;
+    flags.push_back("--json");
+    ok = submit(flags, job);
+  });
+  bool running = false;
+  for (int i = 0; i < 300 && !running; ++i) {
+    std::vector<std::string> status =
+        on("client", {RunfilePath("client/tessera"), "status", "--workers", workers});
+    status.insert(status.end(), good.begin(), good.end());
+    running = absl::StrContains(RunCommand(status).out, "running");
+    if (!running) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(running) << "the job did not start";
+
+  const Command plaintext = submit({"--token_file", token}, job);
   EXPECT_EQ(plaintext.code, 1);
   EXPECT_THAT(plaintext.err, HasSubstr("will not dial " + w0_ip + ":7000 in plaintext"));
-  const Command no_token = submit({"--tls_dir", certs + "/client"});
+  const Command no_token = submit({"--tls_dir", certs + "/client"}, job);
   EXPECT_EQ(no_token.code, 1);
   EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
-  const Command wrong = submit({"--tls_dir", certs + "/client", "--token_file", wrong_token});
+  const Command wrong =
+      submit({"--tls_dir", certs + "/client", "--token_file", wrong_token}, job);
   EXPECT_THAT(wrong.err, HasSubstr("wrong cluster token"));
-  const Command stranger = submit({"--tls_dir", certs + "/other/client", "--token_file", token});
+  const Command stranger =
+      submit({"--tls_dir", certs + "/other/client", "--token_file", token}, job);
   EXPECT_THAT(stranger.err, HasSubstr("TLS handshake failed"));
+  const Command second_job = submit(good, other_job);
+  EXPECT_NE(second_job.code, 0);
+  EXPECT_THAT(second_job.err, HasSubstr("is running job 'hosts-mlp'; one job at a time"));
 
-  const Command ok = submit({"--tls_dir", certs + "/client", "--token_file", token, "--json"});
+  training.join();
   ASSERT_EQ(ok.code, 0) << ok.out << ok.err << ReadFileToString(ps.log).value_or("")
                         << ReadFileToString(w0.log).value_or("")
                         << ReadFileToString(w1.log).value_or("");
