@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -120,6 +121,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 }
 
 bool IsValidDType(int value) {
+  // DType is int8_t underneath: the cast below would keep only the low byte, and a file's
+  // dtype 0x03000004 would read as int32.
+  if (value < INT8_MIN || value > INT8_MAX) return false;
   switch (static_cast<DType>(value)) {
     case DType::kFloat32:
     case DType::kFloat64:
