@@ -2,8 +2,10 @@
 // graph that loads must convert back (ToGraphDef) and load again.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 #include "fuzz/require.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "graph/graph_def.h"
 #include "graph/symbol.h"
 #include "proto/graph.pb.h"
@@ -18,7 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const GraphDef written = graph::ToGraphDef(*symbol);
   auto again = graph::FromGraphDef(written);
   fuzz::RequireOk(again.status(), "FromGraphDef(ToGraphDef(symbol))");
-  fuzz::Require(graph::ToGraphDef(*again).SerializeAsString() == written.SerializeAsString(),
-                "GraphDef round trip is stable");
+  const GraphDef rewritten = graph::ToGraphDef(*again);
+  if (!google::protobuf::util::MessageDifferencer::Equals(rewritten, written)) {
+    std::fprintf(stderr, "written:\n%s\nrewritten:\n%s\n", written.DebugString().c_str(),
+                 rewritten.DebugString().c_str());
+    fuzz::Require(false, "GraphDef round trip is stable");
+  }
   return 0;
 }

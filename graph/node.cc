@@ -13,7 +13,8 @@ std::string Node::OutputName(uint32_t index) const {
 std::string Node::OpName() const { return is_variable() ? "null" : op->TypeString(); }
 
 std::string AttrKey(const std::string& key) {
-  if (key.size() > 4 && absl::StartsWith(key, "__") && absl::EndsWith(key, "__")) return key;
+  // ">= 4": "____" is the wrapped empty key; with "> 4" it grew by "____" at every load.
+  if (key.size() >= 4 && absl::StartsWith(key, "__") && absl::EndsWith(key, "__")) return key;
   return absl::StrCat("__", key, "__");
 }
 
