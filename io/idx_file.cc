@@ -63,7 +63,6 @@ absl::StatusOr<IdxFile> IdxFile::Open(const std::string& path, int ndim) {
     const int64_t dim = int64_t{d[0]} << 24 | int64_t{d[1]} << 16 | int64_t{d[2]} << 8 | d[3];
     f.dims_.push_back(dim);
     total *= static_cast<uint64_t>(dim);
-    if (i > 0) f.row_bytes_ *= dim;
   }
   f.data_offset_ = header_size;
   const unsigned __int128 expected = total + static_cast<uint64_t>(header_size);
@@ -80,6 +79,9 @@ absl::StatusOr<IdxFile> IdxFile::Open(const std::string& path, int ndim) {
                      static_cast<int64_t>(expected), " but the file has ",
                      file_size - static_cast<int64_t>(expected), " more bytes"));
   }
+  // Only now: the product fits (it is at most the file size). Multiplying as the dimensions
+  // were read overflowed int64 for a header the size check then refused.
+  for (int i = 1; i < ndim; ++i) f.row_bytes_ *= f.dims_[i];
   return f;
 }
 
