@@ -17,9 +17,10 @@
 //
 // One iteration of a worker: Push(keys, grads), Pull(keys, outs), WaitToRead on every out.
 // After --warmup iterations, --iters (scaled down for small arrays) are timed.
-//   gbytes_per_s: (push bytes + pull bytes, every key) per worker, summed over the workers, divided by
-//                 the wall time of the timed iterations; 1 GB = 1e9 bytes. One worker moving a
-//                 64 MiB array 10 times in 1 s is 2 * 64 MiB * 10 / 1 s = 1.34 GB/s.
+//   gbytes_per_s: (push bytes + pull bytes, every key) per worker, summed over the workers,
+//                 divided by the wall time of the timed iterations; 1 GB = 1e9 bytes. One
+//                 worker moving a 64 MiB array 10 times in 1 s is 2 * 64 MiB * 10 / 1 s =
+//                 1.34 GB/s.
 //   median_ms:    median over every worker's timed iterations of one push+pull+wait.
 // iperf3: `iperf3 -s -1` and `iperf3 -c 127.0.0.1 -t 3 -J` (one stream), the receiver's
 // end.sum_received.bits_per_second / 8 / 1e9 in GB/s. Its stream moves bytes one way at a
@@ -314,8 +315,8 @@ Result Run(const Flags& flags, const Config& config) {
   Result result;
   result.config = config;
   result.iters = iters;
-  result.gbytes_per_s = 2.0 * static_cast<double>(config.bytes) * config.keys *
-                        config.workers * iters / seconds / 1e9;
+  result.gbytes_per_s = 2.0 * static_cast<double>(config.bytes) * config.keys * config.workers *
+                        iters / seconds / 1e9;
   result.median_ms = all[all.size() / 2];
   return result;
 }
@@ -428,7 +429,9 @@ int main(int argc, char** argv) {
                                {"iters", r.iters},
                                {"gbytes_per_s", r.gbytes_per_s},
                                {"median_ms", r.median_ms}});
-    if (r.config.bytes == (64 << 20) && r.config.keys == 1) best64 = std::max(best64.value_or(0.0), r.gbytes_per_s);
+    if (r.config.bytes == (64 << 20) && r.config.keys == 1) {
+      best64 = std::max(best64.value_or(0.0), r.gbytes_per_s);
+    }
   }
   json["many_keys_optimizer_cost"] =
       optimizer_cost ? nlohmann::json(*optimizer_cost) : nlohmann::json(nullptr);

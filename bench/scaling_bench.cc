@@ -68,8 +68,8 @@ absl::StatusOr<double> ClusterSamplesPerSecond(int workers) {
   });
   if (!outcome.ok()) return outcome.status();
   if (static_cast<int>(last_epoch.size()) != workers) {
-    return absl::InternalError(absl::StrCat(last_epoch.size(), " of ", workers,
-                                            " workers reported an epoch"));
+    return absl::InternalError(
+        absl::StrCat(last_epoch.size(), " of ", workers, " workers reported an epoch"));
   }
   double total = 0;
   for (const auto& [rank, samples] : last_epoch) total += samples;

@@ -138,11 +138,10 @@ absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session
   }
   const uint64_t held = staged_bytes_ + parked_bytes_.load() + chunk.data().size();
   if (held > options.max_session_staged_bytes) {
-    return fail(absl::ResourceExhaustedError(
-        absl::StrCat("key ", chunk.key(), ": request ", id,
-                     " would take this worker's requests being received or parked to ", held,
-                     " bytes; server ", options.server_index, " holds at most ",
-                     options.max_session_staged_bytes, " per worker")));
+    return fail(absl::ResourceExhaustedError(absl::StrCat(
+        "key ", chunk.key(), ": request ", id,
+        " would take this worker's requests being received or parked to ", held, " bytes; server ",
+        options.server_index, " holds at most ", options.max_session_staged_bytes, " per worker")));
   }
   staged.received += chunk.data().size();
   staged_bytes_ += chunk.data().size();
@@ -573,10 +572,10 @@ void ServerStore::Answer(const ParkedPush& p, std::vector<ServerMessage> replies
 absl::Status ServerStore::CheckWaitingBound(const Session* s, int key_id, uint64_t id,
                                             uint64_t parked_bytes) const {
   if (s->waiting_.load() >= options_.max_session_waiting_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "key ", key_id, ": request ", id, " would be this worker's request number ",
-        s->waiting_.load() + 1, " waiting for a round; server ", options_.server_index,
-        " holds at most ", options_.max_session_waiting_requests));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("key ", key_id, ": request ", id, " would be this worker's request number ",
+                     s->waiting_.load() + 1, " waiting for a round; server ", options_.server_index,
+                     " holds at most ", options_.max_session_waiting_requests));
   }
   // Read on the session's own thread: staged_bytes_ is its own.
   const uint64_t held = s->staged_bytes_ + s->parked_bytes_.load() + parked_bytes;
@@ -584,8 +583,9 @@ absl::Status ServerStore::CheckWaitingBound(const Session* s, int key_id, uint64
     return absl::ResourceExhaustedError(
         absl::StrCat("key ", key_id, ": parking push ", id,
                      " for the next round would take this worker's requests being received "
-                     "or parked to ", held, " bytes; server ", options_.server_index,
-                     " holds at most ", options_.max_session_staged_bytes, " per worker"));
+                     "or parked to ",
+                     held, " bytes; server ", options_.server_index, " holds at most ",
+                     options_.max_session_staged_bytes, " per worker"));
   }
   return absl::OkStatus();
 }

@@ -156,8 +156,8 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec,
 // its gradient, every auxiliary state and output, once per device - against `limit`, before
 // any of it is allocated: RESOURCE_EXHAUSTED naming the largest array when it cannot fit.
 // Shapes that do not infer are left to Bind, which names the node.
-absl::Status CheckFitsInMemory(const graph::Symbol& net, const io::DataIter& train,
-                               int devices, uint64_t limit) {
+absl::Status CheckFitsInMemory(const graph::Symbol& net, const io::DataIter& train, int devices,
+                               uint64_t limit) {
   std::map<std::string, Shape> known;
   std::map<std::string, DType> known_types;
   for (const std::vector<io::DataDesc>& descs : {train.provide_data(), train.provide_label()}) {
@@ -196,7 +196,8 @@ absl::Status CheckFitsInMemory(const graph::Symbol& net, const io::DataIter& tra
   const Array* largest = nullptr;
   for (const Array& a : arrays) {
     uint64_t bytes = DTypeSize(a.dtype);
-    for (int64_t d : a.shape.dims()) bytes = times(bytes, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+    for (int64_t d : a.shape.dims())
+      bytes = times(bytes, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
     if (largest == nullptr || bytes > largest_bytes) {
       largest = &a;
       largest_bytes = bytes;
@@ -210,9 +211,9 @@ absl::Status CheckFitsInMemory(const graph::Symbol& net, const io::DataIter& tra
       absl::StrCat("binding it to batches of ", train.batch_size(), " on ", devices,
                    " device(s) needs at least ", total,
                    " bytes for its arguments (with their gradients), auxiliary states and outputs;"
-                   " this worker may use ", limit, " (its largest array: ", largest->what, " ",
-                   DTypeName(largest->dtype), " ", largest->shape.ToString(), ", ", largest_bytes,
-                   " bytes)"));
+                   " this worker may use ",
+                   limit, " (its largest array: ", largest->what, " ", DTypeName(largest->dtype),
+                   " ", largest->shape.ToString(), ", ", largest_bytes, " bytes)"));
 }
 
 std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, double>>& values) {

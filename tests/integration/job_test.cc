@@ -589,9 +589,8 @@ TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
 TEST_F(JobTest, SigintStopsAParameterServerWithWorkersWaitingInARound) {
   const std::vector<std::string> roots = {"--data_root=" + DataDir(),
                                           "--run_root=" + TmpDir() + "/runs"};
-  Daemon ps = StartDaemon("stopping-ps", {RunfilePath("server/tessera-ps"),
-                                          "--address=127.0.0.1:0", "--index=0",
-                                          "--num_servers=1", "--num_workers=2"});
+  Daemon ps = StartDaemon("stopping-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0",
+                                          "--index=0", "--num_servers=1", "--num_workers=2"});
   Daemon w0 = StartDaemon("stopping-w0", {RunfilePath("worker/tessera-worker"),
                                           "--address=127.0.0.1:0", roots[0], roots[1]});
   Daemon w1 = StartDaemon("stopping-w1", {RunfilePath("worker/tessera-worker"),
@@ -824,8 +823,7 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
   const Command no_token = submit({"--tls_dir", certs + "/client"}, job);
   EXPECT_EQ(no_token.code, 1);
   EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
-  const Command wrong =
-      submit({"--tls_dir", certs + "/client", "--token_file", wrong_token}, job);
+  const Command wrong = submit({"--tls_dir", certs + "/client", "--token_file", wrong_token}, job);
   EXPECT_THAT(wrong.err, HasSubstr("wrong cluster token"));
   const Command stranger =
       submit({"--tls_dir", certs + "/other/client", "--token_file", token}, job);

@@ -273,9 +273,8 @@ TEST_F(ServerStoreTest, WaitingPullsAndParkedPushesAreBoundedPerWorker) {
   r = w0.Next();
   EXPECT_EQ(r.id(), pull);
   ASSERT_EQ(r.code(), 0) << r.message();
-  EXPECT_EQ(r.pull().data(), std::string(reinterpret_cast<const char*>(
-                                             std::vector<float>(4, 11).data()),
-                                         16));
+  EXPECT_EQ(r.pull().data(),
+            std::string(reinterpret_cast<const char*>(std::vector<float>(4, 11).data()), 16));
   r = w0.Next();
   EXPECT_EQ(r.id(), parked);
   EXPECT_EQ(r.code(), 0) << r.message();

@@ -273,7 +273,8 @@ TEST_F(WorkerTest, AJobTooLargeForTheWorkersMemoryIsRefusedBeforeAllocating) {
                                        "3136000000000 bytes"))));
   JobEnvironment small;
   small.memory_limit_bytes = 1 << 20;
-  EXPECT_THAT(RunJob(rt(), MlpJob(), [](const JobEvent&) {}, nullptr, small),
+  const auto nothing = [](const JobEvent&) {};
+  EXPECT_THAT(RunJob(rt(), MlpJob(), nothing, nullptr, small),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("may use 1048576")));
 }
 
