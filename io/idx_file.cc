@@ -79,9 +79,16 @@ absl::StatusOr<IdxFile> IdxFile::Open(const std::string& path, int ndim) {
                      static_cast<int64_t>(expected), " but the file has ",
                      file_size - static_cast<int64_t>(expected), " more bytes"));
   }
-  // Only now: the product fits (it is at most the file size). Multiplying as the dimensions
-  // were read overflowed int64 for a header the size check then refused.
-  for (int i = 1; i < ndim; ++i) f.row_bytes_ *= f.dims_[i];
+  // 128-bit too: the rows' product is bounded by the file size only when no dimension is 0,
+  // and a header of 0 items of 2^32 x 2^32 bytes each overflowed int64.
+  unsigned __int128 row_bytes = 1;
+  for (int i = 1; i < ndim; ++i) row_bytes *= static_cast<uint64_t>(f.dims_[i]);
+  if (row_bytes > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::DataLossError(absl::StrCat("IDX file '", path,
+                                            "' is corrupt: its rows would be larger than 2^63 "
+                                            "bytes (dimensions in the header at byte offset 4)"));
+  }
+  f.row_bytes_ = static_cast<int64_t>(row_bytes);
   return f;
 }
 
