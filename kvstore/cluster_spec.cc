@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -14,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::kvstore {
 namespace {
@@ -91,8 +93,78 @@ absl::StatusOr<std::vector<std::string>> ParseHostList(const Setting& s) {
   return hosts;
 }
 
+// TF_CONFIG (TensorFlow's cluster description, which Kubeflow's TFJob injects) offered as
+// pseudo-variables beside the real environment, so the usual lookups and messages apply:
+// TF_CONFIG.task.type, TF_CONFIG.task.index, TF_CONFIG.cluster.ps, TF_CONFIG.cluster.worker
+// (the chief, or master, first: it is worker 0).
+constexpr char kTfRole[] = "TF_CONFIG.task.type";
+constexpr char kTfIndex[] = "TF_CONFIG.task.index";
+constexpr char kTfServers[] = "TF_CONFIG.cluster.ps";
+constexpr char kTfWorkers[] = "TF_CONFIG.cluster.worker";
+
+absl::StatusOr<EnvLookup> WithTfConfig(const EnvLookup& env) {
+  std::optional<std::string> text = env("TF_CONFIG");
+  if (!text.has_value() || absl::StripAsciiWhitespace(*text).empty()) return env;
+  const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  auto invalid = [&](absl::string_view problem) {
+    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG='", *text, "': ", problem));
+  };
+  if (!config.is_object()) return invalid("not a JSON object");
+  std::map<std::string, std::string> values;
+  auto hosts = [&](const char* job, std::vector<std::string>* out) -> absl::Status {
+    if (!config.contains("cluster") || !config["cluster"].is_object()) {
+      return invalid("no \"cluster\" object");
+    }
+    const nlohmann::json& cluster = config["cluster"];
+    if (!cluster.contains(job)) return absl::OkStatus();
+    if (!cluster[job].is_array()) return invalid(absl::StrCat("cluster.", job, " is not a list"));
+    for (const nlohmann::json& host : cluster[job]) {
+      if (!host.is_string()) return invalid(absl::StrCat("cluster.", job, " holds a non-string"));
+      out->push_back(host.get<std::string>());
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::string> chiefs, workers, servers;
+  RETURN_IF_ERROR(hosts("chief", &chiefs));
+  RETURN_IF_ERROR(hosts("master", &chiefs));
+  RETURN_IF_ERROR(hosts("worker", &workers));
+  RETURN_IF_ERROR(hosts("ps", &servers));
+  if (chiefs.size() > 1) return invalid("more than one chief");
+  workers.insert(workers.begin(), chiefs.begin(), chiefs.end());
+  if (!servers.empty()) values[kTfServers] = absl::StrJoin(servers, ",");
+  if (!workers.empty()) values[kTfWorkers] = absl::StrJoin(workers, ",");
+  if (config.contains("task")) {
+    const nlohmann::json& task = config["task"];
+    if (!task.is_object() || !task.contains("type") || !task["type"].is_string() ||
+        !task.contains("index") || !task["index"].is_number_integer()) {
+      return invalid("task must be {\"type\": \"ps\" | \"worker\" | \"chief\", \"index\": N}");
+    }
+    const std::string type = task["type"].get<std::string>();
+    const int64_t index = task["index"].get<int64_t>();
+    if (type == "ps") {
+      values[kTfRole] = "server";
+      values[kTfIndex] = absl::StrCat(index);
+    } else if (type == "chief" || type == "master") {
+      values[kTfRole] = "worker";
+      values[kTfIndex] = absl::StrCat(index);
+    } else if (type == "worker") {
+      values[kTfRole] = "worker";
+      values[kTfIndex] = absl::StrCat(index + static_cast<int64_t>(chiefs.size()));
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "TF_CONFIG task type '", type, "': Tessera runs parameter servers (ps) and workers "
+          "(chief, worker) only, so this process must not be started (remove the replica)"));
+    }
+  }
+  return EnvLookup([env, values](const std::string& name) -> std::optional<std::string> {
+    if (auto it = values.find(name); it != values.end()) return it->second;
+    return env(name);
+  });
+}
+
 absl::StatusOr<Role> ResolveRole(const ClusterSpecFlags& flags, const EnvLookup& env) {
-  std::optional<Setting> role = Lookup(flags.role, "--role", env, {"TESSERA_ROLE", "DMLC_ROLE"});
+  std::optional<Setting> role =
+      Lookup(flags.role, "--role", env, {"TESSERA_ROLE", kTfRole, "DMLC_ROLE"});
   if (!role.has_value()) return Role::kWorker;
   std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(role->value));
   if (name == "worker") return Role::kWorker;
@@ -120,7 +192,7 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(const ClusterSpecFlags& 
   }
 
   if (std::optional<Setting> hosts =
-          Lookup(flags.ps_hosts, "--ps_hosts", env, {"TESSERA_PS_HOSTS"})) {
+          Lookup(flags.ps_hosts, "--ps_hosts", env, {"TESSERA_PS_HOSTS", kTfServers})) {
     ASSIGN_OR_RETURN(std::vector<std::string> servers, ParseHostList(*hosts));
     if (count.has_value() && *count != static_cast<int>(servers.size())) {
       return absl::InvalidArgumentError(
@@ -176,8 +248,8 @@ absl::StatusOr<std::vector<std::string>> ResolveWorkers(const ClusterSpecFlags& 
     ASSIGN_OR_RETURN(count, ParseInt(*count_setting, 1, kMaxClusterProcesses));
   }
 
-  if (std::optional<Setting> hosts =
-          Lookup(flags.worker_hosts, "--worker_hosts", env, {"TESSERA_WORKER_HOSTS"})) {
+  if (std::optional<Setting> hosts = Lookup(flags.worker_hosts, "--worker_hosts", env,
+                                            {"TESSERA_WORKER_HOSTS", kTfWorkers})) {
     ASSIGN_OR_RETURN(std::vector<std::string> workers, ParseHostList(*hosts));
     if (count.has_value() && *count != static_cast<int>(workers.size())) {
       return Invalid(*count_setting,
@@ -199,7 +271,8 @@ absl::StatusOr<int> ResolveIndex(const ClusterSpecFlags& flags, const EnvLookup&
   const bool worker = role == Role::kWorker;
   std::optional<Setting> index =
       Lookup(IntFlag(flags.index), "--index", env,
-             {"TESSERA_INDEX", worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID", "DMLC_TASK_ID"});
+             {"TESSERA_INDEX", kTfIndex, worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID",
+              "DMLC_TASK_ID"});
   if (!index.has_value()) {
     if (role_count == 1) return 0;
     return absl::InvalidArgumentError(
@@ -255,7 +328,8 @@ EnvLookup ProcessEnvironment() {
 }
 
 absl::StatusOr<ClusterSpec> ResolveClusterSpec(const ClusterSpecFlags& flags,
-                                               const EnvLookup& env) {
+                                               const EnvLookup& process_env) {
+  ASSIGN_OR_RETURN(const EnvLookup env, WithTfConfig(process_env));
   ClusterSpec spec;
   ASSIGN_OR_RETURN(spec.role, ResolveRole(flags, env));
   ASSIGN_OR_RETURN(spec.servers, ResolveServers(flags, env, spec.role));

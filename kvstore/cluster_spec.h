@@ -55,6 +55,13 @@
 //                      then DMLC_TASK_ID minus the worker count. YARN numbers each role from 0.
 //                      The ssh and mpi launchers set no index: ps-lite's scheduler hands out
 //                      ranks at run time.
+// TF_CONFIG (TensorFlow's JSON, which Kubeflow's TFJob injects) ranks after TESSERA_* and
+// before DMLC_*: {"cluster": {"ps": [...], "worker": [...], "chief": [...]}, "task":
+// {"type": "ps" | "worker" | "chief", "index": N}}. Servers are cluster.ps, workers the chief
+// (or "master") followed by cluster.worker, so the chief is worker 0 and worker i is worker
+// i + 1; type "ps" is a server. Other task types (evaluator) are FAILED_PRECONDITION: Tessera
+// has no such process. Messages name TF_CONFIG.cluster.ps, TF_CONFIG.task.index, ...
+//
 //   Not read: MX_CONFIG (MXJob's JSON with every replica's address and this pod's index),
 //   DMLC_USE_KUBERNETES, DMLC_NODE_HOST, DMLC_INTERFACE.
 //

@@ -210,6 +210,61 @@ TEST(ClusterSpecTest, DmlcIndexVariables) {
   EXPECT_EQ(spec->index, 1);
 }
 
+// TFJob's TF_CONFIG: the chief is worker 0, TFJob's workers follow it; ps are the servers.
+TEST(ClusterSpecTest, TfConfigOfATfJob) {
+  const std::string cluster =
+      R"("cluster": {"chief": ["job-chief-0:2222"], "worker": ["job-worker-0:2222",)"
+      R"( "job-worker-1:2222"], "ps": ["job-ps-0:2222", "job-ps-1:2222"]})";
+  absl::StatusOr<ClusterSpec> worker = Resolve(
+      {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "worker", "index": 1}})"}});
+  ASSERT_THAT(worker, IsOk());
+  EXPECT_EQ(worker->role, Role::kWorker);
+  EXPECT_EQ(worker->index, 2);
+  EXPECT_THAT(worker->servers, ElementsAre("job-ps-0:2222", "job-ps-1:2222"));
+  EXPECT_THAT(worker->workers,
+              ElementsAre("job-chief-0:2222", "job-worker-0:2222", "job-worker-1:2222"));
+  absl::StatusOr<ClusterSpec> chief =
+      Resolve({{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"}});
+  ASSERT_THAT(chief, IsOk());
+  EXPECT_EQ(chief->role, Role::kWorker);
+  EXPECT_EQ(chief->index, 0);
+  absl::StatusOr<ClusterSpec> server =
+      Resolve({{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "ps", "index": 1}})"}});
+  ASSERT_THAT(server, IsOk());
+  EXPECT_EQ(server->role, Role::kServer);
+  EXPECT_EQ(server->index, 1);
+  EXPECT_EQ(server->num_workers(), 3);
+  // TESSERA_* and flags still win over it.
+  absl::StatusOr<ClusterSpec> overridden =
+      Resolve({{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "ps", "index": 1}})"},
+               {"TESSERA_PS_HOSTS", "x:1"}},
+              {.index = 0});
+  ASSERT_THAT(overridden, IsOk());
+  EXPECT_THAT(overridden->servers, ElementsAre("x:1"));
+  EXPECT_EQ(overridden->index, 0);
+}
+
+TEST(ClusterSpecTest, BadTfConfigIsNamed) {
+  EXPECT_THAT(Resolve({{"TF_CONFIG", "{not json"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("TF_CONFIG='{not json'"), HasSubstr("not a JSON object"))));
+  EXPECT_THAT(Resolve({{"TF_CONFIG", R"({"cluster": {"ps": "a:1"}})"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.ps is not a list")));
+  EXPECT_THAT(
+      Resolve({{"TF_CONFIG",
+                R"({"cluster": {"ps": ["a:1"], "worker": ["w:1"]}, "task": {"type": "evaluator",)"
+                R"( "index": 0}})"}}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("task type 'evaluator'")));
+  EXPECT_THAT(Resolve({{"TF_CONFIG",
+                        R"({"cluster": {"ps": ["a:1"], "worker": ["w:1"]}, "task": {"type": )"
+                        R"("worker", "index": 3}})"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("TF_CONFIG.task.index='3'"),
+                             HasSubstr("less than the number of workers (1)"))));
+  EXPECT_THAT(Resolve({{"TF_CONFIG", R"({"cluster": {"ps": ["bad host"], "worker": ["w:1"]}})"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TF_CONFIG.cluster.ps")));
+}
+
 TEST(ClusterSpecTest, SchedulerRoleIsRefused) {
   EXPECT_THAT(Resolve({{"DMLC_ROLE", "scheduler"},
                        {"DMLC_PS_ROOT_URI", "job-scheduler-0"},
