@@ -633,8 +633,10 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
     const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
         "server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1, " of key ",
         key_id, " cannot complete: ", MissingRanks(arrived, options_.round_timeout)));
+    const int64_t done = key.rounds_done;  // not `key` in the lambda: clang 14 cannot
+                                           // capture a structured binding
     std::erase_if(key.pulls, [&](const PendingPull& p) {
-      if (p.round <= key.rounds_done) return false;
+      if (p.round <= done) return false;
       Answer(p, {ErrorReply(p.waiter.id, overdue)});
       return true;
     });

@@ -13,6 +13,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/status_macros.h"
 #include "rpc/transport_security.h"
@@ -177,10 +179,12 @@ absl::StatusOr<std::vector<std::string>> MakeCertificates(const CertificateOptio
     return absl::InvalidArgumentError(
         absl::StrCat("--days ", options.valid_days, " is not at least 1"));
   }
-  for (const std::string& host : options.hosts) {
-    if (!IsValidHost(host)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("host '", host, "' is not a DNS name or an IP address"));
+  for (const std::string& entry : options.hosts) {
+    for (absl::string_view host : absl::StrSplit(entry, '+')) {
+      if (!IsValidHost(std::string(host))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("host '", host, "' is not a DNS name or an IP address"));
+      }
     }
   }
   const std::filesystem::path dir(options.dir);
@@ -194,9 +198,15 @@ absl::StatusOr<std::vector<std::string>> MakeCertificates(const CertificateOptio
   RETURN_IF_ERROR(LoadOrMakeCa(dir, options.valid_days, &ca, &ca_key));
   ASSIGN_OR_RETURN(std::string ca_pem, CertPem(ca.get()));
   std::vector<std::string> folders;
-  for (const std::string& host : options.hosts) {
+  for (const std::string& entry : options.hosts) {
     ASSIGN_OR_RETURN(Key key, NewKey());
-    const std::string san = absl::StrCat(IsIpAddress(host) ? "IP:" : "DNS:", host);
+    const std::vector<std::string> names = absl::StrSplit(entry, '+');
+    const std::string& host = names.front();
+    std::vector<std::string> alt_names;
+    for (const std::string& name : names) {
+      alt_names.push_back(absl::StrCat(IsIpAddress(name) ? "IP:" : "DNS:", name));
+    }
+    const std::string san = absl::StrJoin(alt_names, ",");
     ASSIGN_OR_RETURN(Cert cert, Sign(key.get(), host, ca.get(), ca_key.get(), options.valid_days,
                                      {{NID_basic_constraints, "critical,CA:FALSE"},
                                       {NID_key_usage, "critical,digitalSignature,keyEncipherment"},

@@ -1,7 +1,9 @@
 // A cluster's certificates, made with OpenSSL: one CA, and per host a folder that
 // --tls_dir can name (ca.pem, cert.pem, key.pem). Every host certificate serves and
 // authenticates as a client (mutual TLS), and names its host as a DNS name or IP address
-// (wildcards such as *.tessera-ps.default.svc work, for StatefulSet pods).
+// (wildcards such as *.tessera-ps.default.svc work, for StatefulSet pods). A host entry of
+// several names joined by '+' ("*.tessera-ps+*.tessera-worker") gets one certificate naming
+// them all, in the folder of the first: one Secret for every pod of a cluster.
 //
 //   DIR/ca.pem, DIR/ca.key        the CA (made once; later calls add hosts with it)
 //   DIR/HOST/{ca.pem,cert.pem,key.pem}

@@ -9,11 +9,15 @@ everywhere it is written (replicas, TESSERA_PS_HOSTS, TESSERA_NUM_WORKERS, the s
 usage: check_manifests.py DEPLOY_K8S_DIR
 """
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
 
 import yaml
+
+# Pods name their peers in their own namespace (the downward API's metadata.namespace).
+NS = "$(POD_NAMESPACE).svc"
 
 # The daemons stop within 10 s of SIGTERM (tests/integration/job_test.cc checks it).
 DAEMON_STOP_SECONDS = 10
@@ -61,6 +65,15 @@ def check_pod(where, spec, daemon):
         check(sc.get("readOnlyRootFilesystem") is True, f"{name}: readOnlyRootFilesystem")
         check(sc.get("allowPrivilegeEscalation") is False, f"{name}: allowPrivilegeEscalation")
         check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{name}: drop ALL")
+        # Kubernetes expands $(VAR) only from variables defined before the use.
+        defined = set()
+        for e in c.get("env", []):
+            for var in re.findall(r"\$\((\w+)\)", str(e.get("value", ""))):
+                check(var in defined, f"{name}: env {e['name']} uses $({var}) before it is set")
+            defined.add(e["name"])
+        for arg in c.get("command", []) + c.get("args", []):
+            for var in re.findall(r"\$\((\w+)\)", arg):
+                check(var in defined, f"{name}: its command uses $({var}), which is not set")
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     for c in spec["containers"]:
         name = f"{where} container {c['name']}"
@@ -98,9 +111,10 @@ def check_overlay(overlay, gpu):
         check_pod(f"{overlay} {name}", s["spec"]["template"]["spec"], daemon=True)
     ps_port = services["tessera-ps"]["spec"]["ports"][0]["port"]
     worker_port = services["tessera-worker"]["spec"]["ports"][0]["port"]
-    servers = [f"tessera-ps-{i}.tessera-ps:{ps_port}"
+    # Namespace-qualified, as the certificates name them (*.tessera-ps.NAMESPACE.svc).
+    servers = [f"tessera-ps-{i}.tessera-ps.{NS}:{ps_port}"
                for i in range(sets["tessera-ps"]["spec"]["replicas"])]
-    workers = [f"tessera-worker-{i}.tessera-worker:{worker_port}"
+    workers = [f"tessera-worker-{i}.tessera-worker.{NS}:{worker_port}"
                for i in range(sets["tessera-worker"]["spec"]["replicas"])]
     ps_env = env_of(sets["tessera-ps"]["spec"]["template"]["spec"]["containers"][0])
     check(ps_env.get("TESSERA_PS_HOSTS") == ",".join(servers),
@@ -134,11 +148,89 @@ def check_overlay(overlay, gpu):
     check(has_gpu == gpu, f"{overlay}: nvidia.com/gpu limit {'missing' if gpu else 'present'}")
 
 
+def check_jobset(where, spec, worker_job, num_workers):
+    """A JobSet spec (jobset.yaml, or the Trainer runtime's template) whose workers are the
+    replicated job `worker_job` with `num_workers` pods."""
+    jobs = {j["name"]: j for j in spec["replicatedJobs"]}
+    check(set(jobs) == {"ps", worker_job, "submitter"}, f"{where}: replicated jobs {set(jobs)}")
+    if set(jobs) != {"ps", worker_job, "submitter"}:
+        return
+    check(spec.get("network", {}).get("enableDNSHostnames") is True, f"{where}: DNS hostnames")
+    check(spec.get("successPolicy", {}).get("targetReplicatedJobs") == ["submitter"],
+          f"{where}: success when the submitter succeeds")
+    check(spec.get("failurePolicy", {}).get("maxRestarts", 0) > 0, f"{where}: bounded restarts")
+    pods = {name: j["template"]["spec"]["template"]["spec"] for name, j in jobs.items()}
+    for name, pod in pods.items():
+        check_pod(f"{where} {name}", pod, daemon=name != "submitter")
+    ps = pods["ps"]["containers"][0]
+    ps_port = ps["ports"][0]["containerPort"]
+    worker_port = pods[worker_job]["containers"][0]["ports"][0]["containerPort"]
+    name = "$(JOBSET_NAME)"
+    servers = [f"{name}-ps-0-{i}.{name}.{NS}:{ps_port}"
+               for i in range(jobs["ps"]["template"]["spec"].get("parallelism", 1))]
+    workers = [f"{name}-{worker_job}-0-{i}.{name}.{NS}:{worker_port}" for i in range(num_workers)]
+    check(env_of(ps).get("TESSERA_PS_HOSTS") == ",".join(servers), f"{where}: TESSERA_PS_HOSTS")
+    check(env_of(ps).get("TESSERA_NUM_WORKERS") == str(num_workers),
+          f"{where}: TESSERA_NUM_WORKERS != {num_workers}")
+    command = pods["submitter"]["containers"][0]["command"]
+    check(arg_after(command, "--workers") == ",".join(workers),
+          f"{where}: submitter --workers {arg_after(command, '--workers')} != {workers}")
+    check(arg_after(command, "--servers") == ",".join(servers), f"{where}: submitter --servers")
+
+
+def check_batch(root):
+    jobsets = by_kind(render(root / "batch") if shutil.which("kubectl") else
+                      list(yaml.safe_load_all((root / "batch" / "jobset.yaml").read_text())),
+                      "JobSet")
+    check(len(jobsets) == 1, "batch: one JobSet")
+    for name, js in jobsets.items():
+        worker = next(j for j in js["spec"]["replicatedJobs"] if j["name"] == "worker")
+        check_jobset(f"JobSet {name}", js["spec"], "worker",
+                     worker["template"]["spec"]["parallelism"])
+    runtime = yaml.safe_load((root / "batch" / "trainer-runtime.yaml").read_text())
+    train_job = yaml.safe_load((root / "batch" / "trainjob.yaml").read_text())
+    nodes = runtime["spec"]["mlPolicy"]["numNodes"]
+    template = runtime["spec"]["template"]["spec"]
+    node = next((j for j in template["replicatedJobs"] if j["name"] == "node"), None)
+    check(node is not None and node["template"]["metadata"]["labels"].get(
+        "trainer.kubeflow.org/trainjob-ancestor-step") == "trainer",
+          "runtime: the workers are the trainer step 'node'")
+    check_jobset("runtime", template, "node", nodes)
+    check(train_job["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"],
+          "TrainJob: runs the Tessera runtime")
+    check(train_job["spec"]["trainer"]["numNodes"] == nodes,
+          "TrainJob: numNodes agrees with the runtime's worker lists")
+    docs = list(yaml.safe_load_all((root / "batch" / "tfjob.yaml").read_text()))
+    tfjob = by_kind(docs, "TFJob")
+    submit = by_kind(docs, "Job")
+    check(len(tfjob) == 1 and len(submit) == 1, "tfjob.yaml: a TFJob and its submitter")
+    for name, tf in tfjob.items():
+        replicas = tf["spec"]["tfReplicaSpecs"]
+        check(set(replicas) == {"PS", "Worker"}, f"TFJob: replicas {set(replicas)}")
+        for kind, r in replicas.items():
+            pod = r["template"]["spec"]
+            check_pod(f"TFJob {kind}", pod, daemon=True)
+            c = pod["containers"][0]
+            check(c["name"] == "tensorflow" and c["ports"][0]["name"] == "tfjob-port",
+                  f"TFJob {kind}: the container and port the operator configures")
+        port = replicas["PS"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        for job in submit.values():
+            pod = job["spec"]["template"]["spec"]
+            check_pod("TFJob submitter", pod, daemon=False)
+            command = pod["containers"][0]["command"]
+            workers = [f"{name}-worker-{i}.{NS}:{port}"
+                       for i in range(replicas["Worker"]["replicas"])]
+            servers = [f"{name}-ps-{i}.{NS}:{port}" for i in range(replicas["PS"]["replicas"])]
+            check(arg_after(command, "--workers") == ",".join(workers), "TFJob: --workers")
+            check(arg_after(command, "--servers") == ",".join(servers), "TFJob: --servers")
+
+
 def main():
     root = pathlib.Path(sys.argv[1])
     check_overlay(root / "overlays" / "cpu", gpu=False)
     if shutil.which("kubectl"):  # without it only the base can be read
         check_overlay(root / "overlays" / "gpu", gpu=True)
+    check_batch(root)
     for f in failures:
         print("FAIL:", f)
     print(f"{'kubectl kustomize' if shutil.which('kubectl') else 'base files only'}: "

@@ -14,7 +14,7 @@ using tessera::testing::IsOk;
 using ::testing::ElementsAre;
 
 TEST(K8sJobFilesTest, TheCpuJobTrainsLeNetFromTheWorkersDataRoot) {
-  absl::StatusOr<JobFile> job = LoadJobFile("deploy/k8s/base/job.yaml");
+  absl::StatusOr<JobFile> job = LoadJobFile("deploy/k8s/job/job.yaml");
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->spec.model(), "lenet");
   EXPECT_EQ(job->spec.kvstore(), "dist_sync");

@@ -86,6 +86,29 @@ TEST(CertificatesTest, EveryHostGetsAFolderWhoseCertificateChainsToTheCa) {
   for (X509* cert : {ca, ip, dns, wildcard, later}) X509_free(cert);
 }
 
+TEST(CertificatesTest, OneCertificateNamesEveryHostOfAnEntryJoinedByPlus) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/multi_certs");
+  std::filesystem::remove_all(dir);
+  auto folders = MakeCertificates(
+      {.dir = dir, .hosts = {"*.tessera-ps.ml.svc+*.tessera-worker.ml.svc+10.1.2.3"}});
+  ASSERT_THAT(folders, IsOk());
+  EXPECT_EQ(*folders, (std::vector<std::string>{dir + "/_.tessera-ps.ml.svc"}));
+  X509* ca = ReadCert(dir + "/ca.pem");
+  X509* cert = ReadCert(dir + "/_.tessera-ps.ml.svc/cert.pem");
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cert, nullptr);
+  EXPECT_TRUE(Verifies(ca, cert, "tessera-ps-0.tessera-ps.ml.svc"));
+  EXPECT_TRUE(Verifies(ca, cert, "tessera-worker-1.tessera-worker.ml.svc"));
+  EXPECT_TRUE(Verifies(ca, cert, "10.1.2.3"));
+  EXPECT_FALSE(Verifies(ca, cert, "tessera-submit-0.tessera-submit.ml.svc"));
+  X509_free(cert);
+  X509_free(ca);
+  EXPECT_THAT(MakeCertificates({.dir = dir, .hosts = {"a.b+../etc"}}).status().message(),
+              HasSubstr("host '../etc'"));
+  EXPECT_THAT(MakeCertificates({.dir = dir, .hosts = {"a.b+"}}).status().message(),
+              HasSubstr("host ''"));
+}
+
 TEST(CertificatesTest, HostsThatAreNotNamesOrAddressesAreRefused) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/bad_certs");
   for (const char* host : {"", "a b", "../etc", "-lead.example", "a..b", "x/y"}) {
