@@ -547,26 +547,41 @@ TEST(SecureDaemonTest, DaemonsRefuseToServeBeyondLoopbackWithoutTlsAndAToken) {
   }
 }
 
+// One tessera-ps and two tessera-worker processes on loopback, their logs named after
+// `name`, and a client connected to them.
+struct LoopbackCluster {
+  Daemon ps, w0, w1;
+  std::unique_ptr<client::JobClient> client;
+};
+
+void StartLoopbackCluster(const std::string& name, LoopbackCluster* c) {
+  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
+                                          "--run_root=" + TmpDir() + "/runs"};
+  c->ps = StartDaemon(name + "-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0",
+                                     "--index=0", "--num_servers=1", "--num_workers=2"});
+  c->w0 = StartDaemon(name + "-w0", {RunfilePath("worker/tessera-worker"),
+                                     "--address=127.0.0.1:0", roots[0], roots[1]});
+  c->w1 = StartDaemon(name + "-w1", {RunfilePath("worker/tessera-worker"),
+                                     "--address=127.0.0.1:0", roots[0], roots[1]});
+  ASSERT_FALSE(c->ps.address.empty() || c->w0.address.empty() || c->w1.address.empty());
+  auto client = client::JobClient::Connect(
+      {.workers = {c->w0.address, c->w1.address}, .servers = {c->ps.address}},
+      absl::Seconds(30));
+  ASSERT_THAT(client.status(), IsOk());
+  c->client = std::move(*client);
+}
+
 // The case: a worker whose parameter server froze (SIGSTOP) took 24 s to honour
 // SIGTERM (until keepalive gave up), and would never have with a server that keeps its
 // stream alive. Kubernetes waits terminationGracePeriodSeconds, then kills.
 TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
-  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
-                                          "--run_root=" + TmpDir() + "/runs"};
-  Daemon ps = StartDaemon("frozen-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0",
-                                        "--index=0", "--num_servers=1", "--num_workers=2"});
-  Daemon w0 = StartDaemon("frozen-w0", {RunfilePath("worker/tessera-worker"),
-                                        "--address=127.0.0.1:0", roots[0], roots[1]});
-  Daemon w1 = StartDaemon("frozen-w1", {RunfilePath("worker/tessera-worker"),
-                                        "--address=127.0.0.1:0", roots[0], roots[1]});
-  ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
-  auto client = client::JobClient::Connect(
-      {.workers = {w0.address, w1.address}, .servers = {ps.address}}, absl::Seconds(30));
-  ASSERT_THAT(client.status(), IsOk());
+  LoopbackCluster c;
+  ASSERT_NO_FATAL_FAILURE(StartLoopbackCluster("frozen", &c));
+  Daemon &ps = c.ps, &w0 = c.w0, &w1 = c.w1;
   absl::Duration took = absl::InfiniteDuration();
   absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
   const absl::StatusOr<client::JobOutcome> outcome =
-      RunJob(Spec({.name = "frozen-ps", .epochs = 1000}), client->get(), [&] {
+      RunJob(Spec({.name = "frozen-ps", .epochs = 1000}), c.client.get(), [&] {
         ASSERT_THAT(ps.process->Signal(SIGSTOP), IsOk());
         absl::SleepFor(absl::Milliseconds(300));  // the workers are now waiting on it
         const absl::Time start = absl::Now();
@@ -587,22 +602,13 @@ TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
 // complete) and the other waiting in that round, SIGINT (as SIGTERM) stops tessera-ps within
 // 10 s with exit code 0, and the waiting worker's job fails instead of hanging.
 TEST_F(JobTest, SigintStopsAParameterServerWithWorkersWaitingInARound) {
-  const std::vector<std::string> roots = {"--data_root=" + DataDir(),
-                                          "--run_root=" + TmpDir() + "/runs"};
-  Daemon ps = StartDaemon("stopping-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0",
-                                          "--index=0", "--num_servers=1", "--num_workers=2"});
-  Daemon w0 = StartDaemon("stopping-w0", {RunfilePath("worker/tessera-worker"),
-                                          "--address=127.0.0.1:0", roots[0], roots[1]});
-  Daemon w1 = StartDaemon("stopping-w1", {RunfilePath("worker/tessera-worker"),
-                                          "--address=127.0.0.1:0", roots[0], roots[1]});
-  ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
-  auto client = client::JobClient::Connect(
-      {.workers = {w0.address, w1.address}, .servers = {ps.address}}, absl::Seconds(30));
-  ASSERT_THAT(client.status(), IsOk());
+  LoopbackCluster c;
+  ASSERT_NO_FATAL_FAILURE(StartLoopbackCluster("stopping", &c));
+  Daemon &ps = c.ps, &w1 = c.w1;
   absl::Duration took = absl::InfiniteDuration();
   absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
   const absl::StatusOr<client::JobOutcome> outcome =
-      RunJob(Spec({.name = "stopping-ps", .epochs = 1000}), client->get(), [&] {
+      RunJob(Spec({.name = "stopping-ps", .epochs = 1000}), c.client.get(), [&] {
         ASSERT_THAT(w1.process->Signal(SIGSTOP), IsOk());
         absl::SleepFor(absl::Milliseconds(300));  // worker 0 now waits on worker 1's pushes
         const absl::Time start = absl::Now();
