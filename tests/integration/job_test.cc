@@ -559,14 +559,13 @@ void StartLoopbackCluster(const std::string& name, LoopbackCluster* c) {
                                           "--run_root=" + TmpDir() + "/runs"};
   c->ps = StartDaemon(name + "-ps", {RunfilePath("server/tessera-ps"), "--address=127.0.0.1:0",
                                      "--index=0", "--num_servers=1", "--num_workers=2"});
-  c->w0 = StartDaemon(name + "-w0", {RunfilePath("worker/tessera-worker"),
-                                     "--address=127.0.0.1:0", roots[0], roots[1]});
-  c->w1 = StartDaemon(name + "-w1", {RunfilePath("worker/tessera-worker"),
-                                     "--address=127.0.0.1:0", roots[0], roots[1]});
+  c->w0 = StartDaemon(name + "-w0", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0",
+                                     roots[0], roots[1]});
+  c->w1 = StartDaemon(name + "-w1", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0",
+                                     roots[0], roots[1]});
   ASSERT_FALSE(c->ps.address.empty() || c->w0.address.empty() || c->w1.address.empty());
   auto client = client::JobClient::Connect(
-      {.workers = {c->w0.address, c->w1.address}, .servers = {c->ps.address}},
-      absl::Seconds(30));
+      {.workers = {c->w0.address, c->w1.address}, .servers = {c->ps.address}}, absl::Seconds(30));
   ASSERT_THAT(client.status(), IsOk());
   c->client = std::move(*client);
 }
