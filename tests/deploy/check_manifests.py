@@ -6,7 +6,12 @@ longer than their SIGTERM bound, the Secret is mounted read-only, and the cluste
 everywhere it is written (replicas, TESSERA_PS_HOSTS, TESSERA_NUM_WORKERS, the submitter's
 --workers / --servers). Prints one line per failed check and exits 1 on any.
 
-usage: check_manifests.py DEPLOY_K8S_DIR
+With --binary NAME=PATH (tessera, tessera-ps, tessera-worker), every flag a container passes
+to that program and every TESSERA_* variable it sets must be one the program knows: a
+daemon's flags from its --helpfull, the command line's and the variables from the program's
+own strings.
+
+usage: check_manifests.py DEPLOY_K8S_DIR [--binary NAME=PATH]...
 """
 import pathlib
 import re
@@ -23,6 +28,31 @@ NS = "$(POD_NAMESPACE).svc"
 DAEMON_STOP_SECONDS = 10
 
 failures = []
+binaries = {}  # program name -> (its bytes, the flags its --helpfull lists or None)
+
+
+def load_binary(name, path):
+    flags = None
+    if name != "tessera":  # the daemons parse flags with Abseil, which lists them all
+        helpfull = subprocess.run([path, "--helpfull"], capture_output=True, text=True)
+        flags = set(re.findall(r"^\s+--(\w+)", helpfull.stdout + helpfull.stderr, re.M))
+    binaries[name] = (pathlib.Path(path).read_bytes(), flags)
+
+
+def check_known_to_binary(name, container):
+    if not container.get("command") or container["command"][0] not in binaries:
+        return
+    program = container["command"][0]
+    data, flags = binaries[program]
+    for arg in container["command"][1:] + container.get("args", []):
+        if not arg.startswith("--"):
+            continue
+        flag = arg[2:].split("=", 1)[0]
+        known = flag in flags if flags is not None else f"--{flag}".encode() in data
+        check(known, f"{name}: {program} has no flag --{flag}")
+    for e in container.get("env", []):
+        if e["name"].startswith("TESSERA_"):
+            check(e["name"].encode() in data, f"{name}: {program} reads no {e['name']}")
 
 
 def check(ok, what):
@@ -74,6 +104,7 @@ def check_pod(where, spec, daemon):
         for arg in c.get("command", []) + c.get("args", []):
             for var in re.findall(r"\$\((\w+)\)", arg):
                 check(var in defined, f"{name}: its command uses $({var}), which is not set")
+        check_known_to_binary(name, c)
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     for c in spec["containers"]:
         name = f"{where} container {c['name']}"
@@ -227,14 +258,20 @@ def check_batch(root):
 
 def main():
     root = pathlib.Path(sys.argv[1])
+    args = sys.argv[2:]
+    while args[:1] == ["--binary"] and len(args) >= 2:
+        name, path = args[1].split("=", 1)
+        load_binary(name, path)
+        args = args[2:]
+    check(not args, f"unknown arguments {args}")
     check_overlay(root / "overlays" / "cpu", gpu=False)
     if shutil.which("kubectl"):  # without it only the base can be read
         check_overlay(root / "overlays" / "gpu", gpu=True)
     check_batch(root)
     for f in failures:
         print("FAIL:", f)
-    print(f"{'kubectl kustomize' if shutil.which('kubectl') else 'base files only'}: "
-          f"{len(failures)} failed checks")
+    print(f"{'kubectl kustomize' if shutil.which('kubectl') else 'base files only'}, "
+          f"binaries {sorted(binaries)}: {len(failures)} failed checks")
     return 1 if failures else 0
 
 
