@@ -181,7 +181,14 @@ double ClusterSamplesPerSecond(const Flags& f) {
 int main(int argc, char** argv) {
   using namespace tessera;  // NOLINT(build/namespaces)
   const Flags flags = ParseFlags(argc, argv);
-  auto rt = OwnedRuntime::Create(engine::EngineOptions{}, engine::StorageOptions{}, 0);
+  // TESSERA_* variables (engine workers, OpenMP threads, profiler) apply, as in a worker.
+  const absl::StatusOr<engine::EngineOptions> engine_options = engine::EngineOptions::FromEnv();
+  if (!engine_options.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n",
+                 std::string(engine_options.status().message()).c_str());
+    return 2;
+  }
+  auto rt = OwnedRuntime::Create(*engine_options, engine::StorageOptions{}, 0);
   TESSERA_CHECK(rt.ok());
   const int threads = AvailableCpus();
   auto mlp = examples::MlpWithWidths({128, 64});

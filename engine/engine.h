@@ -57,6 +57,11 @@ struct RunContext {
   Context ctx;
   // The cudaStream_t to enqueue GPU work on; null for CPU functions.
   void* stream = nullptr;
+  // The OpenMP threads one large CPU kernel of this function may run on
+  // (engine/omp_threads.h: ThreadsForWork); small kernels stay on the calling thread. More
+  // than the thread's own setting where the compute workers leave a CPU to the pushing
+  // thread; 1 on the priority and GPU workers and for a caller helping in WaitForAll.
+  int cpu_threads = 1;
   template <typename T>
   T get_stream() const {
     return static_cast<T>(stream);

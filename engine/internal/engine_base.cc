@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "core/status_macros.h"
 #include "engine/internal/gpu_sync.h"
-#include "engine/internal/omp_threads.h"
+#include "engine/omp_threads.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera::engine {
@@ -38,7 +38,8 @@ bool EngineBase::InEngineFunction() { return in_engine_function; }
 EngineBase::EngineBase(const EngineOptions& options)
     : options_(options),
       num_gpus_(NumGpus()),
-      omp_threads_(ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, 1)) {
+      omp_threads_(ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, 1)),
+      cpu_threads_(ResolveCpuThreadsPerFunction(options.omp_threads_per_worker, 1)) {
   if (!options_.profile_path.empty()) profiler_.Start(Profiler::Mode::kAll);
 }
 

@@ -34,8 +34,10 @@ class EngineBase : public Engine {
   int num_omp_threads_per_worker() const override {
     return omp_threads_.load(std::memory_order_relaxed);
   }
+  // An explicit setting also bounds what one function's kernels may use.
   void set_num_omp_threads_per_worker(int n) override {
     omp_threads_.store(n < 1 ? 1 : n, std::memory_order_relaxed);
+    cpu_threads_.store(n < 1 ? 1 : n, std::memory_order_relaxed);
   }
   Profiler& profiler() override { return profiler_; }
 
@@ -85,12 +87,20 @@ class EngineBase : public Engine {
   bool shutting_down() const { return shutting_down_.load(std::memory_order_relaxed); }
   int num_gpus() const { return num_gpus_; }
   const EngineOptions& options() const { return options_; }
+  // RunContext::cpu_threads for a compute worker's function (ResolveCpuThreadsPerFunction).
+  int cpu_threads_per_function() const { return cpu_threads_.load(std::memory_order_relaxed); }
+  void set_cpu_threads_per_function(int n) {
+    cpu_threads_.store(n < 1 ? 1 : n, std::memory_order_relaxed);
+  }
 
  private:
   const EngineOptions options_;
   const int num_gpus_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<int> omp_threads_;
+  // RunContext::cpu_threads of the functions the compute workers (the naive engine: the
+  // pushing thread) run.
+  std::atomic<int> cpu_threads_;
   Profiler profiler_;
   SlabPool<Var> vars_;
   SlabPool<Opr> oprs_;

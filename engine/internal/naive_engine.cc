@@ -59,6 +59,7 @@ void NaiveEngine::Run(const Opr& opr, Context ctx, bool profiling) {
     FunctionScope scope;
     const int64_t start = profiler().ShouldRecord(profiling) ? Profiler::NowNs() : 0;
     RunContext rctx{ctx, nullptr};
+    rctx.cpu_threads = ctx.is_gpu() ? 1 : cpu_threads_per_function();
     absl::StatusOr<void*> stream = StreamFor(ctx);
     if (!stream.ok()) {
       status = stream.status();

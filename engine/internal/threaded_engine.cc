@@ -8,7 +8,7 @@
 #include "core/cpu_count.h"
 #include "engine/internal/block_pool.h"
 #include "engine/internal/gpu_sync.h"
-#include "engine/internal/omp_threads.h"
+#include "engine/omp_threads.h"
 #include "spdlog/spdlog.h"
 
 #if TESSERA_USE_CUDA
@@ -103,6 +103,8 @@ ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(option
       options.cpu_workers > 0 ? options.cpu_workers : std::max(1, AvailableCpus() - 1);
   set_num_omp_threads_per_worker(
       ResolveOmpThreadsPerWorker(options.omp_threads_per_worker, cpu_workers));
+  set_cpu_threads_per_function(
+      ResolveCpuThreadsPerFunction(options.omp_threads_per_worker, cpu_workers));
   const int cpu_priority_workers = std::max(1, options.cpu_priority_workers);
   const int gpu_workers = std::max(1, options.gpu_workers_per_device);
   const int gpu_copy_workers = std::max(1, options.gpu_copy_workers_per_device);
@@ -164,7 +166,7 @@ void ThreadedEngine::WorkerLoop(Queue* queue, int index, Context ctx, bool owns_
     if (!stream_status.ok()) {
       Complete(b, stream_status, nullptr);
     } else {
-      Execute(b, stream);
+      Execute(b, stream, compute ? std::max(omp_threads, cpu_threads_per_function()) : 1);
     }
   }
   DestroyStream(stream);
@@ -183,7 +185,7 @@ ThreadedEngine::Queue* ThreadedEngine::QueueFor(const OprBlock& b) {
 void ThreadedEngine::Dispatch(OprBlock* b) {
   if (b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu() && inline_depth < kMaxInlineDepth) {
     ++inline_depth;
-    Execute(b, nullptr);
+    Execute(b, nullptr, 1);
     --inline_depth;
     return;
   }
@@ -292,7 +294,7 @@ void ThreadedEngine::Schedule(OprBlock* b, bool is_deletion) {
   if (b->wait.fetch_sub(granted, std::memory_order_acq_rel) == granted) Dispatch(b);
 }
 
-void ThreadedEngine::Execute(OprBlock* b, void* stream) {
+void ThreadedEngine::Execute(OprBlock* b, void* stream, int cpu_threads) {
   const Opr& opr = *b->opr;
   std::shared_ptr<ErrorRecord> inherited = b->rejected;
   if (inherited == nullptr && !opr.runs_despite_errors) inherited = InheritedError(opr);
@@ -307,7 +309,7 @@ void ThreadedEngine::Execute(OprBlock* b, void* stream) {
   }
   if (profiler().ShouldRecord(b->profiling)) b->start_ns = Profiler::NowNs();
   FunctionScope scope;
-  RunContext rctx{b->ctx, stream};
+  RunContext rctx{b->ctx, stream, cpu_threads};
   if (opr.sync_fn) {
     absl::Status status;
     {
@@ -446,7 +448,7 @@ absl::Status ThreadedEngine::WaitForAll() {
     while (!Idle()) {
       OprBlock* b = cpu_queue_->TryPopNow();
       if (b == nullptr) break;
-      Execute(b, nullptr);
+      Execute(b, nullptr, 1);
     }
   }
   all_waiters_.fetch_add(1, std::memory_order_seq_cst);

@@ -63,8 +63,9 @@ class ThreadedEngine final : public EngineBase {
   }
   void Dispatch(OprBlock* b);
   Queue* QueueFor(const OprBlock& b);
-  // Runs `b` on the calling thread; `stream` is the worker's CUDA stream (null on CPU).
-  void Execute(OprBlock* b, void* stream);
+  // Runs `b` on the calling thread; `stream` is the worker's CUDA stream (null on CPU),
+  // `cpu_threads` its RunContext::cpu_threads.
+  void Execute(OprBlock* b, void* stream, int cpu_threads);
   static void OnAsyncComplete(Engine* engine, void* param, absl::Status status);
   // Stores the outcome, releases the variables, and dispatches what became ready.
   void Complete(OprBlock* b, absl::Status status, std::shared_ptr<ErrorRecord> inherited);

@@ -1,7 +1,9 @@
 // ConvOp: the CPU Operator behind Convolution and Deconvolution, whose oneDNN primitives
 // (forward, backward data, backward weights) take the same descriptors. The property
 // computes the descriptors for a data shape (DescFn); the operator caches the primitives
-// per data shape. Thread-compatible like every Operator.
+// per data shape and RunContext::cpu_threads. oneDNN fixes a primitive's threads when it is
+// created, so each entry is created and run under its own thread count (ThreadsForWork).
+// Thread-compatible like every Operator.
 #ifndef TESSERA_OPS_NN_CONV_OP_H_
 #define TESSERA_OPS_NN_CONV_OP_H_
 
@@ -16,9 +18,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "dnnl.hpp"
+#include "engine/omp_threads.h"
 #include "ops/nn/dnnl_util.h"
 
 namespace tessera::ops::nn {
@@ -83,7 +87,8 @@ class ConvOp : public DnnlOperator {
                            const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[kConvData].shape, &e));
+    RETURN_IF_ERROR(GetEntry(in[kConvData].shape, ctx.run_ctx.cpu_threads, &e));
+    engine::ScopedOmpThreads threads(e->threads);  // the reorders' too
     saved_.entry = nullptr;  // whatever it held belongs to an earlier call
     const bool save_src = ctx.is_train && e->src_in.needed;
     CallBuffers buf;
@@ -122,7 +127,8 @@ class ConvOp : public DnnlOperator {
                             const std::vector<TBlob>&) override {
     if (AllNull(req)) return absl::OkStatus();
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[kConvData].shape, &e));
+    RETURN_IF_ERROR(GetEntry(in[kConvData].shape, ctx.run_ctx.cpu_threads, &e));
+    engine::ScopedOmpThreads threads(e->threads);
     RETURN_IF_ERROR(EnsureBackward(e));
     const bool want_data = req[kConvData] != OpReqType::kNullOp;
     const bool want_weights = req[kConvWeight] != OpReqType::kNullOp ||
@@ -177,6 +183,7 @@ class ConvOp : public DnnlOperator {
  private:
   struct Entry {
     ConvDescs d;  // the user's (plain) layouts
+    int threads = 1;  // the OpenMP threads its primitives were created with and run on
     // What the primitives were created with for src / diff_src and dst / diff_dst: `any`,
     // NHWC or plain, per the policy (ChooseLayouts).
     dnnl::memory::desc src_md, dst_md;
@@ -304,10 +311,26 @@ class ConvOp : public DnnlOperator {
     e->dst_md = candidate.dst_md;
   }
 
-  absl::Status GetEntry(const Shape& data, Entry** out) {
-    return cache_.Get(data.ToString(), out, [&](Entry* e) -> absl::Status {
+  // The multiply-adds of one forward call, times 2 (each backward direction does as many).
+  double Flops(const ConvDescs& d) const {
+    // Every output element (a deconvolution: every input element) meets one filter's
+    // worth of weights: all of them over the channels they span.
+    const dnnl::memory::desc& per = alg_ == dnnl::algorithm::deconvolution_direct ? d.src : d.dst;
+    double elements = 1, weights = 1;
+    for (int64_t v : per.dims()) elements *= static_cast<double>(v);
+    for (int64_t v : d.weights.dims()) weights *= static_cast<double>(v);
+    return 2 * elements * weights / static_cast<double>(std::max<int64_t>(1, per.dims()[1]));
+  }
+
+  // The entry for `data` on a function that may use `cpu_threads` (RunContext); created,
+  // with its forward primitive, under the threads its work repays.
+  absl::Status GetEntry(const Shape& data, int cpu_threads, Entry** out) {
+    const std::string key = absl::StrCat(data.ToString(), "/", cpu_threads);
+    return cache_.Get(key, out, [&](Entry* e) -> absl::Status {
       ASSIGN_OR_RETURN(e->d, descs_(data));
       const ConvDescs& d = e->d;
+      e->threads = engine::ThreadsForWork(Flops(d), cpu_threads);
+      engine::ScopedOmpThreads threads(e->threads);
       DNNL_RETURN_IF_ERROR(ChooseLayouts(e));
       DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
       DNNL_RETURN_IF_ERROR(e->src_in = MakeReorder(d.src, e->fwd_pd.src_desc(), engine()));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "engine/omp_threads.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
 
@@ -61,6 +62,7 @@ class FullyConnectedOp : public DnnlOperator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     const auto [m, k] = Flat(in[kData].shape, param_.flatten);
     const int64_t n = param_.num_hidden;
+    engine::ScopedOmpThreads threads(ThreadsFor(ctx, m, n, k));
     CallBuffers buf;
     const int yt_slot = buf.Scratch(static_cast<size_t>(n * m) * sizeof(float));
     RETURN_IF_ERROR(buf.Allocate(ctx));
@@ -71,12 +73,13 @@ class FullyConnectedOp : public DnnlOperator {
     return absl::OkStatus();
   }
 
-  absl::Status BackwardImpl(const OpContext&, const std::vector<TBlob>& out_grad,
+  absl::Status BackwardImpl(const OpContext& ctx, const std::vector<TBlob>& out_grad,
                             const std::vector<TBlob>& in, const std::vector<TBlob>&,
                             const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                             const std::vector<TBlob>&) override {
     const auto [m, k] = Flat(in[kData].shape, param_.flatten);
     const int64_t n = param_.num_hidden;
+    engine::ScopedOmpThreads threads(ThreadsFor(ctx, m, n, k));
     const void* dy = out_grad[0].dptr;
     auto beta = [](OpReqType r) { return r == OpReqType::kAddTo ? 1.0f : 0.0f; };
     if (req[kData] != OpReqType::kNullOp) {
@@ -95,6 +98,13 @@ class FullyConnectedOp : public DnnlOperator {
   }
 
  private:
+  // sgemm takes its threads when called: as many as one (m, k) by (k, n) product repays.
+  static int ThreadsFor(const OpContext& ctx, int64_t m, int64_t n, int64_t k) {
+    return engine::ThreadsForWork(
+        2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
+        ctx.run_ctx.cpu_threads);
+  }
+
   // C (rows, cols) = alpha op(A) op(B) + beta C, row-major, alpha = 1.
   static absl::Status Sgemm(char transa, char transb, int64_t rows, int64_t cols, int64_t depth,
                             const void* a, int64_t lda, const void* b, int64_t ldb, float beta,

@@ -151,13 +151,76 @@ Extent WindowExtent(const Window& w, int i, int64_t o, int64_t in) {
 struct Extents {
   std::vector<Extent> rows, cols;
   int64_t h, w;  // the input plane
+  // Every window is the whole 2x2 block at (2 * row, 2 * column): no padding or clipping.
+  bool whole_2x2 = false;
 };
 
 Extents AllExtents(const Window& w, const Shape& data) {
   Extents e{.h = data[2], .w = data[3]};
   for (int64_t o = 0; o < w.out[0]; ++o) e.rows.push_back(WindowExtent(w, 0, o, e.h));
   for (int64_t o = 0; o < w.out[1]; ++o) e.cols.push_back(WindowExtent(w, 1, o, e.w));
+  const auto whole_2x2 = [](const std::vector<Extent>& extents) {
+    for (size_t o = 0; o < extents.size(); ++o) {
+      const int64_t start = 2 * static_cast<int64_t>(o);
+      if (extents[o].first != start || extents[o].last != start + 2) return false;
+    }
+    return true;
+  };
+  e.whole_2x2 = whole_2x2(e.rows) && whole_2x2(e.cols);
   return e;
+}
+
+// Max pooling over whole 2x2 blocks (LeNet's and VGG's pools): ForwardPlanes<kMax> and
+// BackwardPlanes<kMax> with the window loops unrolled, the same comparisons in the same
+// order, so the results are the same bits.
+void MaxForward2x2(const Extents& e, int64_t planes, const float* xs, OpReqType req, float* ys) {
+  const int64_t oh = static_cast<int64_t>(e.rows.size()), ow = static_cast<int64_t>(e.cols.size());
+  for (int64_t c = 0; c < planes; ++c) {
+    for (int64_t r = 0; r < oh; ++r) {
+      const float* a = xs + (c * e.h + 2 * r) * e.w;
+      const float* b = a + e.w;
+      float* y = ys + (c * oh + r) * ow;
+      for (int64_t k = 0; k < ow; ++k) {
+        float value = std::numeric_limits<float>::lowest();
+        value = std::max(value, a[2 * k]);
+        value = std::max(value, a[2 * k + 1]);
+        value = std::max(value, b[2 * k]);
+        value = std::max(value, b[2 * k + 1]);
+        Assign(y + k, req, value);
+      }
+    }
+  }
+}
+
+// The windows do not overlap, so unless `req` adds, every dx element is written once: the
+// window's first maximum gets dy, the rest of it 0, and what no window covers (an odd last
+// row or column) 0, with no zeroing pass before.
+void MaxBackward2x2(const Extents& e, int64_t planes, const float* dys, const float* xs,
+                    const float* ys, OpReqType req, float* dxs) {
+  const int64_t oh = static_cast<int64_t>(e.rows.size()), ow = static_cast<int64_t>(e.cols.size());
+  const bool add = req == OpReqType::kAddTo;
+  for (int64_t c = 0; c < planes; ++c) {
+    for (int64_t r = 0; r < oh; ++r) {
+      const int64_t top = (c * e.h + 2 * r) * e.w, bottom = top + e.w;
+      const int64_t out = (c * oh + r) * ow;
+      for (int64_t k = 0; k < ow; ++k) {
+        const float y = ys[out + k], dy = dys[out + k];
+        const int64_t window[4] = {top + 2 * k, top + 2 * k + 1, bottom + 2 * k,
+                                   bottom + 2 * k + 1};
+        int first = 0;
+        while (first < 4 && xs[window[first]] != y) ++first;
+        for (int i = 0; i < 4; ++i) {
+          const float g = i == first ? dy : 0.0f;
+          dxs[window[i]] = add ? dxs[window[i]] + g : g;
+        }
+      }
+      if (!add) {
+        std::fill(dxs + top + 2 * ow, dxs + top + e.w, 0.0f);
+        std::fill(dxs + bottom + 2 * ow, dxs + bottom + e.w, 0.0f);
+      }
+    }
+    if (!add) std::fill(dxs + (c * e.h + 2 * oh) * e.w, dxs + (c + 1) * e.h * e.w, 0.0f);
+  }
 }
 
 // avg's divisor: the window clipped to the padded input (count_include_pad) or to the input.
@@ -280,6 +343,10 @@ class PoolingOp : public Operator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     ASSIGN_OR_RETURN(const Extents* e, GetExtents(in[0].shape));
     const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    if (param_.pool_type == PoolType::kMax && e->whole_2x2) {
+      MaxForward2x2(*e, planes, in[0].data<float>(), req[0], out[0].data<float>());
+      return absl::OkStatus();
+    }
     DispatchPoolType(param_.pool_type, [&](auto type) {
       ForwardPlanes<decltype(type)::value>(param_, *e, planes, in[0].data<float>(), req[0],
                                            out[0].data<float>());
@@ -294,8 +361,13 @@ class PoolingOp : public Operator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     ASSIGN_OR_RETURN(const Extents* e, GetExtents(in[0].shape));
     float* dx = in_grad[0].data<float>();
-    if (req[0] != OpReqType::kAddTo) std::fill(dx, dx + in_grad[0].Size(), 0.0f);
     const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    if (param_.pool_type == PoolType::kMax && e->whole_2x2) {
+      MaxBackward2x2(*e, planes, out_grad[0].data<float>(), in[0].data<float>(),
+                     out[0].data<float>(), req[0], dx);
+      return absl::OkStatus();
+    }
+    if (req[0] != OpReqType::kAddTo) std::fill(dx, dx + in_grad[0].Size(), 0.0f);
     DispatchPoolType(param_.pool_type, [&](auto type) {
       BackwardPlanes<decltype(type)::value>(param_, *e, planes, out_grad[0].data<float>(),
                                             in[0].data<float>(), out[0].data<float>(), dx);

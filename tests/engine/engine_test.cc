@@ -17,6 +17,7 @@
 #include "core/cpu_count.h"
 #include "core/status_matchers.h"
 #include "engine/create_engine.h"
+#include "engine/omp_threads.h"
 #include "engine/profiler.h"
 #include "gtest/gtest.h"
 
@@ -525,18 +526,24 @@ TEST(ThreadedEngineTest, WorkersRunFunctionsWithTheirOpenMpThreads) {
   Engine& engine = **made;
   EXPECT_EQ(engine.num_omp_threads_per_worker(), 3);
   VarHandle v = engine.NewVariable();
-  const auto omp_threads_in_a_function = [&](FnProperty prop) {
-    std::atomic<int> seen{0};
-    EXPECT_THAT(engine.PushSync([&](RunContext) { seen = omp_get_max_threads(); return Ok(); },
-                                Context::CPU(), {}, {v}, prop),
+  // The thread's OpenMP setting and the function's RunContext::cpu_threads.
+  const auto threads_in_a_function = [&](FnProperty prop) {
+    std::atomic<int> omp{0}, cpu{0};
+    EXPECT_THAT(engine.PushSync(
+                    [&](RunContext rctx) {
+                      omp = omp_get_max_threads();
+                      cpu = rctx.cpu_threads;
+                      return Ok();
+                    },
+                    Context::CPU(), {}, {v}, prop),
                 IsOk());
     EXPECT_THAT(engine.WaitForVar(v), IsOk());
-    return seen.load();
+    return std::pair<int, int>(omp.load(), cpu.load());
   };
-  EXPECT_EQ(omp_threads_in_a_function(FnProperty::kNormal), 3);
-  EXPECT_EQ(omp_threads_in_a_function(FnProperty::kCPUPrioritized), 1);
+  EXPECT_EQ(threads_in_a_function(FnProperty::kNormal), std::pair(3, 3));
+  EXPECT_EQ(threads_in_a_function(FnProperty::kCPUPrioritized), std::pair(1, 1));
   engine.set_num_omp_threads_per_worker(2);
-  EXPECT_EQ(omp_threads_in_a_function(FnProperty::kNormal), 2);
+  EXPECT_EQ(threads_in_a_function(FnProperty::kNormal), std::pair(2, 2));
   ASSERT_THAT(engine.DeleteVariable(nullptr, Context::CPU(), v), IsOk());
 }
 
@@ -548,6 +555,59 @@ TEST(ThreadedEngineTest, OmpThreadsDefaultToTheCpusLeftByThePusher) {
                            ? omp_get_max_threads()
                            : std::max(1, AvailableCpus() - 1);
   EXPECT_EQ(engine->num_omp_threads_per_worker(), expected);
+}
+
+// Unset, one function's large kernels may use every CPU the compute workers share, the
+// pusher's included (it waits while they run); a function that a caller runs while it helps
+// in WaitForAll gets one thread, as the compute workers' teams already hold the CPUs.
+TEST(ThreadedEngineTest, FunctionsMayUseTheWorkersShareOfAllCpus) {
+  EngineOptions o;
+  o.kind = EngineOptions::Kind::kThreaded;
+  o.cpu_workers = 1;
+  auto made = CreateEngine(o);
+  ASSERT_THAT(made, IsOk());
+  Engine& engine = **made;
+  const int expected =
+      std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads() : AvailableCpus();
+  Gate first_running, release;
+  std::atomic<int> worker_threads{0}, helped_threads{0};
+  std::atomic<bool> helped_on_caller{false};
+  const std::thread::id caller = std::this_thread::get_id();
+  ASSERT_THAT(engine.PushSync(
+                  [&](RunContext rctx) {
+                    worker_threads = rctx.cpu_threads;
+                    first_running.Open();
+                    EXPECT_TRUE(release.WaitFor(10000));
+                    return Ok();
+                  },
+                  Context::CPU(), {}, {}),
+              IsOk());
+  ASSERT_TRUE(first_running.WaitFor(10000));
+  // The only worker is busy: this one waits in the queue until WaitForAll's caller takes it.
+  ASSERT_THAT(engine.PushSync(
+                  [&](RunContext rctx) {
+                    helped_threads = rctx.cpu_threads;
+                    helped_on_caller = std::this_thread::get_id() == caller;
+                    release.Open();
+                    return Ok();
+                  },
+                  Context::CPU(), {}, {}),
+              IsOk());
+  ASSERT_THAT(engine.WaitForAll(), IsOk());
+  EXPECT_EQ(worker_threads.load(), expected);
+  EXPECT_TRUE(helped_on_caller.load());
+  EXPECT_EQ(helped_threads.load(), 1);
+}
+
+// A kernel wakes one more thread per kFlopsPerThread of work, never more than it may use.
+TEST(OmpThreadsTest, ThreadsForWorkGrowWithTheWork) {
+  EXPECT_EQ(ThreadsForWork(0, 8), 1);
+  EXPECT_EQ(ThreadsForWork(1.9 * kFlopsPerThread, 8), 1);
+  EXPECT_EQ(ThreadsForWork(2 * kFlopsPerThread, 8), 2);
+  EXPECT_EQ(ThreadsForWork(5.5 * kFlopsPerThread, 8), 5);
+  EXPECT_EQ(ThreadsForWork(1e15, 8), 8);
+  EXPECT_EQ(ThreadsForWork(1e15, 1), 1);
+  EXPECT_EQ(ThreadsForWork(1e15, 0), 1);
 }
 
 TEST(ThreadedEngineTest, WaitForVarWaitsForEarlierReadersToo) {

@@ -253,9 +253,11 @@ TEST(ConvolutionTest, ChannelsInWholeBlocks) {
 }
 
 // Drives one Convolution operator directly, to check which input its weight gradient reads.
+// Big enough (10.6 MFLOP forward) for two OpenMP threads where the call allows them
+// (set_cpu_threads: RunContext::cpu_threads).
 class ConvolutionCalls {
  public:
-  static constexpr int64_t kN = 2, kC = 16, kH = 5, kF = 16;
+  static constexpr int64_t kN = 16, kC = 16, kH = 12, kF = 16;
 
   ConvolutionCalls() {
     auto rt = OwnedRuntime::Create(1);
@@ -293,6 +295,7 @@ class ConvolutionCalls {
                              {OpReqType::kWriteTo}, {Blob(out, out_shape_)}, {}),
                 IsOk());
   }
+  void set_cpu_threads(int threads) { cpu_threads_ = threads; }
   // The weight gradient for `data` (which must be the last training Forward's input).
   std::vector<float> WeightGradient(std::vector<float>& data) {
     std::vector<float> gdata(data.size()), gw(params_[1].size()), gb(params_[2].size());
@@ -333,6 +336,7 @@ class ConvolutionCalls {
     OpContext ctx;
     ctx.is_train = is_train;
     ctx.run_ctx.ctx = Context::CPU();
+    ctx.run_ctx.cpu_threads = cpu_threads_;
     for (const ResourceRequest& r : requests) {
       auto res = runtime_->get().resources->Request(Context::CPU(), r);
       EXPECT_THAT(res, IsOk());
@@ -349,6 +353,7 @@ class ConvolutionCalls {
   Shape out_shape_;
   std::vector<std::vector<float>> params_;  // params_[0] unused: the data is per call
   std::vector<float> out_grad_;
+  int cpu_threads_ = 1;
 };
 
 void ExpectClose(const std::vector<float>& actual, const std::vector<double>& expected) {
@@ -379,6 +384,30 @@ TEST(ConvolutionTest, WeightGradientReadsTheInputOfItsForward) {
   ConvolutionCalls fresh;
   std::vector<float> c = fresh.NewData(3);
   ExpectClose(fresh.WeightGradient(c), fresh.ReferenceWeightGradient(c));
+}
+
+// oneDNN fixes a primitive's threads when it is created: the operator keeps one set of
+// primitives per RunContext::cpu_threads, and a Backward on other threads than its Forward
+// (a worker's Forward, a Backward run by a caller helping in WaitForAll) reads its input, not
+// the other set's saved source.
+TEST(ConvolutionTest, CallsOnOtherThreadCountsComputeTheSame) {
+  ConvolutionCalls calls;
+  std::vector<float> a = calls.NewData(1), b = calls.NewData(2);
+  const std::vector<double> ref_a = calls.ReferenceWeightGradient(a);
+  const std::vector<double> ref_b = calls.ReferenceWeightGradient(b);
+  calls.set_cpu_threads(2);
+  calls.Forward(a, true);
+  ExpectClose(calls.WeightGradient(a), ref_a);
+  calls.set_cpu_threads(1);
+  calls.Forward(b, true);
+  calls.set_cpu_threads(2);
+  ExpectClose(calls.WeightGradient(b), ref_b);
+  calls.Forward(a, true);
+  calls.set_cpu_threads(1);
+  ExpectClose(calls.WeightGradient(a), ref_a);
+  calls.set_cpu_threads(4);
+  calls.Forward(b, true);
+  ExpectClose(calls.WeightGradient(b), ref_b);
 }
 
 TEST(DeconvolutionTest, Basic) {

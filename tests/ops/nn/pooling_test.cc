@@ -116,6 +116,13 @@ void Check(const PoolCase& p) {
 }
 
 TEST(PoolingTest, MaxValid) { Check({}); }
+// Whole 2x2 blocks take the unrolled kernel: even planes, odd ones (the last row and column
+// in no window: no gradient), and 'full' on odd planes (clipped last windows: the loops).
+TEST(PoolingTest, MaxWhole2x2) { Check({.h = 8, .w = 6, .k = 2, .stride = 2}); }
+TEST(PoolingTest, MaxWhole2x2OddPlanes) { Check({.h = 7, .w = 5, .k = 2, .stride = 2}); }
+TEST(PoolingTest, Max2x2FullOddPlanes) {
+  Check({.h = 7, .w = 5, .k = 2, .stride = 2, .full = true});
+}
 TEST(PoolingTest, MaxPadFull) {
   Check({.h = 8, .w = 7, .k = 3, .stride = 2, .pad = 1, .full = true});
 }
