@@ -1,6 +1,5 @@
 #include "client/local_cluster.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,22 +35,6 @@ std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int parts)
   }
   return shares;
 }
-
-namespace {
-
-// The CPUs this process may run on, in order.
-std::vector<int> AffinityCpuIds() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> ids;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return ids;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) ids.push_back(cpu);
-  }
-  return ids;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
   // No servers is a cluster for kvstore "local" jobs.

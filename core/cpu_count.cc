@@ -4,34 +4,40 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/cgroup_file.h"
 
 namespace tessera {
 namespace {
 
 int AffinityCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  const std::vector<int> ids = AffinityCpuIds();
+  if (!ids.empty()) return static_cast<int>(ids.size());
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// The quota of the cgroup this process is in, as its own namespace shows it (inside a
-// container, the container's cgroup is the root).
 std::optional<int> CgroupCpus() {
-  std::ifstream file("/sys/fs/cgroup/cpu.max");
-  std::string line;
-  if (!file || !std::getline(file, line)) return std::nullopt;
-  return CpusFromCgroupCpuMax(line);
+  const std::optional<std::string> line = ReadOwnCgroupFile("cpu.max");
+  return line ? CpusFromCgroupCpuMax(*line) : std::nullopt;
 }
 
 }  // namespace
+
+std::vector<int> AffinityCpuIds() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> ids;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return ids;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) ids.push_back(cpu);
+  }
+  return ids;
+}
 
 std::optional<int> CpusFromCgroupCpuMax(absl::string_view cpu_max) {
   const std::vector<absl::string_view> fields =

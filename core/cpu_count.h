@@ -6,6 +6,7 @@
 #define TESSERA_CORE_CPU_COUNT_H_
 
 #include <optional>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -13,6 +14,10 @@ namespace tessera {
 
 // At least 1.
 int AvailableCpus();
+
+// The ids of the CPUs in this process's affinity mask (taskset's numbering), in order;
+// empty when it cannot be read.
+std::vector<int> AffinityCpuIds();
 
 // The CPUs a cgroup v2 `cpu.max` line grants ("max 100000": no limit; "150000 100000":
 // 2, rounded up); nullopt for no limit or a line that is not of that form.

@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "core/cgroup_file.h"
 
 namespace tessera {
 namespace {
@@ -19,13 +19,9 @@ uint64_t PhysicalMemoryBytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
-// The limit of the cgroup this process is in, as its own namespace shows it (inside a
-// container, the container's cgroup is the root), as core/cpu_count.cc reads cpu.max.
 std::optional<uint64_t> CgroupMemoryBytes() {
-  std::ifstream file("/sys/fs/cgroup/memory.max");
-  std::string line;
-  if (!file || !std::getline(file, line)) return std::nullopt;
-  return BytesFromCgroupMemoryMax(line);
+  const std::optional<std::string> line = ReadOwnCgroupFile("memory.max");
+  return line ? BytesFromCgroupMemoryMax(*line) : std::nullopt;
 }
 
 }  // namespace

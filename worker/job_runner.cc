@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -221,6 +223,30 @@ std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, dou
 }
 
 }  // namespace
+
+absl::StatusOr<JobEnvironment> DaemonJobEnvironment(const rpc::TransportSecurity& security,
+                                                    const std::string& data_root,
+                                                    const std::string& run_root) {
+  const auto root = [](const std::string& given, const char* variable,
+                       const char* flag) -> absl::StatusOr<std::string> {
+    std::string folder = given;
+    if (folder.empty()) {
+      const char* value = std::getenv(variable);
+      folder =
+          value != nullptr && *value != '\0' ? value : std::filesystem::current_path().string();
+    }
+    std::error_code error;
+    if (!std::filesystem::is_directory(folder, error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", folder, "' (or ", variable, ") is not a folder"));
+    }
+    return folder;
+  };
+  JobEnvironment environment{.security = security};
+  ASSIGN_OR_RETURN(environment.data_root, root(data_root, "TESSERA_DATA_ROOT", "--data_root"));
+  ASSIGN_OR_RETURN(environment.run_root, root(run_root, "TESSERA_RUN_ROOT", "--run_root"));
+  return environment;
+}
 
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
                                  Cancellation* cancellation, const JobEnvironment& environment) {

@@ -52,6 +52,13 @@ struct JobEnvironment {
   uint64_t memory_limit_bytes = 0;
 };
 
+// The environment of a worker daemon serving jobs with `security`: each root as given, else
+// from TESSERA_DATA_ROOT / TESSERA_RUN_ROOT, else the working directory. INVALID_ARGUMENT
+// naming the root when it is not a folder.
+absl::StatusOr<JobEnvironment> DaemonJobEnvironment(const rpc::TransportSecurity& security,
+                                                    const std::string& data_root,
+                                                    const std::string& run_root);
+
 // Runs `spec` to its end. `cancellation` (may be null) stops it before its next batch, and at
 // once where it waits on a parameter server; the job then returns CANCELLED or the error the
 // cut produced.

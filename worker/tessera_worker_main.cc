@@ -10,15 +10,12 @@
 // same settings secure its jobs' connections to the parameter servers (rpc/server.h). Jobs
 // read data only under --data_root and write checkpoints only under --run_root.
 #include <condition_variable>
-#include <cstdlib>
-#include <filesystem>
 #include <mutex>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -64,22 +61,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<tessera::OwnedRuntime>> runtime =
       tessera::OwnedRuntime::Create(absl::GetFlag(FLAGS_seed));
   if (!runtime.ok()) return fail(runtime.status());
-  auto root = [](const std::string& flag, const char* variable) -> std::string {
-    if (!flag.empty()) return flag;
-    if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') return value;
-    return std::filesystem::current_path().string();
-  };
-  const tessera::worker::JobEnvironment environment{
-      .security = *security,
-      .data_root = root(absl::GetFlag(FLAGS_data_root), "TESSERA_DATA_ROOT"),
-      .run_root = root(absl::GetFlag(FLAGS_run_root), "TESSERA_RUN_ROOT")};
-  for (const std::string& folder : {environment.data_root, environment.run_root}) {
-    if (!std::filesystem::is_directory(folder)) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--data_root/--run_root '", folder, "' is not a folder")));
-    }
-  }
-  tessera::worker::JobManager jobs((*runtime)->get(), environment);
+  const absl::StatusOr<tessera::worker::JobEnvironment> environment =
+      tessera::worker::DaemonJobEnvironment(*security, absl::GetFlag(FLAGS_data_root),
+                                            absl::GetFlag(FLAGS_run_root));
+  if (!environment.ok()) return fail(environment.status());
+  tessera::worker::JobManager jobs((*runtime)->get(), *environment);
   tessera::worker::WorkerServiceImpl service(&jobs);
   absl::StatusOr<tessera::rpc::RunningServer> running =
       tessera::rpc::StartServer({.name = "tessera-worker",
@@ -91,8 +77,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = std::move(running->server);
   spdlog::info("tessera-worker serving on {}{}{}; data root {}, run root {}", running->address,
                security->tls() ? ", TLS" : "",
-               security->token.empty() ? "" : ", cluster token required", environment.data_root,
-               environment.run_root);
+               security->token.empty() ? "" : ", cluster token required", environment->data_root,
+               environment->run_root);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status written = tessera::WritePortFile(path, running->port); !written.ok())
       return fail(written);

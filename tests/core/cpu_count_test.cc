@@ -1,5 +1,5 @@
-// AvailableCpus: the affinity mask and a cgroup v2 quota bound it; cpu.max lines parse as
-// the kernel writes them.
+// AvailableCpus and AffinityCpuIds: the affinity mask and a cgroup v2 quota bound it; cpu.max lines
+// parse as the kernel writes them.
 #include "core/cpu_count.h"
 
 #include <sched.h>
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -40,6 +41,28 @@ TEST(CpuCountTest, AProcessPinnedToOneCpuCountsOne) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1);
+}
+
+// The ids taskset would take: pinned to one CPU, exactly that one.
+TEST(CpuCountTest, AffinityCpuIdsAreTheMask) {
+  const std::vector<int> ids = AffinityCpuIds();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_LE(AvailableCpus(), static_cast<int>(ids.size()));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int cpu = ids.back();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(100);
+    _exit(AffinityCpuIds() == std::vector<int>{cpu} ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(CpuCountTest, NeverMoreThanTheMachineHas) {

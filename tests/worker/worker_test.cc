@@ -5,6 +5,8 @@
 // are in tests/train and tests/integration.
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <random>
@@ -161,6 +163,34 @@ std::string* WorkerTest::dir_ = nullptr;
 
 // A cosine schedule that reaches 0 at the first update: the weights never move, so the
 // job ends no better than its initialization (the same job at a fixed rate: > 90%).
+// A daemon's roots: its flags, else TESSERA_DATA_ROOT / TESSERA_RUN_ROOT, else the working
+// directory; a root that is not a folder is refused naming the flag.
+TEST(DaemonJobEnvironmentTest, FlagsThenVariablesThenTheWorkingDirectory) {
+  const std::string here = std::filesystem::current_path().string();
+  const std::string tmp = ::testing::TempDir();
+  ASSERT_EQ(unsetenv("TESSERA_DATA_ROOT"), 0);
+  ASSERT_EQ(setenv("TESSERA_RUN_ROOT", tmp.c_str(), 1), 0);
+  absl::StatusOr<JobEnvironment> env = DaemonJobEnvironment({.token = "t"}, "", "");
+  ASSERT_THAT(env, IsOk());
+  EXPECT_EQ(env->data_root, here);
+  EXPECT_EQ(env->run_root, tmp);
+  EXPECT_EQ(env->security.token, "t");
+  env = DaemonJobEnvironment({}, tmp, here);
+  ASSERT_THAT(env, IsOk());
+  EXPECT_EQ(env->data_root, tmp);
+  EXPECT_EQ(env->run_root, here);
+  const std::string file = tmp + "/not-a-folder";
+  { std::ofstream(file) << "x"; }
+  EXPECT_THAT(DaemonJobEnvironment({}, file, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("--data_root"), HasSubstr(file))));
+  ASSERT_EQ(setenv("TESSERA_RUN_ROOT", file.c_str(), 1), 0);
+  EXPECT_THAT(DaemonJobEnvironment({}, "", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("--run_root"), HasSubstr("TESSERA_RUN_ROOT"))));
+  ASSERT_EQ(unsetenv("TESSERA_RUN_ROOT"), 0);
+}
+
 TEST_F(WorkerTest, TheJobsLearningRateScheduleDrivesTheOptimizer) {
   JobSpec spec = MlpJob();
   spec.set_lr_scheduler("cosine");
