@@ -311,7 +311,8 @@ class ConvOp : public DnnlOperator {
     e->dst_md = candidate.dst_md;
   }
 
-  // The multiply-adds of one forward call, times 2 (each backward direction does as many).
+  // The floating-point operations of one forward call, 2 per multiply-add (each backward
+  // direction does as many).
   double Flops(const ConvDescs& d) const {
     // Every output element (a deconvolution: every input element) meets one filter's
     // worth of weights: all of them over the channels they span.
