@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -59,18 +60,43 @@ absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::stri
     return resolved.string();
   }
 
-  // A prefix: its folder must exist (and is resolved); the name part stays as given, so
-  // ".." there is refused outright.
+  // A prefix: its folder is resolved, and made below its deepest existing ancestor when
+  // missing (a remote client names folders of its own run, e.g. runs/NAME). The name part
+  // stays as given, so ".." there is refused outright.
   const fs::path name = joined.filename();
   if (name.empty() || name == "." || name == "..") {
     return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' names no file"));
   }
-  const fs::path folder = fs::canonical(joined.parent_path(), error);
+  fs::path existing = joined.parent_path();
+  std::vector<fs::path> missing;  // innermost first
+  while (!fs::exists(fs::symlink_status(existing, error)) && existing.has_relative_path()) {
+    missing.push_back(existing.filename());
+    existing = existing.parent_path();
+  }
+  fs::path folder = fs::canonical(existing, error);
   if (error) {
-    return absl::ErrnoToStatus(
-        error.value(), absl::StrCat(what, ": no folder '", joined.parent_path().string(), "'"));
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat(what, ": no folder '", existing.string(), "'"));
   }
   if (!Within(canonical_root, folder)) return outside(folder / name);
+  for (const fs::path& part : missing) {
+    if (part == ".." || part == ".") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": '", path, "' has '", part.string(), "' after a missing folder"));
+    }
+  }
+  for (auto part = missing.rbegin(); part != missing.rend(); ++part) {
+    folder /= *part;
+    // A folder made by someone else meanwhile is taken only as a real folder, not a link.
+    if (mkdir(folder.c_str(), 0755) != 0) {
+      const int mkdir_error = errno;
+      if (mkdir_error != EEXIST || !fs::is_directory(fs::symlink_status(folder, error))) {
+        return absl::ErrnoToStatus(
+            mkdir_error == EEXIST ? ENOTDIR : mkdir_error,
+            absl::StrCat(what, ": cannot make the folder '", folder.string(), "'"));
+      }
+    }
+  }
   return (folder / name).string();
 }
 

@@ -16,12 +16,13 @@ namespace tessera {
 
 enum class PathUse {
   kReadFile,     // an existing regular file
-  kWritePrefix,  // a file name prefix (PREFIX-0001.params ...): its folder must exist
+  kWritePrefix,  // a file name prefix (PREFIX-0001.params ...): missing folders are made
 };
 
 // The resolved absolute path. PERMISSION_DENIED naming `what` (e.g. "data.train_images"),
 // the path and the root when the path leads out of `root` or is not a regular file; NOT_FOUND
-// for a missing file or folder.
+// for a missing file. A prefix's missing folders are made (0755) inside `root`; '..' after
+// a missing folder is refused.
 absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::string& path,
                                         PathUse use, const std::string& what);
 

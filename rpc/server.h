@@ -43,6 +43,8 @@ struct RunningServer {
   int port = 0;
   // An address clients can dial: the bound host, or 127.0.0.1 for a wildcard one.
   std::string address;
+  // The address as bound, with the port gRPC picked ("0.0.0.0:7000"): what logs show.
+  std::string listening;
 };
 
 // Errors: PERMISSION_DENIED for an unsafe configuration (the message says what to set),

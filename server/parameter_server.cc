@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   ps->server_ = std::move(running.server);
   ps->port_ = running.port;
   ps->address_ = std::move(running.address);
+  ps->listening_address_ = std::move(running.listening);
   return ps;
 }
 

@@ -34,6 +34,8 @@ class ParameterServer {
   int port() const { return port_; }
   // "127.0.0.1:<port>" when bound to a wildcard or loopback host, else the given host.
   const std::string& address() const { return address_; }
+  // As bound ("0.0.0.0:9000"), for logs.
+  const std::string& listening_address() const { return listening_address_; }
 
   // Blocks until a stop command arrives or Shutdown is called; then shuts gRPC down.
   void Wait();
@@ -49,6 +51,7 @@ class ParameterServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
+  std::string listening_address_;
 
   std::mutex mu_;
   std::condition_variable cv_;

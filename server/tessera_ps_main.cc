@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     serving = ps->get();
   }
   spdlog::info("tessera-ps {} of {} serving {} workers on {}", spec->index, spec->num_servers(),
-               spec->num_workers(), (*ps)->address());
+               spec->num_workers(), (*ps)->listening_address());
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status written = tessera::WritePortFile(path, (*ps)->port()); !written.ok()) {
       return Fail(written);

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
                                  .services = {&service}});
   if (!running.ok()) return fail(running.status());
   std::unique_ptr<grpc::Server> server = std::move(running->server);
-  spdlog::info("tessera-worker serving on {}{}{}; data root {}, run root {}", running->address,
+  spdlog::info("tessera-worker serving on {}{}{}; data root {}, run root {}", running->listening,
                security->tls() ? ", TLS" : "",
                security->token.empty() ? "" : ", cluster token required", environment->data_root,
                environment->run_root);

@@ -94,8 +94,30 @@ TEST_F(ConfinedPathTest, WritePrefixesNeedTheirFolderInsideTheRoot) {
   }
   EXPECT_THAT(ConfinePath(root_, "sub/..", PathUse::kWritePrefix, "c"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no file")));
-  EXPECT_THAT(ConfinePath(root_, "nowhere/ckpt", PathUse::kWritePrefix, "c"),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no folder")));
+}
+
+TEST_F(ConfinedPathTest, WritePrefixesMakeTheirMissingFoldersInsideTheRootOnly) {
+  // What a remote client names: the folder of its own run, which the worker has not got.
+  EXPECT_EQ(ConfinePath(root_, "runs/job/job", PathUse::kWritePrefix, "c").value(),
+            (root_ / "runs" / "job" / "job").string());
+  EXPECT_TRUE(fs::is_directory(root_ / "runs" / "job"));
+  EXPECT_EQ(ConfinePath(root_, "runs/job/job", PathUse::kWritePrefix, "c").value(),
+            (root_ / "runs" / "job" / "job").string());
+
+  // Nothing is made outside: through a link that leads out, or with '..' after a missing
+  // folder (checked before anything is made).
+  EXPECT_THAT(ConfinePath(root_, "up/new/ckpt", PathUse::kWritePrefix, "c"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("run root")));
+  EXPECT_FALSE(fs::exists(base_ / "new"));
+  EXPECT_THAT(
+      ConfinePath(root_, "made/../../escaped/ckpt", PathUse::kWritePrefix, "c"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'..' after a missing folder")));
+  EXPECT_FALSE(fs::exists(root_ / "made"));
+  EXPECT_FALSE(fs::exists(base_ / "escaped"));
+
+  // A file where a folder should be.
+  EXPECT_THAT(ConfinePath(root_, "sub/data.csv/x/ckpt", PathUse::kWritePrefix, "c"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cannot make")));
 }
 
 }  // namespace

@@ -117,6 +117,10 @@ def check_pod(where, spec, daemon):
             v = volumes.get(m["name"], {})
             if "secret" in v:
                 check(m.get("readOnly") is True, f"{name}: Secret {m['name']} read-only")
+                # The kubelet writes a Secret's files as root's; a non-root user reads them
+                # only through the group it gives fsGroup.
+                check(security.get("fsGroup") is not None,
+                      f"{name}: Secret {m['name']} unreadable without the pod's fsGroup")
                 check(v["secret"].get("secretName") == "tessera-cluster",
                       f"{name}: the tessera-cluster Secret")
     if daemon:

