@@ -1,8 +1,10 @@
 #include "rpc/server.h"
 
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
@@ -54,6 +56,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
 }
 
 }  // namespace
+
+void KeepGrpcUntilExit() {
+  static std::once_flag once;
+  std::call_once(once, [] { grpc_init(); });  // never shut down: the process exit ends it
+}
 
 absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   const std::string host = HostOf(config.address);

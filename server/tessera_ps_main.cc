@@ -26,6 +26,7 @@
 #include "core/logging.h"
 #include "kvstore/cluster_spec.h"
 #include "rpc/security_flags.h"
+#include "rpc/server.h"
 #include "server/parameter_server.h"
 #include "spdlog/spdlog.h"
 
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(serving_mu);
     if (serving != nullptr) serving->Shutdown();
   });
+  tessera::rpc::KeepGrpcUntilExit();  // after the signal mask: gRPC starts threads
   absl::StatusOr<tessera::rpc::TransportSecurity> security =
       tessera::rpc::TransportSecurityFromFlags();
   if (!security.ok()) return Fail(security.status());

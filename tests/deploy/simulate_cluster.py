@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""Runs a rendered deploy/k8s overlay the way a Kubernetes node would, on simulated hosts, and
-checks what a user sees: the job trains, a worker killed mid-run fails that run within the
-timeout while the other daemons keep serving, and the run succeeds once the worker is back.
+"""Runs a rendered deploy/k8s kustomization the way a Kubernetes node would, on simulated hosts,
+and checks what a user sees. A standing cluster (StatefulSets and a submitter Job): the job
+trains, a worker killed mid-run fails that run within the timeout while the other daemons keep
+serving, and the run succeeds once the worker is back. A JobSet: its submitter trains the job
+on its daemons, and the JobSet ends them.
 
 Each pod gets what its kubelet and container runtime would give it:
 - a host of its own: a network namespace with its own address on a bridge (the node is the
@@ -27,10 +29,11 @@ Not simulated: the NetworkPolicy, cgroup limits, and the probes' timing.
 Needs root (namespaces, mounts) and kubectl (kustomize); without them the checks are reported
 as skipped, with the reason. Writes JUnit XML to $XML_OUTPUT_FILE when Bazel sets it.
 
-usage: simulate_cluster.py OVERLAY --tessera PATH --image_file PATH_IN_IMAGE=FILE...
+usage: simulate_cluster.py KUSTOMIZATION --tessera PATH --image_file PATH_IN_IMAGE=FILE...
                            --mnist_dir DIR [--work_dir DIR]
 """
 import argparse
+import collections
 import math
 import os
 import pathlib
@@ -124,14 +127,17 @@ def expand(value, env):
 class Pod:
     """One pod: its host, its volumes and its containers' processes."""
 
-    def __init__(self, cluster, name, spec, labels, subdomain, index, cpus):
-        self.cluster, self.name, self.spec = cluster, name, spec
+    def __init__(self, cluster, plan, index, cpus):
+        self.cluster, self.name, self.spec = cluster, plan.name, plan.template["spec"]
         self.cpus = cpus  # the CPUs its processes may use, as taskset takes them
-        self.labels = labels
+        self.labels = dict(plan.template["metadata"].get("labels", {}), **plan.labels)
+        self.annotations = plan.annotations
+        self.controller_env = plan.env  # what its controller injects (JOB_COMPLETION_INDEX)
+        name, spec, subdomain = plan.name, self.spec, plan.subdomain
         self.address = f"{SUBNET}.{index + 1}"
         self.netns = cluster.network.add_host(index)
         self.dir = cluster.work / "pods" / name
-        self.hostname = spec.get("hostname", name)
+        self.hostname = plan.hostname or name
         self.fqdn = (f"{self.hostname}.{subdomain}.{NAMESPACE}.svc.cluster.local" if subdomain
                      else None)
         self.volumes = {}
@@ -173,7 +179,7 @@ class Pod:
 
     def env(self, container):
         """The container's environment as its runtime sets it."""
-        env = {"PATH": DEFAULT_PATH, "HOSTNAME": self.hostname}
+        env = {"PATH": DEFAULT_PATH, "HOSTNAME": self.hostname, **self.controller_env}
         if self.spec.get("securityContext", {}).get("runAsUser", 0) != 0:
             env["HOME"] = "/"
         for e in container.get("env", []):
@@ -194,9 +200,9 @@ class Pod:
         return env
 
     def field(self, path):
-        m = re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)
+        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
         if m:
-            return self.labels.get(m.group(1), "")
+            return (self.labels if m.group(1) == "labels" else self.annotations).get(m.group(2), "")
         fields = {"metadata.name": self.name, "metadata.namespace": NAMESPACE,
                   "status.podIP": self.address, "spec.nodeName": "node"}
         if path not in fields:
@@ -328,11 +334,64 @@ def shlex_quote(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
+# A pod as its controller makes it: the template, and what the controller adds.
+PodPlan = collections.namedtuple(
+    "PodPlan", "name template hostname subdomain labels annotations env",
+    defaults=(None, None, {}, {}, {}))
+
+
+def plan_pods(docs):
+    """The daemons' pods and the submitter's (a template for each attempt), as the StatefulSet
+    and Job controllers or the JobSet controller make them."""
+    sets = [d for d in docs if d["kind"] == "StatefulSet"]
+    jobsets = [d for d in docs if d["kind"] == "JobSet"]
+    if sets:
+        daemons = []
+        for s in sets:
+            for i in range(s["spec"]["replicas"]):
+                name = f"{s['metadata']['name']}-{i}"
+                daemons.append(PodPlan(name, s["spec"]["template"], name, s["spec"]["serviceName"],
+                                       {"apps.kubernetes.io/pod-index": str(i),
+                                        "statefulset.kubernetes.io/pod-name": name}))
+        job = next(d for d in docs if d["kind"] == "Job")
+        submitter = PodPlan(job["metadata"]["name"], job["spec"]["template"],
+                            labels={"job-name": job["metadata"]["name"]})
+        return daemons, submitter
+    if len(jobsets) != 1:
+        raise Failure("nothing to simulate: no StatefulSets and not one JobSet")
+    (js,) = jobsets
+    name, spec = js["metadata"]["name"], js["spec"]
+    subdomain = name if spec.get("network", {}).get("enableDNSHostnames") else None
+    targets = spec.get("successPolicy", {}).get("targetReplicatedJobs", [])
+    daemons, submitter = [], None
+    for rj in spec["replicatedJobs"]:
+        job = rj["template"]["spec"]
+        indexed = job.get("completionMode") == "Indexed"
+        for j in range(rj.get("replicas", 1)):
+            for i in range(job.get("parallelism", 1)):
+                hostname = f"{name}-{rj['name']}-{j}-{i}"
+                plan = PodPlan(
+                    hostname, job["template"], hostname, subdomain,
+                    {"jobset.sigs.k8s.io/jobset-name": name,
+                     "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+                     "jobset.sigs.k8s.io/job-index": str(j)},
+                    {"batch.kubernetes.io/job-completion-index": str(i)} if indexed else {},
+                    {"JOB_COMPLETION_INDEX": str(i)} if indexed else {})
+                if rj["name"] in targets:
+                    submitter = plan
+                else:
+                    daemons.append(plan)
+    if submitter is None:
+        raise Failure(f"JobSet {name}: no replicated job in successPolicy.targetReplicatedJobs")
+    return daemons, submitter
+
+
 class Cluster:
     """The rendered objects and the pods made from them."""
 
     def __init__(self, docs, work, tessera, image_files, mnist_dir):
         self.docs, self.work = docs, work
+        self.daemon_plans, self.submitter_plan = plan_pods(docs)
         self.network = Network()
         self.pods = {}
         self.claims = {}
@@ -347,11 +406,13 @@ class Cluster:
         self.secrets = {"tessera-cluster": self._cluster_secret(tessera)}
 
     def _cluster_secret(self, tessera):
-        """The tessera-cluster Secret as README's Kubernetes section makes it."""
+        """The tessera-cluster Secret as README's Kubernetes section makes it: one
+        certificate for every daemon's Service domain."""
         certs = self.work / "certs"
-        hosts = f"*.tessera-ps.{NAMESPACE}.svc+*.tessera-worker.{NAMESPACE}.svc"
+        domains = sorted({p.subdomain for p in self.daemon_plans})
+        hosts = "+".join(f"*.{d}.{NAMESPACE}.svc" for d in domains)
         run([tessera, "certs", str(certs), "--hosts", hosts])
-        folder = certs / f"_.tessera-ps.{NAMESPACE}.svc"
+        folder = certs / f"_.{domains[0]}.{NAMESPACE}.svc"
         secret = {name: (folder / name).read_bytes() for name in ("ca.pem", "cert.pem",
                                                                   "key.pem")}
         secret["token"] = os.urandom(24).hex().encode() + b"\n"
@@ -382,11 +443,9 @@ class Cluster:
             self.claims[name] = path
         return self.claims[name]
 
-    def add_pod(self, name, template, subdomain=None, extra_labels=None):
-        labels = dict(template["metadata"].get("labels", {}), **(extra_labels or {}))
-        pod = Pod(self, name, template["spec"], labels, subdomain, len(self.pods),
-                  self._place(template["spec"]))
-        self.pods[name] = pod
+    def add_pod(self, plan):
+        pod = Pod(self, plan, len(self.pods), self._place(plan.template["spec"]))
+        self.pods[plan.name] = pod
         return pod
 
     def _place(self, spec):
@@ -396,15 +455,11 @@ class Cluster:
         request = cpu_request(spec)
         if request < 1:
             return ",".join(map(str, machine))
-        daemons = sum(s["spec"]["replicas"] * cpu_request(s["spec"]["template"]["spec"])
-                      for s in self.stateful_sets())
+        daemons = sum(cpu_request(p.template["spec"]) for p in self.daemon_plans)
         share = math.floor(request * min(1, len(machine) / daemons))
         cpus = [machine[(self.next_cpu + i) % len(machine)] for i in range(max(1, share))]
         self.next_cpu += len(cpus)
         return ",".join(map(str, sorted(set(cpus))))
-
-    def stateful_sets(self):
-        return [d for d in self.docs if d["kind"] == "StatefulSet"]
 
     def close(self):
         for pod in self.pods.values():
@@ -435,16 +490,20 @@ class Report:
         ET.ElementTree(root).write(path, encoding="unicode")
 
 
-CHECKS = ["DaemonsBecomeReady", "SubmitterTrainsTheJob", "KilledWorkerFailsTheRunInTime",
-          "OtherDaemonsKeepServing", "RunSucceedsWithTheWorkerBack"]
+def checks(cluster):
+    """The checks simulate() reports, in order."""
+    standing = cluster.submitter_plan.labels.get("job-name") is not None
+    return (["DaemonsBecomeReady", "SubmitterTrainsTheJob"] +
+            (["KilledWorkerFailsTheRunInTime", "OtherDaemonsKeepServing",
+              "RunSucceedsWithTheWorkerBack"] if standing else []) +
+            ["DaemonsStopWithinTheirGracePeriod"])
 
 
 def submit(cluster, attempt):
-    """Runs the submitter Job's pod once (a fresh pod, as the Job controller makes one per
+    """Runs the submitter's pod once (a fresh pod, as the Job controller makes one per
     attempt); returns it, started."""
-    job = next(d for d in cluster.docs if d["kind"] == "Job")
-    pod = cluster.add_pod(f"{job['metadata']['name']}-{attempt}", job["spec"]["template"],
-                          extra_labels={"job-name": job["metadata"]["name"]})
+    plan = cluster.submitter_plan
+    pod = cluster.add_pod(plan._replace(name=f"{plan.name}-{attempt}"))
     pod.make_volumes()
     pod.start_main()
     return pod
@@ -464,16 +523,9 @@ def tail(pod, chars=3000):
 
 
 def simulate(cluster, report):
-    daemons = []
     # The scheduler places the largest requests first.
-    for s in sorted(cluster.stateful_sets(),
-                    key=lambda s: -cpu_request(s["spec"]["template"]["spec"])):
-        service = s["spec"]["serviceName"]
-        for i in range(s["spec"]["replicas"]):
-            name = f"{s['metadata']['name']}-{i}"
-            labels = {"apps.kubernetes.io/pod-index": str(i),
-                      "statefulset.kubernetes.io/pod-name": name}
-            daemons.append(cluster.add_pod(name, s["spec"]["template"], service, labels))
+    daemons = [cluster.add_pod(plan) for plan in sorted(
+        cluster.daemon_plans, key=lambda p: -cpu_request(p.template["spec"]))]
     for pod in daemons:
         pod.make_volumes()
         if "data" in pod.volumes and cluster.mnist_dir:
@@ -507,7 +559,24 @@ def simulate(cluster, report):
                       f"{tail(first)}{''.join(tail(p) for p in daemons)}")
     report.case("SubmitterTrainsTheJob", "passed",
                 f"test accuracy {accuracy[-1]}, results volume {made}")
+    if "KilledWorkerFailsTheRunInTime" in checks(cluster):
+        kill_a_worker_mid_run(cluster, daemons, report)
+    # Pods end as Kubernetes ends them (scaled down, or their JobSet done): SIGTERM, then
+    # SIGKILL after the grace period.
+    stopped = []
+    for pod in daemons:
+        grace = pod.spec.get("terminationGracePeriodSeconds", 30)
+        started = time.monotonic()
+        code = pod.stop(grace)
+        if code is None:
+            raise Failure(f"{pod.name} outlived its {grace} s grace period{tail(pod)}")
+        if code != 0:
+            raise Failure(f"{pod.name}: exit {code} on SIGTERM{tail(pod)}")
+        stopped.append(f"{pod.name} exit 0 in {time.monotonic() - started:.1f} s")
+    report.case("DaemonsStopWithinTheirGracePeriod", "passed", ", ".join(stopped))
 
+
+def kill_a_worker_mid_run(cluster, daemons, report):
     # A worker dies mid-run (its pod deleted, its node gone): SIGKILL, no goodbye.
     victim = next(p for p in daemons if p.name.endswith("worker-1"))
     second = submit(cluster, 2)
@@ -551,15 +620,6 @@ def simulate(cluster, report):
         raise Failure(f"the rerun: exit {code}{tail(third)}{''.join(tail(p) for p in daemons)}")
     report.case("RunSucceedsWithTheWorkerBack", "passed")
 
-    # Pods end as Kubernetes ends them: SIGTERM, then the grace period.
-    for pod in daemons:
-        grace = pod.spec.get("terminationGracePeriodSeconds", 30)
-        started = time.monotonic()
-        code = pod.stop(grace)
-        if code is None:
-            raise Failure(f"{pod.name} outlived its {grace} s grace period{tail(pod)}")
-        print(f"{pod.name}: exit {code} {time.monotonic() - started:.1f} s after SIGTERM")
-
 
 def main():
     # Bazel ends a test past its timeout with SIGTERM: leave no namespace or process behind.
@@ -583,8 +643,7 @@ def main():
     elif not args.mnist_dir:
         skip = "needs MNIST: --mnist_dir or TESSERA_MNIST_DIR (./tessera data mnist)"
     if skip:
-        for name in CHECKS:
-            report.case(name, "skipped", skip)
+        report.case("Simulation", "skipped", skip)
         if xml:
             report.write(xml)
         return 0
@@ -600,7 +659,7 @@ def main():
         simulate(cluster, report)
     except Failure as e:
         done = {c[0] for c in report.cases}
-        pending = [n for n in CHECKS if n not in done]
+        pending = [n for n in (checks(cluster) if cluster else ["Setup"]) if n not in done]
         report.case(pending[0] if pending else "Teardown", "failed", str(e))
         for name in pending[1:]:
             report.case(name, "skipped", f"{pending[0]} failed")
