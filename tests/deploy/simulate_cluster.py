@@ -11,9 +11,9 @@ Each pod gets what its kubelet and container runtime would give it:
   (POD.SERVICE.NAMESPACE.svc) in its /etc/hosts, and CPUs of its own (affinity, round robin,
   largest requests first: each daemon its request, scaled down to this machine's share when
   the requests add up to more CPUs than it has, at least one);
-- its image: a root file system whose /usr is the image layer (the files given with
-  --image_file) over this machine's /usr, /etc with the pod's own hosts file and hostname,
-  read-only when the container asks for readOnlyRootFilesystem (no writable /tmp either);
+- its image: a root file system (the image's /usr, and its /etc under the pod's own hosts
+  file and hostname), read-only when the container asks for readOnlyRootFilesystem (no
+  writable /tmp either);
 - its volumes at their mountPaths, as the kubelet makes them: Secrets and ConfigMaps as files
   owned by root with the item's mode (group-readable by fsGroup when the pod has one),
   emptyDirs (one per pod, kept across container restarts), the PersistentVolumeClaim as one
@@ -22,15 +22,17 @@ Each pod gets what its kubelet and container runtime would give it:
   the container drops them all, the container's command, args and env exactly as rendered
   (with Kubernetes' $(VAR) expansion and the downward API), in its workingDir.
 
-The image layer holds the binaries this build made; the rest of the image is this machine's
-/usr (Debian 12, python3, and the CUDA libraries the binaries link where the build has CUDA).
-Not simulated: the NetworkPolicy, cgroup limits, and the probes' timing.
+The image is either the root file system given with --image_root (deploy/image/make_rootfs.sh
+makes the image's as one: ./tessera test-deploy), or the files given with --image_file layered
+over this machine's /usr and /etc (Debian 12, python3, and the CUDA libraries the binaries
+link where the build has CUDA). Not simulated: the NetworkPolicy, cgroup limits, and the
+probes' timing.
 
 Needs root (namespaces, mounts) and kubectl (kustomize); without them the checks are reported
 as skipped, with the reason. Writes JUnit XML to $XML_OUTPUT_FILE when Bazel sets it.
 
-usage: simulate_cluster.py KUSTOMIZATION --tessera PATH --image_file PATH_IN_IMAGE=FILE...
-                           --mnist_dir DIR [--work_dir DIR]
+usage: simulate_cluster.py KUSTOMIZATION --tessera PATH
+           (--image_file PATH_IN_IMAGE=FILE... | --image_root DIR) --mnist_dir DIR [--work_dir DIR]
 """
 import argparse
 import collections
@@ -241,8 +243,9 @@ class Pod:
         script = [
             "set -e",
             f"mount --bind {root} {root}",
-            f"mount -t overlay overlay -o lowerdir={self.cluster.image}/usr:/usr {root}/usr",
-            f"mount -t overlay overlay -o lowerdir={etc}:/etc {root}/etc",
+            f"mount -t overlay overlay -o lowerdir={self.cluster.usr_layers} {root}/usr",
+            f"mount -t overlay overlay -o lowerdir={etc}:{self.cluster.image_root}/etc "
+            f"{root}/etc",
             f"mount -t proc proc {root}/proc",
             f"mount --rbind /dev {root}/dev",
             f"mount --rbind /sys {root}/sys",
@@ -389,19 +392,29 @@ def plan_pods(docs):
 class Cluster:
     """The rendered objects and the pods made from them."""
 
-    def __init__(self, docs, work, tessera, image_files, mnist_dir):
+    def __init__(self, docs, work, tessera, image_files, image_root, mnist_dir):
         self.docs, self.work = docs, work
         self.daemon_plans, self.submitter_plan = plan_pods(docs)
         self.network = Network()
         self.pods = {}
         self.claims = {}
         self.next_cpu = 0
-        self.image = work / "image"
-        for path_in_image, source in image_files.items():
-            target = self.image / path_in_image.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source, target)
-            target.chmod(0o755)
+        # The pods' /usr: overlay lower layers, uppermost first (a read-only overlay needs
+        # two), and where their /etc comes from.
+        if image_root:
+            self.image_root = image_root.resolve()
+            empty = work / "empty"
+            empty.mkdir()
+            self.usr_layers = f"{empty}:{self.image_root}/usr"
+        else:
+            self.image_root = pathlib.Path("/")
+            layer = work / "image"
+            for path_in_image, source in image_files.items():
+                target = layer / path_in_image.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, target)
+                target.chmod(0o755)
+            self.usr_layers = f"{layer}/usr:/usr"
         self.mnist_dir = mnist_dir
         self.secrets = {"tessera-cluster": self._cluster_secret(tessera)}
 
@@ -537,8 +550,14 @@ def simulate(cluster, report):
     for pod in daemons:
         pod.run_init_containers()
         pod.start_main()
+    def all_ready():
+        exited = [p.name for p in daemons if p.process.poll() is not None]
+        if exited:
+            raise Failure(f"exited before it was ready: {', '.join(exited)}")
+        return all(p.ready() for p in daemons)
+
     try:
-        wait_for(lambda: all(p.ready() for p in daemons), READY_SECONDS, "every daemon ready")
+        wait_for(all_ready, READY_SECONDS, "every daemon ready")
     except Failure as e:
         raise Failure(f"{e}{''.join(tail(p) for p in daemons)}")
     report.case("DaemonsBecomeReady", "passed")
@@ -628,6 +647,7 @@ def main():
     parser.add_argument("overlay", type=pathlib.Path)
     parser.add_argument("--tessera", required=True)
     parser.add_argument("--image_file", action="append", default=[])
+    parser.add_argument("--image_root", type=pathlib.Path)
     parser.add_argument("--mnist_dir", default=os.environ.get("TESSERA_MNIST_DIR"))
     parser.add_argument("--work_dir", type=pathlib.Path)
     args = parser.parse_args()
@@ -654,7 +674,7 @@ def main():
     work.chmod(0o755)  # the pods' users walk into their root file systems through it
     cluster = None
     try:
-        cluster = Cluster(render(args.overlay), work, args.tessera, image_files,
+        cluster = Cluster(render(args.overlay), work, args.tessera, image_files, args.image_root,
                           pathlib.Path(args.mnist_dir))
         simulate(cluster, report)
     except Failure as e:
