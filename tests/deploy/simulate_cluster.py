@@ -58,6 +58,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY_SECONDS = 120  # daemons become ready (the workers' init container runs first)
 RUN_SECONDS = 600  # one training run of the rendered job on a small machine
 FAIL_SECONDS = 60  # a run whose worker was killed reports it within this
+# ... and one whose worker was cut off: keepalive notices within 15 s (rpc/server.h).
+PARTITION_FAIL_SECONDS = 60
 
 
 class Failure(Exception):
@@ -100,6 +102,10 @@ class Network:
         run(["ip", "-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", "eth0"])
         run(["ip", "-n", ns, "link", "set", "eth0", "up"])
         return ns
+
+    def set_link(self, ns, state):
+        """Cuts a host off the network ("down") or joins it again ("up")."""
+        run(["ip", "-n", ns, "link", "set", "eth0", state])
 
     def tcp_open(self, address, port):
         """A TCP probe from the node, as the kubelet's."""
@@ -284,6 +290,11 @@ class Pod:
                  "\n".join(script)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self.process
+
+    def output(self):
+        """What the last container started wrote (its log without the header line)."""
+        text = self.log.read_text(errors="replace")
+        return text[text.rfind("\n--- ") + 1:].split("\n", 1)[-1] if "--- " in text else text
 
     def run_init_containers(self):
         for c in self.spec.get("initContainers", []):
@@ -505,10 +516,12 @@ class Report:
 
 def checks(cluster):
     """The checks simulate() reports, in order."""
-    standing = cluster.submitter_plan.labels.get("job-name") is not None
-    return (["DaemonsBecomeReady", "SubmitterTrainsTheJob"] +
-            (["KilledWorkerFailsTheRunInTime", "OtherDaemonsKeepServing",
-              "RunSucceedsWithTheWorkerBack"] if standing else []) +
+    lost = []
+    if cluster.submitter_plan.labels.get("job-name") is not None:  # a standing cluster
+        for how in ("Killed", "CutOff"):
+            lost += [f"{how}WorkerFailsTheRunInTime", f"OthersKeepServingWhenAWorkerIs{how}",
+                     f"RunSucceedsWhenTheWorkerIsBackAfterBeing{how}"]
+    return (["DaemonsBecomeReady", "SubmitterTrainsTheJob"] + lost +
             ["DaemonsStopWithinTheirGracePeriod"])
 
 
@@ -568,7 +581,7 @@ def simulate(cluster, report):
     except subprocess.TimeoutExpired:
         first.kill()
         raise Failure(f"the submitter did not finish within {RUN_SECONDS} s{tail(first)}")
-    log = first.log.read_text(errors="replace")
+    log = first.output()
     accuracy = [float(a) for a in re.findall(r"test: accuracy ([0-9.]+)", log)]
     results = cluster.claims.get("tessera-results")
     made = sorted(str(p.relative_to(results)) for p in results.rglob("*")) if results else []
@@ -579,7 +592,7 @@ def simulate(cluster, report):
     report.case("SubmitterTrainsTheJob", "passed",
                 f"test accuracy {accuracy[-1]}, results volume {made}")
     if "KilledWorkerFailsTheRunInTime" in checks(cluster):
-        kill_a_worker_mid_run(cluster, daemons, report)
+        lose_a_worker_mid_run(cluster, daemons, report)
     # Pods end as Kubernetes ends them (scaled down, or their JobSet done): SIGTERM, then
     # SIGKILL after the grace period.
     stopped = []
@@ -595,49 +608,62 @@ def simulate(cluster, report):
     report.case("DaemonsStopWithinTheirGracePeriod", "passed", ", ".join(stopped))
 
 
-def kill_a_worker_mid_run(cluster, daemons, report):
-    # A worker dies mid-run (its pod deleted, its node gone): SIGKILL, no goodbye.
+def lose_a_worker_mid_run(cluster, daemons, report):
+    """A worker lost mid-run, twice: its pod killed (its sockets closed: the peers hear at
+    once), then its host cut off the network (nothing heard: keepalive must notice). Each
+    time the run fails in time naming the worker, the other daemons keep serving, and the run
+    trains once the worker is back."""
     victim = next(p for p in daemons if p.name.endswith("worker-1"))
-    second = submit(cluster, 2)
-    wait_for(lambda: re.search(r"epoch|batch", second.log.read_text(errors="replace")) or
-             second.process.poll() is not None, RUN_SECONDS, "the second run's progress")
-    victim.kill()
-    killed_at = time.monotonic()
-    try:
-        code = second.process.wait(timeout=FAIL_SECONDS)
-    except subprocess.TimeoutExpired:
-        second.kill()
-        raise Failure(f"the run whose worker was killed did not end within {FAIL_SECONDS} s"
-                      f"{tail(second)}")
-    took = time.monotonic() - killed_at
-    log = second.log.read_text(errors="replace")
-    if code == 0 or "tessera-worker-1" not in log:
-        raise Failure(f"exit {code} {took:.1f} s after the kill; the log should name "
-                      f"tessera-worker-1{tail(second)}")
-    last_line = log.strip().splitlines()[-1]
-    report.case("KilledWorkerFailsTheRunInTime", "passed",
-                f"exit {code} {took:.1f} s after the kill: {last_line[:300]}")
-
     others = [p for p in daemons if p is not victim]
-    dead = [p.name for p in others if p.process.poll() is not None or not p.ready()]
-    if dead:
-        raise Failure(f"not serving after the failed run: {dead}"
-                      f"{''.join(tail(p) for p in others)}")
-    report.case("OtherDaemonsKeepServing", "passed", ", ".join(p.name for p in others))
+    attempt = 2
+    for how, lose, mend, within in [
+            ("killed", victim.kill, victim.start_main, FAIL_SECONDS),
+            ("cut off", lambda: cluster.network.set_link(victim.netns, "down"),
+             lambda: cluster.network.set_link(victim.netns, "up"), PARTITION_FAIL_SECONDS)]:
+        run_ = submit(cluster, attempt)
+        wait_for(lambda: "epoch" in run_.log.read_text(errors="replace") or
+                 run_.process.poll() is not None, RUN_SECONDS, f"run {attempt}'s first epoch")
+        lose()
+        lost_at = time.monotonic()
+        try:
+            code = run_.process.wait(timeout=within)
+        except subprocess.TimeoutExpired:
+            run_.kill()
+            raise Failure(f"the run whose worker was {how} did not end within {within} s"
+                          f"{tail(run_)}")
+        took = time.monotonic() - lost_at
+        log = run_.output()
+        # Named by its pod, or by its rank (its place in the submitter's --workers).
+        if code == 0 or not re.search(rf"{victim.name}\b|\bworker 1\b", log):
+            raise Failure(f"exit {code} {took:.1f} s after the worker was {how}; the output "
+                          f"should name {victim.name} or worker 1{tail(run_)}")
+        last_line = log.strip().splitlines()[-1]
+        title = how.title().replace(" ", "")
+        report.case(f"{title}WorkerFailsTheRunInTime", "passed",
+                    f"exit {code} {took:.1f} s after: {last_line[:300]}")
 
-    # The StatefulSet brings the pod back under its name (same volumes, same address); the
-    # Job's next attempt trains.
-    victim.start_main()
-    wait_for(victim.ready, READY_SECONDS, f"{victim.name} ready again")
-    third = submit(cluster, 3)
-    try:
-        code = third.process.wait(timeout=RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        third.kill()
-        raise Failure(f"the rerun did not finish within {RUN_SECONDS} s{tail(third)}")
-    if code != 0:
-        raise Failure(f"the rerun: exit {code}{tail(third)}{''.join(tail(p) for p in daemons)}")
-    report.case("RunSucceedsWithTheWorkerBack", "passed")
+        dead = [p.name for p in others if p.process.poll() is not None or not p.ready()]
+        if dead:
+            raise Failure(f"not serving after the failed run: {dead}"
+                          f"{''.join(tail(p) for p in others)}")
+        report.case(f"OthersKeepServingWhenAWorkerIs{title}", "passed",
+                    ", ".join(p.name for p in others))
+
+        # The StatefulSet brings the pod back under its name (same volumes, same address),
+        # or the network heals; the Job's next attempt trains.
+        mend()
+        wait_for(lambda: all(p.ready() for p in daemons), READY_SECONDS, "the daemons ready")
+        rerun = submit(cluster, attempt + 1)
+        try:
+            code = rerun.process.wait(timeout=RUN_SECONDS)
+        except subprocess.TimeoutExpired:
+            rerun.kill()
+            raise Failure(f"the rerun did not finish within {RUN_SECONDS} s{tail(rerun)}")
+        if code != 0:
+            raise Failure(f"the rerun after the worker was {how}: exit {code}{tail(rerun)}"
+                          f"{''.join(tail(p) for p in daemons)}")
+        report.case(f"RunSucceedsWhenTheWorkerIsBackAfterBeing{title}", "passed")
+        attempt += 2
 
 
 def main():
