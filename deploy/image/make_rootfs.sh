@@ -9,8 +9,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { echo "make_rootfs: $*" >&2; }
 
 if [[ ! -f "$rootfs/.runtime-installed" ]]; then
-  command -v debootstrap >/dev/null ||
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
   rm -rf "$rootfs" && mkdir -p "$rootfs"
   log "debootstrap bookworm into $rootfs"
   debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
@@ -19,8 +19,8 @@ if [[ ! -f "$rootfs/.runtime-installed" ]]; then
   cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
   log "install_runtime.sh $variant inside it"
   # A mount namespace of its own, so /proc is mounted for the chroot only.
-  unshare --mount --propagation private -- sh -c \
-    "mount -t proc proc '$rootfs/proc' && chroot '$rootfs' sh /tmp/image/install_runtime.sh $variant"
+  unshare --mount --propagation private -- sh -c "mount -t proc proc '$rootfs/proc' &&
+    chroot '$rootfs' sh /tmp/image/install_runtime.sh $variant"
   rm -rf "$rootfs/tmp/image"
   touch "$rootfs/.runtime-installed"
 fi

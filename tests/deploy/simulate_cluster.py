@@ -40,6 +40,7 @@ import math
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -141,13 +142,12 @@ class Pod:
         self.labels = dict(plan.template["metadata"].get("labels", {}), **plan.labels)
         self.annotations = plan.annotations
         self.controller_env = plan.env  # what its controller injects (JOB_COMPLETION_INDEX)
-        name, spec, subdomain = plan.name, self.spec, plan.subdomain
         self.address = f"{SUBNET}.{index + 1}"
         self.netns = cluster.network.add_host(index)
-        self.dir = cluster.work / "pods" / name
-        self.hostname = plan.hostname or name
-        self.fqdn = (f"{self.hostname}.{subdomain}.{NAMESPACE}.svc.cluster.local" if subdomain
-                     else None)
+        self.dir = cluster.work / "pods" / plan.name
+        self.hostname = plan.hostname or plan.name
+        self.fqdn = (f"{self.hostname}.{plan.subdomain}.{NAMESPACE}.svc.cluster.local"
+                     if plan.subdomain else None)
         self.volumes = {}
         self.process = None
         self.log = None
@@ -246,24 +246,28 @@ class Pod:
             mounts.append((self.volumes[m["name"]], target, m.get("readOnly", False)))
         sc = container.get("securityContext", {})
         pod_sc = self.spec.get("securityContext", {})
+        def mount(*args):
+            return shlex.join(["mount", *map(str, args)])
+
         script = [
             "set -e",
-            f"mount --bind {root} {root}",
-            f"mount -t overlay overlay -o lowerdir={self.cluster.usr_layers} {root}/usr",
-            f"mount -t overlay overlay -o lowerdir={etc}:{self.cluster.image_root}/etc "
-            f"{root}/etc",
-            f"mount -t proc proc {root}/proc",
-            f"mount --rbind /dev {root}/dev",
-            f"mount --rbind /sys {root}/sys",
-            f"mount -o remount,bind,ro {root}/sys",
+            mount("--bind", root, root),
+            mount("-t", "overlay", "overlay", "-o", f"lowerdir={self.cluster.usr_layers}",
+                  root / "usr"),
+            mount("-t", "overlay", "overlay", "-o",
+                  f"lowerdir={etc}:{self.cluster.image_root}/etc", root / "etc"),
+            mount("-t", "proc", "proc", root / "proc"),
+            mount("--rbind", "/dev", root / "dev"),
+            mount("--rbind", "/sys", root / "sys"),
+            mount("-o", "remount,bind,ro", root / "sys"),
         ]
         for source, target, read_only in mounts:
-            script.append(f"mount --bind {source} {root}{target}")
+            script.append(mount("--bind", source, f"{root}{target}"))
             if read_only:
-                script.append(f"mount -o remount,bind,ro {root}{target}")
+                script.append(mount("-o", "remount,bind,ro", f"{root}{target}"))
         if sc.get("readOnlyRootFilesystem"):
-            script.append(f"mount -o remount,bind,ro {root}")
-        script.append(f"hostname {self.hostname}")
+            script.append(mount("-o", "remount,bind,ro", root))
+        script.append(shlex.join(["hostname", self.hostname]))
         user = sc.get("runAsUser", pod_sc.get("runAsUser", 0))
         group = sc.get("runAsGroup", pod_sc.get("runAsGroup", 0))
         groups = [g for g in [pod_sc.get("fsGroup")] + pod_sc.get("supplementalGroups", [])
@@ -279,7 +283,7 @@ class Pod:
         inner = (["chroot", str(root), "/usr/bin/setpriv"] + credentials +
                  ["--", "/usr/bin/env", "-i", "-C", container.get("workingDir", "/")] +
                  [f"{k}={v}" for k, v in env.items()] + argv)
-        script.append("exec " + " ".join(shlex_quote(a) for a in inner))
+        script.append("exec " + shlex.join(inner))
         self.log = self.dir / f"{container['name']}.log"
         with open(self.log, "ab") as log:
             log.write(f"--- {' '.join(argv)}\n".encode())
@@ -342,10 +346,6 @@ def cpu_request(pod_spec):
         q = str(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
         total += int(q[:-1]) / 1000 if q.endswith("m") else float(q)
     return total
-
-
-def shlex_quote(s):
-    return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
 # A pod as its controller makes it: the template, and what the controller adds.
