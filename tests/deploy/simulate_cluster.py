@@ -2,8 +2,9 @@
 """Runs a rendered deploy/k8s kustomization the way a Kubernetes node would, on simulated hosts,
 and checks what a user sees. A standing cluster (StatefulSets and a submitter Job): the job
 trains, a worker killed mid-run fails that run within the timeout while the other daemons keep
-serving, and the run succeeds once the worker is back. A JobSet: its submitter trains the job
-on its daemons, and the JobSet ends them.
+serving, and the run succeeds once the worker is back. A JobSet, or a TFJob with its
+submitter Job, or a Kubeflow TrainJob with its runtime: the submitter trains the job on their
+daemons, which then stop.
 
 Each pod gets what its kubelet and container runtime would give it:
 - a host of its own: a network namespace with its own address on a bridge (the node is the
@@ -31,11 +32,13 @@ probes' timing.
 Needs root (namespaces, mounts) and kubectl (kustomize); without them the checks are reported
 as skipped, with the reason. Writes JUnit XML to $XML_OUTPUT_FILE when Bazel sets it.
 
-usage: simulate_cluster.py KUSTOMIZATION --tessera PATH
+usage: simulate_cluster.py KUSTOMIZATION_OR_FILE... --tessera PATH
            (--image_file PATH_IN_IMAGE=FILE... | --image_root DIR) --mnist_dir DIR [--work_dir DIR]
 """
 import argparse
 import collections
+import copy
+import json
 import math
 import os
 import pathlib
@@ -120,9 +123,14 @@ class Network:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def render(overlay):
-    out = run(["kubectl", "kustomize", "--load-restrictor=LoadRestrictionsNone", str(overlay)])
-    return [d for d in yaml.safe_load_all(out) if d]
+def render(sources):
+    """The objects: a kustomization folder rendered with kubectl kustomize, a file as it is."""
+    docs = []
+    for source in sources:
+        text = (source.read_text() if source.is_file() else
+                run(["kubectl", "kustomize", "--load-restrictor=LoadRestrictionsNone", source]))
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
 
 
 def expand(value, env):
@@ -146,8 +154,7 @@ class Pod:
         self.netns = cluster.network.add_host(index)
         self.dir = cluster.work / "pods" / plan.name
         self.hostname = plan.hostname or plan.name
-        self.fqdn = (f"{self.hostname}.{plan.subdomain}.{NAMESPACE}.svc.cluster.local"
-                     if plan.subdomain else None)
+        self.dns = plan.dns  # its name in cluster DNS (without .cluster.local), if any
         self.volumes = {}
         self.process = None
         self.log = None
@@ -229,9 +236,9 @@ class Pod:
         for link in ("bin", "sbin", "lib", "lib64"):  # Debian's merged /usr
             (root / link).symlink_to(f"usr/{link}")
         hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
-        hosts += [f"{p.address} {p.fqdn} {p.fqdn.removesuffix('.cluster.local')} {p.hostname}"
-                  for p in self.cluster.pods.values() if p.fqdn]
-        if not self.fqdn:
+        hosts += [f"{p.address} {p.dns}.cluster.local {p.dns} {p.hostname}"
+                  for p in self.cluster.pods.values() if p.dns]
+        if not self.dns:
             hosts.append(f"{self.address} {self.hostname}")
         (etc / "hosts").write_text("\n".join(hosts) + "\n")
         (etc / "hostname").write_text(self.hostname + "\n")
@@ -350,32 +357,40 @@ def cpu_request(pod_spec):
 
 # A pod as its controller makes it: the template, and what the controller adds.
 PodPlan = collections.namedtuple(
-    "PodPlan", "name template hostname subdomain labels annotations env",
+    "PodPlan", "name template hostname dns labels annotations env",
     defaults=(None, None, {}, {}, {}))
 
 
 def plan_pods(docs):
-    """The daemons' pods and the submitter's (a template for each attempt), as the StatefulSet
-    and Job controllers or the JobSet controller make them."""
+    """The daemons' pods and the submitter's (a template for each attempt), as Kubernetes'
+    StatefulSet and Job controllers, the JobSet controller or Kubeflow's TFJob operator make
+    them."""
     sets = [d for d in docs if d["kind"] == "StatefulSet"]
     jobsets = [d for d in docs if d["kind"] == "JobSet"]
-    if sets:
+    tfjobs = [d for d in docs if d["kind"] == "TFJob"]
+    jobs = [d for d in docs if d["kind"] == "Job"]
+    if sets or tfjobs:
         daemons = []
         for s in sets:
             for i in range(s["spec"]["replicas"]):
                 name = f"{s['metadata']['name']}-{i}"
-                daemons.append(PodPlan(name, s["spec"]["template"], name, s["spec"]["serviceName"],
+                daemons.append(PodPlan(name, s["spec"]["template"], name,
+                                       f"{name}.{s['spec']['serviceName']}.{NAMESPACE}.svc",
                                        {"apps.kubernetes.io/pod-index": str(i),
                                         "statefulset.kubernetes.io/pod-name": name}))
-        job = next(d for d in docs if d["kind"] == "Job")
-        submitter = PodPlan(job["metadata"]["name"], job["spec"]["template"],
-                            labels={"job-name": job["metadata"]["name"]})
+        for tf in tfjobs:
+            daemons += plan_tfjob(tf)
+        if len(jobs) != 1:
+            raise Failure(f"{len(jobs)} submitter Jobs beside the daemons; one expected")
+        submitter = PodPlan(jobs[0]["metadata"]["name"], jobs[0]["spec"]["template"],
+                            labels={"job-name": jobs[0]["metadata"]["name"]})
         return daemons, submitter
+    jobsets += trainjob_jobsets(docs)
     if len(jobsets) != 1:
-        raise Failure("nothing to simulate: no StatefulSets and not one JobSet")
+        raise Failure("nothing to simulate: no StatefulSet, TFJob, TrainJob or JobSet")
     (js,) = jobsets
     name, spec = js["metadata"]["name"], js["spec"]
-    subdomain = name if spec.get("network", {}).get("enableDNSHostnames") else None
+    dns_hostnames = spec.get("network", {}).get("enableDNSHostnames")
     targets = spec.get("successPolicy", {}).get("targetReplicatedJobs", [])
     daemons, submitter = [], None
     for rj in spec["replicatedJobs"]:
@@ -385,7 +400,8 @@ def plan_pods(docs):
             for i in range(job.get("parallelism", 1)):
                 hostname = f"{name}-{rj['name']}-{j}-{i}"
                 plan = PodPlan(
-                    hostname, job["template"], hostname, subdomain,
+                    hostname, job["template"], hostname,
+                    f"{hostname}.{name}.{NAMESPACE}.svc" if dns_hostnames else None,
                     {"jobset.sigs.k8s.io/jobset-name": name,
                      "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
                      "jobset.sigs.k8s.io/job-index": str(j)},
@@ -398,6 +414,57 @@ def plan_pods(docs):
     if submitter is None:
         raise Failure(f"JobSet {name}: no replicated job in successPolicy.targetReplicatedJobs")
     return daemons, submitter
+
+
+def trainjob_jobsets(docs):
+    """The JobSet Kubeflow Trainer makes of each TrainJob: its ClusterTrainingRuntime's
+    template under the TrainJob's name, the trainer step ("node") numNodes pods wide."""
+    runtimes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterTrainingRuntime"}
+    jobsets = []
+    for train_job in (d for d in docs if d["kind"] == "TrainJob"):
+        ref = train_job["spec"]["runtimeRef"]["name"]
+        if ref not in runtimes:
+            raise Failure(f"TrainJob {train_job['metadata']['name']}: no runtime {ref}")
+        spec = copy.deepcopy(runtimes[ref]["spec"]["template"]["spec"])
+        nodes = train_job["spec"].get("trainer", {}).get(
+            "numNodes", runtimes[ref]["spec"]["mlPolicy"]["numNodes"])
+        for rj in spec["replicatedJobs"]:
+            if rj["name"] == "node":
+                rj["template"]["spec"]["parallelism"] = nodes
+                rj["template"]["spec"]["completions"] = nodes
+        jobsets.append({"kind": "JobSet", "metadata": {"name": train_job["metadata"]["name"]},
+                        "spec": spec})
+    return jobsets
+
+
+def plan_tfjob(tfjob):
+    """A TFJob's pods as the training operator (v1) makes them: <name>-<type>-<i>, each behind
+    a Service of that name, with TF_CONFIG naming every replica's Service and its own task."""
+    name = tfjob["metadata"]["name"]
+    replicas = tfjob["spec"]["tfReplicaSpecs"]
+
+    def port(spec):
+        (container,) = [c for c in spec["template"]["spec"]["containers"]
+                        if c["name"] == "tensorflow"]
+        return next((p["containerPort"] for p in container.get("ports", [])
+                     if p.get("name") == "tfjob-port"), 2222)
+
+    cluster = {kind.lower(): [f"{name}-{kind.lower()}-{i}.{NAMESPACE}.svc:{port(spec)}"
+                              for i in range(spec.get("replicas", 1))]
+               for kind, spec in replicas.items()}
+    plans = []
+    for kind, spec in replicas.items():
+        for i in range(spec.get("replicas", 1)):
+            pod = f"{name}-{kind.lower()}-{i}"
+            config = {"cluster": cluster, "task": {"type": kind.lower(), "index": i},
+                      "environment": "cloud"}
+            plans.append(PodPlan(
+                pod, spec["template"], pod, f"{pod}.{NAMESPACE}.svc",
+                {"training.kubeflow.org/job-name": name,
+                 "training.kubeflow.org/replica-type": kind.lower(),
+                 "training.kubeflow.org/replica-index": str(i)},
+                env={"TF_CONFIG": json.dumps(config, separators=(",", ":"))}))
+    return plans
 
 
 class Cluster:
@@ -433,10 +500,10 @@ class Cluster:
         """The tessera-cluster Secret as README's Kubernetes section makes it: one
         certificate for every daemon's Service domain."""
         certs = self.work / "certs"
-        domains = sorted({p.subdomain for p in self.daemon_plans})
-        hosts = "+".join(f"*.{d}.{NAMESPACE}.svc" for d in domains)
+        domains = sorted({p.dns.split(".", 1)[1] for p in self.daemon_plans})
+        hosts = "+".join(f"*.{d}" for d in domains)
         run([tessera, "certs", str(certs), "--hosts", hosts])
-        folder = certs / f"_.{domains[0]}.{NAMESPACE}.svc"
+        folder = certs / f"_.{domains[0]}"
         secret = {name: (folder / name).read_bytes() for name in ("ca.pem", "cert.pem",
                                                                   "key.pem")}
         secret["token"] = os.urandom(24).hex().encode() + b"\n"
@@ -517,7 +584,7 @@ class Report:
 def checks(cluster):
     """The checks simulate() reports, in order."""
     lost = []
-    if cluster.submitter_plan.labels.get("job-name") is not None:  # a standing cluster
+    if any(d["kind"] == "StatefulSet" for d in cluster.docs):  # a standing cluster
         for how in ("Killed", "CutOff"):
             lost += [f"{how}WorkerFailsTheRunInTime", f"OthersKeepServingWhenAWorkerIs{how}",
                      f"RunSucceedsWhenTheWorkerIsBackAfterBeing{how}"]
@@ -670,7 +737,8 @@ def main():
     # Bazel ends a test past its timeout with SIGTERM: leave no namespace or process behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("overlay", type=pathlib.Path)
+    parser.add_argument("sources", type=pathlib.Path, nargs="+",
+                        help="kustomization folders and manifest files, rendered together")
     parser.add_argument("--tessera", required=True)
     parser.add_argument("--image_file", action="append", default=[])
     parser.add_argument("--image_root", type=pathlib.Path)
@@ -700,7 +768,7 @@ def main():
     work.chmod(0o755)  # the pods' users walk into their root file systems through it
     cluster = None
     try:
-        cluster = Cluster(render(args.overlay), work, args.tessera, image_files, args.image_root,
+        cluster = Cluster(render(args.sources), work, args.tessera, image_files, args.image_root,
                           pathlib.Path(args.mnist_dir))
         simulate(cluster, report)
     except Failure as e:
