@@ -155,6 +155,9 @@ absl::StatusOr<NodeList> ParseNodeList(absl::string_view text) {
     // e.what() carries line and column too.
     return absl::InvalidArgumentError(
         absl::StrCat("malformed symbol JSON at byte ", e.byte, ": ", e.what()));
+  } catch (const Json::exception& e) {
+    // A number beyond double's range ("6145E23323333"), say: out_of_range, not a parse_error.
+    return absl::InvalidArgumentError(absl::StrCat("malformed symbol JSON: ", e.what()));
   }
   if (!root.is_object()) return absl::InvalidArgumentError("symbol JSON is not an object");
   auto nodes = root.find("nodes");

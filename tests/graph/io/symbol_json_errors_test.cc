@@ -57,6 +57,10 @@ TEST(SymbolJsonErrorsTest, MalformedJsonSaysWhere) {
               StatusIs(kInvalid, AllOf(HasSubstr("malformed"), HasSubstr("byte 12"))));
   EXPECT_THAT(SymbolFromJson(""), StatusIs(kInvalid, HasSubstr("malformed")));
   EXPECT_THAT(SymbolFromJson("[1, 2]"), StatusIs(kInvalid, HasSubstr("not an object")));
+  // A number beyond a double's range is the JSON library's out_of_range, not a parse error
+  // (it took the process down: fuzz/regressions/symbol_json/number_overflow.json).
+  EXPECT_THAT(SymbolFromJson(R"({"nodes": [], "heads": [], "attrs": 6145E23323333})"),
+              StatusIs(kInvalid, AllOf(HasSubstr("malformed"), HasSubstr("number overflow"))));
 }
 
 // One small request must not take the process down: text nested deeper than any symbol
