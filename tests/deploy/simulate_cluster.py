@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Runs a rendered deploy/k8s kustomization the way a Kubernetes node would, on simulated hosts,
 and checks what a user sees. A standing cluster (StatefulSets and a submitter Job): the job
-trains, a worker killed mid-run fails that run within the timeout while the other daemons keep
-serving, and the run succeeds once the worker is back. A JobSet, or a TFJob with its
-submitter Job, or a Kubeflow TrainJob with its runtime: the submitter trains the job on their
-daemons, which then stop.
+trains; a worker killed mid-run, and one cut off the network, fails that run within the
+timeout while the other daemons keep serving, and the run succeeds once the worker is back.
+A JobSet, or a TFJob with its submitter Job, or a Kubeflow TrainJob with its runtime: the
+submitter trains the job on their daemons, which then stop.
 
 Each pod gets what its kubelet and container runtime would give it:
 - a host of its own: a network namespace with its own address on a bridge (the node is the
@@ -46,7 +46,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
