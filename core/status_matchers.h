@@ -33,6 +33,15 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
                                        result_listener);
 }
 
+// A StatusOr that is OK and whose value matches `value_matcher`.
+MATCHER_P(IsOkAndHolds, value_matcher, "") {
+  if (!arg.ok()) {
+    *result_listener << "status is " << arg.status();
+    return false;
+  }
+  return ::testing::ExplainMatchResult(value_matcher, *arg, result_listener);
+}
+
 MATCHER_P(StatusIs, code, "") {
   const absl::Status& s = GetStatus(arg);
   *result_listener << "status is " << s;

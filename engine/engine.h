@@ -157,6 +157,10 @@ class Engine {
   // engine logs less. Callers need not call it.
   virtual void NotifyShutdown() = 0;
 
+  // Functions pushed and not finished yet: waiting for their variables, queued for a
+  // thread, or running. A snapshot, for metrics.
+  virtual int64_t pending_functions() const = 0;
+
   // OpenMP threads each CPU worker should use inside one function.
   virtual int num_omp_threads_per_worker() const = 0;
   virtual void set_num_omp_threads_per_worker(int num_threads) = 0;

@@ -252,6 +252,13 @@ class PooledStorage final : public Storage {
     return pool == nullptr ? StorageStats{} : pool->Stats();
   }
 
+  std::vector<Context> Devices() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Context> devices;
+    for (const auto& [ctx, pool] : pools_) devices.push_back(ctx);
+    return devices;
+  }
+
  private:
   void Release(const StorageHandle& handle, bool to_system) {
     if (handle.dptr == nullptr) return;  // a size-0 handle owns nothing

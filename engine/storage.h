@@ -135,6 +135,8 @@ class Storage {
   virtual void ReleaseAll(Context ctx) = 0;
   // Zeros for a device never used.
   virtual StorageStats Stats(Context ctx) const = 0;
+  // The devices something was allocated on so far.
+  virtual std::vector<Context> Devices() const = 0;
 };
 
 }  // namespace tessera::engine

@@ -9,49 +9,36 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "rpc/address.h"
+#include "rpc/serving_policy.h"
 #include "rpc/token_auth.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera::rpc {
 namespace {
 
-constexpr char kHowToSecure[] =
-    "make certificates with `tessera certs DIR --hosts HOST,...`, then give every daemon and "
-    "client --tls_dir DIR/HOST and --token_file FILE (or TESSERA_TLS_DIR, TESSERA_TOKEN_FILE); "
-    "--insecure serves plaintext to anyone who can reach the port";
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config,
-                                                                     bool loopback) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
   const TransportSecurity& s = config.security;
-  auto refuse = [&](absl::string_view why) {
-    return absl::PermissionDeniedError(absl::StrCat(config.name, ": will not serve ",
-                                                    config.address, " ", why, ": ", kHowToSecure));
-  };
+  absl::StatusOr<ServingTransport> transport =
+      ChooseServingTransport(config.name, config.address, s);
+  if (!transport.ok()) return transport.status();
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (s.tls()) {
-    if (s.cert_pem.empty()) return refuse("over TLS without cert.pem and key.pem in --tls_dir");
-    grpc::SslServerCredentialsOptions options(
-        s.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    options.pem_root_certs = s.ca_pem;
-    options.pem_key_cert_pairs.push_back({s.key_pem, s.cert_pem});
-    credentials = grpc::SslServerCredentials(options);
-  } else if (loopback) {
-    credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
-  } else if (s.insecure) {
-    spdlog::warn(
-        "{}: serving {} in plaintext without token checks (--insecure): anyone who can "
-        "reach it controls this daemon",
-        config.name, config.address);
-    return grpc::InsecureServerCredentials();
-  } else {
-    return refuse("(beyond this machine) without TLS and a cluster token");
+  switch (*transport) {
+    case ServingTransport::kTls: {
+      grpc::SslServerCredentialsOptions options(
+          s.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+      options.pem_root_certs = s.ca_pem;
+      options.pem_key_cert_pairs.push_back({s.key_pem, s.cert_pem});
+      credentials = grpc::SslServerCredentials(options);
+      break;
+    }
+    case ServingTransport::kLoopback:
+      credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+      break;
+    case ServingTransport::kPlaintext:
+      return grpc::InsecureServerCredentials();  // no token checks: it would cross in clear
   }
-  if (!s.token.empty()) {
-    credentials->SetAuthMetadataProcessor(TokenAuthProcessor(s.token));
-  } else if (!loopback && !s.insecure) {
-    return refuse("(beyond this machine) without a cluster token");
-  }
+  if (!s.token.empty()) credentials->SetAuthMetadataProcessor(TokenAuthProcessor(s.token));
   return credentials;
 }
 
@@ -64,9 +51,7 @@ void KeepGrpcUntilExit() {
 
 absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   const std::string host = HostOf(config.address);
-  const bool loopback = IsLoopbackHost(host);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      Credentials(config, loopback);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(config);
   if (!credentials.ok()) return credentials.status();
 
   grpc::EnableDefaultHealthCheckService(true);

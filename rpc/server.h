@@ -1,14 +1,8 @@
 // The one place Tessera builds a gRPC server: credentials from TransportSecurity, the
 // cluster token check, keepalive, message limits and gRPC's health service.
 //
-// Credentials by address and settings:
-//   - TLS settings given: TLS (mutual when require_client_cert), on any address;
-//   - otherwise a loopback address: gRPC's local credentials, which accept only
-//     connections from this machine;
-//   - otherwise plaintext only with `insecure` (and a warning); without it the server is
-//     refused with a message saying how to set TLS and a token up.
-// A token, when given, is checked on every call but health checks (rpc/token_auth.h); a
-// non-loopback address needs one unless `insecure`.
+// Which transport a server gets for its address and settings: rpc/serving_policy.h. A
+// token, when given, is checked on every call but health checks (rpc/token_auth.h).
 #ifndef TESSERA_RPC_SERVER_H_
 #define TESSERA_RPC_SERVER_H_
 

@@ -46,6 +46,10 @@ class ThreadedEngine final : public EngineBase {
                         const char* name, bool profiling) override;
   absl::Status WaitForVar(VarHandle var) override;
   absl::Status WaitForAll() override;
+  int64_t pending_functions() const override {
+    const int64_t completed = completed_.load(std::memory_order_relaxed);
+    return pushed_.load(std::memory_order_relaxed) - completed;
+  }
 
  private:
   using Queue = TaskQueue<OprBlock>;

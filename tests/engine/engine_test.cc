@@ -370,6 +370,29 @@ TEST(ThreadedEngineTest, ReadersOfOneVersionRunTogether) {
   EXPECT_TRUE(first_saw_second && second_saw_first) << "two readers did not overlap";
 }
 
+TEST(ThreadedEngineTest, PendingFunctionsCountsWaitingAndRunningOnes) {
+  auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 2);
+  EXPECT_EQ(engine->pending_functions(), 0);
+  VarHandle v = engine->NewVariable();
+  Gate started, release;
+  ASSERT_THAT(engine->PushSync(
+                  [&](RunContext) {
+                    started.Open();
+                    release.WaitFor(5000);
+                    return Ok();
+                  },
+                  Context::CPU(), {}, {v}),
+              IsOk());
+  for (int i = 0; i < 3; ++i) {  // wait for the first: v is mutated by it
+    ASSERT_THAT(engine->PushSync([](RunContext) { return Ok(); }, Context::CPU(), {v}, {}), IsOk());
+  }
+  ASSERT_TRUE(started.WaitFor(5000));
+  EXPECT_EQ(engine->pending_functions(), 4);
+  release.Open();
+  ASSERT_THAT(engine->WaitForAll(), IsOk());
+  EXPECT_EQ(engine->pending_functions(), 0);
+}
+
 TEST(ThreadedEngineTest, PrioritiesAreHonouredWhenThePoolIsSaturated) {
   auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 1);
   Gate blocker_running, release;
