@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "kvstore/kvstore_metrics.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -172,7 +173,11 @@ void ServerStore::Session::Handle(WorkerMessage message) {
   switch (message.body_case()) {
     case WorkerMessage::kHello: store_->Greet(this, id, message.hello()); break;
     case WorkerMessage::kInit: staged(*message.mutable_init(), &ServerStore::Init); break;
-    case WorkerMessage::kPush: staged(*message.mutable_push(), &ServerStore::Push); break;
+    case WorkerMessage::kPush:
+      KVStoreServerMetrics().push_bytes.Increment(
+          static_cast<double>(message.push().data().size()));
+      staged(*message.mutable_push(), &ServerStore::Push);
+      break;
     case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
     case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
     default:
@@ -327,10 +332,13 @@ absl::Status ServerStore::Apply(int key_id, Key& key, const NDArray& grad) {
   if (optimizer_ == nullptr) {
     // No updater: the (summed) push becomes the value, as MXNet's server without one.
     std::swap(key.value, key.merged);
+    KVStoreServerMetrics().updates.Increment();
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(optimizer_->Update(key_id, key.value, grad));
-  return key.value.WaitToRead();
+  RETURN_IF_ERROR(key.value.WaitToRead());
+  KVStoreServerMetrics().updates.Increment();
+  return absl::OkStatus();
 }
 
 // Whether `key`'s open round waits on a worker that left; that worker's reason if so.
@@ -415,6 +423,9 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return applied;
   }
   ++key.rounds_done;
+  KVStoreServerMetrics().rounds.Increment();
+  KVStoreServerMetrics().round_seconds.Observe(
+      absl::ToDoubleSeconds(absl::Now() - key.round_opened));
   ServePulls(key_id, key);
   // Pushes parked for this (now finished) round open the next one.
   std::deque<ParkedPush> parked = std::move(key.parked);
@@ -447,6 +458,7 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
     offset += n;
     chunk->set_last(offset == total);
   } while (offset < total);
+  KVStoreServerMetrics().pull_bytes.Increment(static_cast<double>(total));
   return replies;
 }
 

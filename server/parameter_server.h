@@ -36,6 +36,8 @@ class ParameterServer {
   const std::string& address() const { return address_; }
   // As bound ("0.0.0.0:9000"), for logs.
   const std::string& listening_address() const { return listening_address_; }
+  // The engine and storage the store computes with (for metrics).
+  const Runtime& runtime() const { return runtime_->get(); }
 
   // Blocks until a stop command arrives or Shutdown is called; then shuts gRPC down.
   void Wait();

@@ -8,7 +8,7 @@
 // server list. --address=127.0.0.1:0 picks a free port (an entry of the list must name a
 // port in 1..65535, so port 0 cannot come from there); --port_file receives the bound port.
 // Beyond loopback it serves only over TLS with a cluster token (--tls_dir, --token_file) or
-// with --insecure (rpc/server.h).
+// with --insecure (rpc/server.h). --metrics_address serves Prometheus metrics, secured alike.
 #include <malloc.h>
 
 #include <csignal>
@@ -24,7 +24,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/daemon.h"
 #include "core/logging.h"
+#include "core/metrics.h"
 #include "kvstore/cluster_spec.h"
+#include "ndarray/runtime_metrics.h"
+#include "rpc/metrics_flags.h"
 #include "rpc/security_flags.h"
 #include "rpc/server.h"
 #include "server/parameter_server.h"
@@ -114,6 +117,11 @@ int main(int argc, char** argv) {
   }
   spdlog::info("tessera-ps {} of {} serving {} workers on {}", spec->index, spec->num_servers(),
                spec->num_workers(), (*ps)->listening_address());
+  const tessera::RuntimeMetrics runtime_metrics((*ps)->runtime());
+  absl::StatusOr<std::unique_ptr<tessera::rpc::MetricsServer>> metrics =
+      tessera::rpc::MetricsServerFromFlags("tessera-ps", *security,
+                                           {&tessera::ProcessMetrics(), &runtime_metrics});
+  if (!metrics.ok()) return Fail(metrics.status());
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status written = tessera::WritePortFile(path, (*ps)->port()); !written.ok()) {
       return Fail(written);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "ndarray/serialization.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera::worker {
 
@@ -35,6 +36,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
   status_ = WorkerStatus();
   status_.set_state(WorkerStatus::RUNNING);
   status_.set_job(spec.name());
+  TrainingMetrics().job_running.Set(1);
   thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink),
                          done = std::move(done), cancellation = cancellation_] {
     auto track = [&](const JobEvent& event) {
@@ -66,6 +68,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       status_.set_last_result(result.ok() ? "OK" : result.status().ToString());
       if (result.ok()) last_ = std::move(*result);
     }
+    TrainingMetrics().JobFinished(result.status());
     done(result.status());
   });
   return absl::OkStatus();

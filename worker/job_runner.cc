@@ -20,6 +20,7 @@
 #include "kvstore/lr_scheduler.h"
 #include "train/initializer.h"
 #include "train/module.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera::worker {
 namespace {
@@ -349,16 +350,22 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   Clock::time_point epoch_start = Clock::now(), window_start = epoch_start;
   int window_batches = 0, epoch_batches = 0;
   const int every = spec.batch_event_every();
+  WorkerMetrics& metrics = TrainingMetrics();
   fit.batch_end_callback = [&](const train::BatchEndParam& p) {
     ++window_batches;
     ++epoch_batches;
+    metrics.batches.Increment();
+    metrics.samples.Increment(spec.batch_size());
     if (every <= 0 || p.nbatch % every != 0) return;
     const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+    const double samples_per_second =
+        seconds > 0 ? window_batches * spec.batch_size() / seconds : 0;
+    metrics.samples_per_second.Set(samples_per_second);
     JobEvent event;
     JobEvent::Batch* batch = event.mutable_batch();
     batch->set_epoch(p.epoch);
     batch->set_batch(p.nbatch);
-    batch->set_samples_per_second(seconds > 0 ? window_batches * spec.batch_size() / seconds : 0);
+    batch->set_samples_per_second(samples_per_second);
     for (const auto& [name, value] : p.metric->Get()) (*batch->mutable_metrics())[name] = value;
     sink(event);
     window_start = Clock::now();
@@ -375,6 +382,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     for (const auto& [name, value] : eval) (*e->mutable_eval())[name] = value;
     e->set_seconds(seconds);
     e->set_samples_per_second(seconds > 0 ? epoch_batches * spec.batch_size() / seconds : 0);
+    if (every <= 0) metrics.samples_per_second.Set(e->samples_per_second());
     sink(event);
     epoch_batches = 0;
     last_eval = ToMap(eval);

@@ -5,6 +5,7 @@
 //   tessera-worker --address=127.0.0.1:7000
 //   tessera-worker --address=127.0.0.1:0 --port_file=/tmp/w0.port   (a free port)
 //   tessera-worker --address=0.0.0.0:7000 --tls_dir=certs/host-a --token_file=token
+//                  --metrics_address=0.0.0.0:9100   (Prometheus metrics, rpc/metrics_flags.h)
 //
 // Beyond loopback it serves only over TLS with a cluster token (or with --insecure); the
 // same settings secure its jobs' connections to the parameter servers (rpc/server.h). Jobs
@@ -18,8 +19,11 @@
 #include "absl/flags/usage.h"
 #include "core/daemon.h"
 #include "core/logging.h"
+#include "core/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "ndarray/runtime.h"
+#include "ndarray/runtime_metrics.h"
+#include "rpc/metrics_flags.h"
 #include "rpc/security_flags.h"
 #include "rpc/server.h"
 #include "spdlog/spdlog.h"
@@ -80,6 +84,11 @@ int main(int argc, char** argv) {
                security->tls() ? ", TLS" : "",
                security->token.empty() ? "" : ", cluster token required", environment->data_root,
                environment->run_root);
+  const tessera::RuntimeMetrics runtime_metrics((*runtime)->get());
+  absl::StatusOr<std::unique_ptr<tessera::rpc::MetricsServer>> metrics =
+      tessera::rpc::MetricsServerFromFlags("tessera-worker", *security,
+                                           {&tessera::ProcessMetrics(), &runtime_metrics});
+  if (!metrics.ok()) return fail(metrics.status());
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status written = tessera::WritePortFile(path, running->port); !written.ok())
       return fail(written);

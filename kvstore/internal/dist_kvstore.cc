@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "kvstore/internal/comm.h"
 #include "kvstore/internal/server_connection.h"
+#include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
 
 namespace tessera::kvstore {
@@ -54,6 +55,13 @@ class Waiter {
   std::shared_ptr<std::promise<absl::Status>> promise_ = std::make_shared<std::promise<absl::Status>>();
   std::shared_ptr<Completion> completion_;
 };
+
+// One finished push or pull of `bytes`, begun at `start`.
+void Record(prometheus::Counter& bytes_total, prometheus::Histogram& seconds, absl::Time start,
+            double bytes) {
+  bytes_total.Increment(bytes);
+  seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+}
 
 }  // namespace
 
@@ -327,8 +335,13 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
     }
     auto send = [this, k, shape = key.shape, parts = key.parts, source, priority](
                     engine::RunContext, engine::CallbackOnComplete on_complete) {
+      const absl::Time start = absl::Now();
+      const double bytes = static_cast<double>(shape.Size()) * sizeof(float);
       auto done = std::make_shared<Completion>(
-          static_cast<int>(parts.size()), [this, on_complete](absl::Status status) {
+          static_cast<int>(parts.size()), [this, on_complete, start, bytes](absl::Status status) {
+            if (status.ok())
+              Record(KVStoreClientMetrics().push_bytes, KVStoreClientMetrics().push_seconds, start,
+                     bytes);
             NoteFailure(status);
             on_complete(std::move(status));
           });
@@ -337,7 +350,8 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
       // may still hold it.
       const char* data = static_cast<const char*>(source.data().dptr);
       auto owner = std::make_shared<NDArray>(source);
-      for (const Part& part : parts) SendPart(k, shape, part, data, /*init=*/false, owner, priority, done);
+      for (const Part& part : parts)
+        SendPart(k, shape, part, data, /*init=*/false, owner, priority, done);
     };
     RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), {source.var()}, {key.var},
                                           engine::FnProperty::kNormal, priority, "kvstore_push"));
@@ -358,8 +372,13 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
     const NDArray target = direct ? outs[i][0] : key.received;
     auto fetch = [this, k, parts = key.parts, target, priority](
                      engine::RunContext, engine::CallbackOnComplete on_complete) {
+      const absl::Time start = absl::Now();
+      const double bytes = static_cast<double>(target.shape().Size()) * sizeof(float);
       auto done = std::make_shared<Completion>(
-          static_cast<int>(parts.size()), [this, on_complete](absl::Status status) {
+          static_cast<int>(parts.size()), [this, on_complete, start, bytes](absl::Status status) {
+            if (status.ok())
+              Record(KVStoreClientMetrics().pull_bytes, KVStoreClientMetrics().pull_seconds, start,
+                     bytes);
             NoteFailure(status);
             on_complete(std::move(status));
           });

@@ -8,21 +8,13 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/status_matchers.h"  // IsOkAndHolds, used by its includers
 #include "engine/create_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ndarray/runtime.h"
 
 namespace tessera::testing {
-
-// Matches an OK absl::StatusOr whose value matches `m` (core/status_matchers.h has none).
-MATCHER_P(IsOkAndHolds, m, "") {
-  if (!arg.ok()) {
-    *result_listener << "status is " << arg.status();
-    return false;
-  }
-  return ::testing::ExplainMatchResult(m, *arg, result_listener);
-}
 
 using EngineKind = engine::EngineOptions::Kind;
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/metrics.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -34,6 +35,7 @@ namespace {
 
 using tessera::testing::Digits;
 using tessera::testing::IsOk;
+using tessera::testing::IsOkAndHolds;
 using tessera::testing::kDigitPixels;
 using tessera::testing::kDigitSide;
 using tessera::testing::MakeDigits;
@@ -402,6 +404,23 @@ TEST_F(WorkerTest, BadIteratorArgumentsNameTheFieldKeyOrFile) {
   EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data.test_iter")));
 }
 
+// The process's training and KVStore metrics (core/metrics.h) at one moment.
+struct Counts {
+  double batches, samples, pushed, pulled, pushes, ps_received, ps_sent, rounds, updates;
+};
+
+Counts ReadCounts() {
+  auto value = [](const char* name) {
+    absl::StatusOr<double> v = MetricValue(ProcessMetrics(), name);
+    return v.ok() ? *v : 0.0;  // a family not registered yet: nothing counted
+  };
+  return {value("tessera_worker_batches_total"),     value("tessera_worker_samples_total"),
+          value("tessera_kvstore_push_bytes_total"), value("tessera_kvstore_pull_bytes_total"),
+          value("tessera_kvstore_push_seconds"),     value("tessera_ps_push_bytes_total"),
+          value("tessera_ps_pull_bytes_total"),      value("tessera_ps_rounds_total"),
+          value("tessera_ps_updates_total")};
+}
+
 TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
   kvstore::ServerStoreOptions options;
   options.num_workers = 2;
@@ -422,6 +441,7 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
   // executors shared the device's temp-space variable (a forward waiting for its pull held
   // the other worker's forward behind it; executors now have their own).
   std::vector<absl::StatusOr<JobResult>> results(2, absl::UnknownError("not run"));
+  const Counts before = ReadCounts();
   std::vector<std::thread> workers;
   for (int rank = 0; rank < 2; ++rank) {
     workers.emplace_back([&, rank] {
@@ -444,6 +464,20 @@ TEST_F(WorkerTest, TwoWorkersTrainOnePartitionEachThroughTheParameterServer) {
   // dist_sync: both end with the servers' weights.
   EXPECT_EQ(*results[0]->arg_params.at("fc2_weight").AsVector<float>(),
             *results[1]->arg_params.at("fc2_weight").AsVector<float>());
+
+  // The metrics saw the same traffic from both ends: every batch of both workers pushed and
+  // pulled every key, and each key's round completed once per batch of a worker.
+  const Counts after = ReadCounts();
+  const double batches = after.batches - before.batches;
+  const double keys = static_cast<double>(results[0]->arg_params.size());
+  EXPECT_GT(batches, 0);
+  EXPECT_EQ(after.samples - before.samples, 16 * batches);
+  EXPECT_GT(after.pushed - before.pushed, 0);
+  EXPECT_EQ(after.pushed - before.pushed, after.ps_received - before.ps_received);
+  EXPECT_EQ(after.pulled - before.pulled, after.ps_sent - before.ps_sent);
+  EXPECT_EQ(after.pushes - before.pushes, batches * keys);
+  EXPECT_EQ(after.rounds - before.rounds, batches / 2 * keys);
+  EXPECT_EQ(after.updates - before.updates, after.rounds - before.rounds);
 }
 
 TEST_F(WorkerTest, CancelStopsAJobWaitingOnTheParameterServerWithinSeconds) {
@@ -496,13 +530,25 @@ TEST_F(WorkerTest, TheManagerRunsOneJobAtATimeAndCancels) {
   for (int i = 0; i < 6000 && batches < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_GE(batches.load(), 3);
   EXPECT_EQ(jobs.Status().state(), WorkerStatus::RUNNING);
+  auto jobs_with = [](const char* result) {
+    return *MetricValue(ProcessMetrics(), "tessera_worker_jobs_total", {{"result", result}});
+  };
+  const double cancelled = jobs_with("cancelled"), succeeded = jobs_with("succeeded");
+  EXPECT_THAT(MetricValue(ProcessMetrics(), "tessera_worker_job_running"), IsOkAndHolds(1.0));
+  EXPECT_THAT(MetricValue(ProcessMetrics(), "tessera_worker_samples_per_second"),
+              IsOkAndHolds(::testing::Gt(0.0)));
   EXPECT_TRUE(jobs.Cancel());
   EXPECT_THAT(done.get_future().get(), StatusIs(absl::StatusCode::kCancelled));
   EXPECT_EQ(jobs.Status().state(), WorkerStatus::IDLE);
+  EXPECT_EQ(jobs_with("cancelled"), cancelled + 1);
+  EXPECT_THAT(MetricValue(ProcessMetrics(), "tessera_worker_job_running"), IsOkAndHolds(0.0));
+  EXPECT_THAT(MetricValue(ProcessMetrics(), "tessera_worker_samples_per_second"),
+              IsOkAndHolds(0.0));
   EXPECT_FALSE(jobs.Cancel());
   // The next job runs to the end, and its parameters can be fetched.
   ASSERT_THAT(jobs.Start(MlpJob(), [](const JobEvent&) {}, [&](absl::Status s) { second.set_value(s); }), IsOk());
   EXPECT_THAT(second.get_future().get(), IsOk());
+  EXPECT_EQ(jobs_with("succeeded"), succeeded + 1);
   auto params = jobs.Params();
   ASSERT_THAT(params, IsOk());
   EXPECT_EQ(params->arg_params().at("fc1_weight").shape_size(), 2);

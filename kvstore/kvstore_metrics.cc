@@ -1,0 +1,50 @@
+#include "kvstore/kvstore_metrics.h"
+
+#include <string>
+
+#include "core/metrics.h"
+
+namespace tessera::kvstore {
+namespace {
+
+prometheus::Counter& NewCounter(const std::string& name, const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(ProcessMetrics()).Add({});
+}
+
+prometheus::Histogram& NewLatency(const std::string& name, const std::string& help) {
+  return prometheus::BuildHistogram()
+      .Name(name)
+      .Help(help)
+      .Register(ProcessMetrics())
+      .Add({}, LatencyBuckets());
+}
+
+}  // namespace
+
+ClientMetrics& KVStoreClientMetrics() {
+  static auto* metrics = new ClientMetrics{
+      NewCounter("tessera_kvstore_push_bytes_total", "Bytes this worker pushed to the servers"),
+      NewCounter("tessera_kvstore_pull_bytes_total", "Bytes this worker pulled from the servers"),
+      NewLatency("tessera_kvstore_push_seconds",
+                 "Time from sending a key's push to every server's acknowledgement"),
+      NewLatency("tessera_kvstore_pull_seconds",
+                 "Time from requesting a key's pull to its last byte (dist_sync: the round's "
+                 "wait included)"),
+  };
+  return *metrics;
+}
+
+ServerMetrics& KVStoreServerMetrics() {
+  static auto* metrics = new ServerMetrics{
+      NewCounter("tessera_ps_push_bytes_total", "Bytes of pushes this server received"),
+      NewCounter("tessera_ps_pull_bytes_total", "Bytes of pulls this server sent"),
+      NewCounter("tessera_ps_updates_total",
+                 "Updates applied to keys (dist_sync: completed rounds; dist_async: pushes)"),
+      NewCounter("tessera_ps_rounds_total", "dist_sync rounds completed, over all keys"),
+      NewLatency("tessera_ps_round_seconds",
+                 "How long a dist_sync round stayed open, from its first push to its last"),
+  };
+  return *metrics;
+}
+
+}  // namespace tessera::kvstore
