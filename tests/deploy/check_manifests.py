@@ -183,6 +183,44 @@ def check_overlay(overlay, gpu):
     check(has_gpu == gpu, f"{overlay}: nvidia.com/gpu limit {'missing' if gpu else 'present'}")
 
 
+def metrics_port(container):
+    """The port of a daemon's --metrics_address, or None."""
+    for arg in container.get("command", []) + container.get("args", []):
+        if arg.startswith("--metrics_address="):
+            return int(arg.rsplit(":", 1)[1])
+    return None
+
+
+def check_monitoring(root):
+    """deploy/k8s/monitoring: its PodMonitor scrapes a port every daemon serves metrics on,
+    with the Secret's CA and token, and its NetworkPolicy opens that port."""
+    folder = root / "monitoring"
+    docs = (render(folder) if shutil.which("kubectl") else
+            [d for d in yaml.safe_load_all((folder / "podmonitor.yaml").read_text()) if d])
+    monitors = by_kind(docs, "PodMonitor")
+    check(len(monitors) == 1, "monitoring: one PodMonitor")
+    if not monitors:
+        return
+    endpoint = next(iter(monitors.values()))["spec"]["podMetricsEndpoints"][0]
+    check(endpoint.get("scheme") == "https", "monitoring: the PodMonitor scrapes over TLS")
+    check(endpoint.get("tlsConfig", {}).get("ca", {}).get("secret") ==
+          {"name": "tessera-cluster", "key": "ca.pem"}, "monitoring: the cluster CA")
+    check(endpoint.get("authorization", {}).get("credentials") ==
+          {"name": "tessera-cluster", "key": "token"}, "monitoring: the cluster token")
+    ports = set()
+    for name, s in by_kind(render(root / "overlays" / "cpu"), "StatefulSet").items():
+        container = s["spec"]["template"]["spec"]["containers"][0]
+        named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+        port = named.get(endpoint["port"])
+        check(port is not None and port == metrics_port(container),
+              f"monitoring: {name}'s port '{endpoint['port']}' ({port}) is not its "
+              f"--metrics_address port ({metrics_port(container)})")
+        ports.add(port)
+    for p in by_kind(docs, "NetworkPolicy").values():
+        opened = {x["port"] for rule in p["spec"]["ingress"] for x in rule.get("ports", [])}
+        check(opened == ports, f"monitoring: NetworkPolicy opens {opened}, not {ports}")
+
+
 def check_jobset(where, spec, worker_job, num_workers):
     """A JobSet spec (jobset.yaml, or the Trainer runtime's template) whose workers are the
     replicated job `worker_job` with `num_workers` pods."""
@@ -272,6 +310,7 @@ def main():
     if shutil.which("kubectl"):  # without it only the base can be read
         check_overlay(root / "overlays" / "gpu", gpu=True)
     check_batch(root)
+    check_monitoring(root)
     for f in failures:
         print("FAIL:", f)
     print(f"{'kubectl kustomize' if shutil.which('kubectl') else 'base files only'}, "

@@ -23,6 +23,11 @@ Each pod gets what its kubelet and container runtime would give it:
   the container drops them all, the container's command, args and env exactly as rendered
   (with Kubernetes' $(VAR) expansion and the downward API), in its workingDir.
 
+Where the rendered objects hold a PodMonitor (deploy/k8s/monitoring), Debian's Prometheus
+server runs on the node with the scrape configuration the Prometheus Operator would make of
+it (the selected pods' named ports, its scheme, interval, CA and bearer token from the
+Secret), and the test finds every daemon up and the job's samples/s in it.
+
 The image is either the root file system given with --image_root (deploy/image/make_rootfs.sh
 makes the image's as one: ./tessera test-deploy), or the files given with --image_file layered
 over this machine's /usr and /etc (Debian 12, python3, and the CUDA libraries the binaries
@@ -50,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import xml.etree.ElementTree as ET
 
 import yaml
@@ -105,6 +111,14 @@ class Network:
         run(["ip", "-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", "eth0"])
         run(["ip", "-n", ns, "link", "set", "eth0", "up"])
         return ns
+
+    def http_get(self, url):
+        """The body of a GET from the node, or None when it is not answered with 200."""
+        get = ("import sys,urllib.request; "
+               "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
+        result = subprocess.run(["ip", "netns", "exec", self.hub, sys.executable, "-c", get, url],
+                                capture_output=True, text=True)
+        return result.stdout if result.returncode == 0 else None
 
     def set_link(self, ns, state):
         """Cuts a host off the network ("down") or joins it again ("up")."""
@@ -494,6 +508,7 @@ class Cluster:
             self.usr_layers = f"{layer}/usr:/usr"
         self.mnist_dir = mnist_dir
         self.secrets = {"tessera-cluster": self._cluster_secret(tessera)}
+        self.prometheus = None
 
     def _cluster_secret(self, tessera):
         """The tessera-cluster Secret as README's Kubernetes section makes it: one
@@ -552,9 +567,138 @@ class Cluster:
         return ",".join(map(str, sorted(set(cpus))))
 
     def close(self):
+        if self.prometheus:
+            self.prometheus.close()
         for pod in self.pods.values():
             pod.kill()
         self.network.close()
+
+
+def selects(selector, labels):
+    """Whether a label selector (matchLabels, matchExpressions) selects `labels`."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        key, values = e["key"], e.get("values", [])
+        if not {"In": lambda: labels.get(key) in values,
+                "NotIn": lambda: labels.get(key) not in values,
+                "Exists": lambda: key in labels,
+                "DoesNotExist": lambda: key not in labels}[e["operator"]]():
+            return False
+    return True
+
+
+class Prometheus:
+    """Debian's Prometheus server on the node (the hub namespace, as the probes), scraping
+    what the rendered PodMonitors select, configured as the Prometheus Operator would."""
+
+    PORT = 9090
+
+    def __init__(self, cluster, daemons):
+        self.dir = cluster.work / "prometheus"
+        self.dir.mkdir()
+        jobs = []
+        for monitor in (d for d in cluster.docs if d["kind"] == "PodMonitor"):
+            spec = monitor["spec"]
+            pods = [p for p in daemons if selects(spec.get("selector", {}), p.labels)]
+            for i, endpoint in enumerate(spec["podMetricsEndpoints"]):
+                job = {"job_name": f"podMonitor/{NAMESPACE}/{monitor['metadata']['name']}/{i}",
+                       "scrape_interval": endpoint.get("interval", "30s"),
+                       "metrics_path": endpoint.get("path", "/metrics"),
+                       "scheme": endpoint.get("scheme", "http"),
+                       "static_configs": [
+                           {"targets": [f"{pod.address}:{port['containerPort']}"],
+                            "labels": {"pod": pod.name}}
+                           for pod in pods for c in pod.spec["containers"]
+                           for port in c.get("ports", []) if port.get("name") == endpoint["port"]]}
+                if not job["static_configs"]:
+                    raise Failure(f"PodMonitor {monitor['metadata']['name']}: no pod has a "
+                                  f"port named {endpoint['port']}")
+                if "tlsConfig" in endpoint:
+                    tls = endpoint["tlsConfig"]
+                    job["tls_config"] = {"ca_file": self._secret_file(cluster, tls["ca"]["secret"]),
+                                         "server_name": tls.get("serverName", "")}
+                if "authorization" in endpoint:
+                    auth = endpoint["authorization"]
+                    job["authorization"] = {
+                        "type": auth.get("type", "Bearer"),
+                        "credentials_file": self._secret_file(cluster, auth["credentials"])}
+                jobs.append(job)
+        (self.dir / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": jobs}))
+        self.network = cluster.network
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise Failure("no prometheus server (Debian's prometheus; ./tessera installs it)")
+        self.log = self.dir / "prometheus.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                ["ip", "netns", "exec", cluster.network.hub, binary,
+                 f"--config.file={self.dir / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={self.dir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.PORT}"],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: self._get("/-/ready") is not None, 60, "Prometheus ready")
+
+    def _secret_file(self, cluster, selector):
+        path = self.dir / f"{selector['name']}-{selector['key']}"
+        path.write_bytes(cluster.secret(selector["name"])[selector["key"]])
+        path.chmod(0o600)
+        return str(path)
+
+    def _get(self, path):
+        if self.process.poll() is not None:
+            raise Failure(f"prometheus exited {self.process.returncode}: "
+                          f"{self.log.read_text()[-2000:]}")
+        return self.network.http_get(f"http://127.0.0.1:{self.PORT}{path}")
+
+    def _api(self, path):
+        body = self._get(path)
+        if body is None:
+            raise Failure(f"Prometheus did not answer {path}")
+        return json.loads(body)["data"]
+
+    def query(self, promql):
+        """{pod: value} of an instant query."""
+        result = self._api("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        return {x["metric"].get("pod", ""): float(x["value"][1]) for x in result["result"]}
+
+    def targets_down(self):
+        return [f"{t['labels'].get('pod')}: {t.get('lastError') or t['health']}"
+                for t in self._api("/api/v1/targets")["activeTargets"] if t["health"] != "up"]
+
+    def close(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def check_scrapes(prometheus, daemons):
+    """Every daemon's metrics reached Prometheus, the job's samples/s among them; a summary."""
+    workers = [p.name for p in daemons
+               if p.labels.get("app.kubernetes.io/name") == "tessera-worker"]
+    seen = {}
+    def scraped_the_job():
+        # The last scrapes after the run: the counters' final values.
+        seen["down"] = prometheus.targets_down()
+        seen["up"] = prometheus.query("up == 1")
+        seen["rate"] = prometheus.query("max_over_time(tessera_worker_samples_per_second[1h])")
+        seen["rounds"] = prometheus.query("tessera_ps_rounds_total")
+        seen["samples"] = prometheus.query("tessera_worker_samples_total")
+        return (not seen["down"] and len(seen["up"]) == len(daemons) and
+                all(seen["rate"].get(w, 0) > 0 for w in workers) and
+                any(v > 0 for v in seen["rounds"].values()))
+    try:
+        wait_for(scraped_the_job, 30, "every daemon scraped, with the job's samples/s")
+    except Failure as e:
+        raise Failure(f"{e}: targets down {seen.get('down')}, up {sorted(seen.get('up', {}))}, "
+                      f"samples/s {seen.get('rate')}, rounds {seen.get('rounds')}"
+                      f"\n--- prometheus ---\n{prometheus.log.read_text()[-2000:]}")
+    rates = ", ".join(f"{w} {seen['rate'][w]:.0f}" for w in sorted(seen["rate"]))
+    return (f"{len(seen['up'])} daemons up over TLS with the token; peak samples/s {rates}; "
+            f"samples {sum(seen['samples'].values()):.0f}, "
+            f"dist_sync rounds {sum(seen['rounds'].values()):.0f}")
 
 
 class Report:
@@ -587,7 +731,9 @@ def checks(cluster):
         for how in ("Killed", "CutOff"):
             lost += [f"{how}WorkerFailsTheRunInTime", f"OthersKeepServingWhenAWorkerIs{how}",
                      f"RunSucceedsWhenTheWorkerIsBackAfterBeing{how}"]
-    return (["DaemonsBecomeReady", "SubmitterTrainsTheJob"] + lost +
+    scraped = (["PrometheusScrapesTheJobsMetrics"]
+               if any(d["kind"] == "PodMonitor" for d in cluster.docs) else [])
+    return (["DaemonsBecomeReady", "SubmitterTrainsTheJob"] + scraped + lost +
             ["DaemonsStopWithinTheirGracePeriod"])
 
 
@@ -640,6 +786,8 @@ def simulate(cluster, report):
     except Failure as e:
         raise Failure(f"{e}{''.join(tail(p) for p in daemons)}")
     report.case("DaemonsBecomeReady", "passed")
+    if "PrometheusScrapesTheJobsMetrics" in checks(cluster):
+        cluster.prometheus = Prometheus(cluster, daemons)
 
     first = submit(cluster, 1)
     try:
@@ -657,6 +805,9 @@ def simulate(cluster, report):
                       f"{tail(first)}{''.join(tail(p) for p in daemons)}")
     report.case("SubmitterTrainsTheJob", "passed",
                 f"test accuracy {accuracy[-1]}, results volume {made}")
+    if cluster.prometheus:
+        report.case("PrometheusScrapesTheJobsMetrics", "passed",
+                    check_scrapes(cluster.prometheus, daemons))
     if "KilledWorkerFailsTheRunInTime" in checks(cluster):
         lose_a_worker_mid_run(cluster, daemons, report)
     # Pods end as Kubernetes ends them (scaled down, or their JobSet done): SIGTERM, then
