@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The container image's runtime stage as a root file system, from Debian's archive: Debian 12
 # (debootstrap, minbase), install_runtime.sh run inside it as the Dockerfile runs it, then
-# FILES (./tessera image-files) copied over it. Made once; later calls only copy FILES again.
+# FILES (./tessera image-files) copied over it. Made once; later calls run install_runtime.sh
+# again only when it or its package lists changed, and copy FILES again.
 # usage: make_rootfs.sh ROOTFS FILES [cpu|cuda]   (as root)
 set -euo pipefail
 rootfs="$(realpath -m "$1")" files="$(realpath "$2")" variant="${3:-cpu}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { echo "make_rootfs: $*" >&2; }
 
-if [[ ! -f "$rootfs/.runtime-installed" ]]; then
+# What install_runtime.sh installs: when it changes, it runs again over the same Debian.
+recipe="$(cat "$here"/install_runtime.sh "$here"/*-packages.txt | sha256sum | cut -d' ' -f1) $variant"
+if [[ ! -f "$rootfs/.debootstrapped" ]]; then
   command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
   rm -rf "$rootfs" && mkdir -p "$rootfs"
   log "debootstrap bookworm into $rootfs"
   debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
+  touch "$rootfs/.debootstrapped"
+fi
+if [[ "$(cat "$rootfs/.runtime-installed" 2>/dev/null)" != "$recipe" ]]; then
   mkdir -p "$rootfs/tmp/image"
   cp "$here"/install_runtime.sh "$here"/*-packages.txt "$rootfs/tmp/image/"
   cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
@@ -22,7 +28,7 @@ if [[ ! -f "$rootfs/.runtime-installed" ]]; then
   unshare --mount --propagation private -- sh -c "mount -t proc proc '$rootfs/proc' &&
     chroot '$rootfs' sh /tmp/image/install_runtime.sh $variant"
   rm -rf "$rootfs/tmp/image"
-  touch "$rootfs/.runtime-installed"
+  echo "$recipe" >"$rootfs/.runtime-installed"
 fi
 cp -a "$files"/. "$rootfs"/
 log "$rootfs: $(du -sh --exclude=proc "$rootfs" | cut -f1)"

@@ -4,7 +4,9 @@ else the base files are read as they are), and what the cluster needs holds acro
 objects - the pods are locked down, the daemons have probes, resources and a grace period
 longer than their SIGTERM bound, the Secret is mounted read-only, and the cluster size agrees
 everywhere it is written (replicas, TESSERA_PS_HOSTS, TESSERA_NUM_WORKERS, the submitter's
---workers / --servers). Prints one line per failed check and exits 1 on any.
+--workers / --servers), and monitoring/'s PodMonitor scrapes the port every daemon serves
+metrics on, with the Secret's CA and token. Prints one line per failed check and exits 1 on
+any.
 
 With --binary NAME=PATH (tessera, tessera-ps, tessera-worker), every flag a container passes
 to that program and every TESSERA_* variable it sets must be one the program knows: a
