@@ -339,9 +339,10 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
       const double bytes = static_cast<double>(shape.Size()) * sizeof(float);
       auto done = std::make_shared<Completion>(
           static_cast<int>(parts.size()), [this, on_complete, start, bytes](absl::Status status) {
-            if (status.ok())
-              Record(KVStoreClientMetrics().push_bytes, KVStoreClientMetrics().push_seconds, start,
-                     bytes);
+            if (status.ok()) {
+              ClientMetrics& metrics = KVStoreClientMetrics();
+              Record(metrics.push_bytes, metrics.push_seconds, start, bytes);
+            }
             NoteFailure(status);
             on_complete(std::move(status));
           });
@@ -376,9 +377,10 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
       const double bytes = static_cast<double>(target.shape().Size()) * sizeof(float);
       auto done = std::make_shared<Completion>(
           static_cast<int>(parts.size()), [this, on_complete, start, bytes](absl::Status status) {
-            if (status.ok())
-              Record(KVStoreClientMetrics().pull_bytes, KVStoreClientMetrics().pull_seconds, start,
-                     bytes);
+            if (status.ok()) {
+              ClientMetrics& metrics = KVStoreClientMetrics();
+              Record(metrics.pull_bytes, metrics.pull_seconds, start, bytes);
+            }
             NoteFailure(status);
             on_complete(std::move(status));
           });
