@@ -9,6 +9,9 @@
 //                        images (a folder of class folders, or a .lst) into OUTPUT.rec/.idx
 //   tessera certs DIR --hosts HOST,... [--days N]
 //                        a CA and a --tls_dir folder per host (rpc/certificates.h)
+//   tessera job spec JOB.yaml --output FILE [--base_dir DIR]
+//                        the JobSpec a job file makes, checked (client/job_file.h), as binary
+//                        protobuf: the Python SDK builds its jobs with it
 #include <cstdio>
 #include <map>
 #include <string>
@@ -20,7 +23,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/graph_commands.h"
+#include "client/job_file.h"
 #include "client/train_command.h"
+#include "core/file.h"
 #include "engine/create_engine.h"
 #include "graph/symbol_json.h"
 #include "io/image_pack.h"
@@ -31,28 +36,32 @@
 namespace {
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: tessera COMMAND [ARGS...]\n\n"
-               "  ops [NAME]                 list every registered operator (or one) with its\n"
-               "                             arguments, outputs and parameters\n"
-               "  graph inspect FILE.json [--shape NAME=D1,D2,...]...\n"
-               "                             arguments, auxiliary states and outputs of a symbol\n"
-               "                             file with their shapes, and the parameter count\n"
-               "  graph run FILE.json --input NAME=FILE.npy... --output DIR\n"
-               "            [--params FILE] [--seed N] [--device cpu(0)|gpu(N)]\n"
-               "                             the forward pass on .npy inputs; each output is\n"
-               "                             written to DIR/<output>.npy\n"
-               "  data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]\n"
-               "                             pack images (a folder with a sub-folder per class,\n"
-               "                             or an im2rec .lst file) into OUTPUT.rec + OUTPUT.idx\n"
-               "  train JOB.yaml [--json]    a training job on an embedded local cluster\n"
-               "  launch -n W -s S JOB.yaml  the job on a local cluster of W workers, S servers\n"
-               "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
-               "                             the job on daemons already running\n"
-               "  status --workers H:P,...   what each worker daemon is doing\n"
-               "  certs DIR --hosts HOST,... [--days N]\n"
-               "                             a cluster CA (DIR/ca.pem) and, per host, a folder\n"
-               "                             DIR/HOST for --tls_dir (ca.pem, cert.pem, key.pem)\n");
+  std::fprintf(
+      stderr,
+      "usage: tessera COMMAND [ARGS...]\n\n"
+      "  ops [NAME]                 list every registered operator (or one) with its\n"
+      "                             arguments, outputs and parameters\n"
+      "  graph inspect FILE.json [--shape NAME=D1,D2,...]...\n"
+      "                             arguments, auxiliary states and outputs of a symbol\n"
+      "                             file with their shapes, and the parameter count\n"
+      "  graph run FILE.json --input NAME=FILE.npy... --output DIR\n"
+      "            [--params FILE] [--seed N] [--device cpu(0)|gpu(N)]\n"
+      "                             the forward pass on .npy inputs; each output is\n"
+      "                             written to DIR/<output>.npy\n"
+      "  data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]\n"
+      "                             pack images (a folder with a sub-folder per class,\n"
+      "                             or an im2rec .lst file) into OUTPUT.rec + OUTPUT.idx\n"
+      "  train JOB.yaml [--json]    a training job on an embedded local cluster\n"
+      "  launch -n W -s S JOB.yaml  the job on a local cluster of W workers, S servers\n"
+      "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
+      "                             the job on daemons already running\n"
+      "  status --workers H:P,...   what each worker daemon is doing\n"
+      "  certs DIR --hosts HOST,... [--days N]\n"
+      "                             a cluster CA (DIR/ca.pem) and, per host, a folder\n"
+      "                             DIR/HOST for --tls_dir (ca.pem, cert.pem, key.pem)\n"
+      "  job spec JOB.yaml --output FILE [--base_dir DIR]\n"
+      "                             the job file's JobSpec, checked, as binary protobuf\n"
+      "                             (relative paths from DIR, default the file's folder)\n");
   return 2;
 }
 
@@ -206,6 +215,41 @@ int RunCerts(int argc, char** argv) {
   return 0;
 }
 
+// Errors start with the status code's name ("INVALID_ARGUMENT: ..."): the Python SDK raises
+// them with that code.
+int RunJobSpec(int argc, char** argv) {
+  if (argc < 4 || std::string(argv[2]) != "spec") return Usage();
+  const std::string path = argv[3];
+  auto fail = [](const absl::Status& status) {
+    std::fprintf(stderr, "tessera job spec: %s: %s\n",
+                 absl::StatusCodeToString(status.code()).c_str(),
+                 std::string(status.message()).c_str());
+    return 1;
+  };
+  auto flags = ParseFlags(argc, argv, 4, {"output", "base_dir"});
+  if (!flags.ok()) return fail(flags.status());
+  std::string output, base_dir;
+  for (const auto& [name, value] : *flags) (name == "output" ? output : base_dir) = value;
+  if (output.empty()) return fail(absl::InvalidArgumentError("--output FILE is required"));
+  absl::StatusOr<tessera::client::JobFile> job;
+  if (base_dir.empty()) {
+    job = tessera::client::LoadJobFile(path);
+  } else {
+    absl::StatusOr<std::string> text = tessera::ReadFileToString(path);
+    if (!text.ok()) return fail(text.status());
+    job = tessera::client::ParseJobFile(*text, base_dir, path);
+  }
+  if (!job.ok()) return fail(job.status());
+  std::string bytes;
+  if (!job->spec.SerializeToString(&bytes)) {
+    return fail(absl::InternalError("the JobSpec does not serialize"));
+  }
+  if (absl::Status written = tessera::WriteStringToFile(output, bytes); !written.ok()) {
+    return fail(written);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,6 +259,7 @@ int main(int argc, char** argv) {
   if (command == "graph") return RunGraph(argc, argv);
   if (command == "data") return RunData(argc, argv);
   if (command == "certs") return RunCerts(argc, argv);
+  if (command == "job") return RunJobSpec(argc, argv);
   if (command == "train" || command == "launch" || command == "submit" || command == "status") {
     return tessera::client::TrainMain(argc, argv);
   }
