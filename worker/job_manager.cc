@@ -53,7 +53,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       sink(event);
     };
     absl::StatusOr<JobResult> result = RunJob(rt_, spec, track, cancellation.get(), environment_);
-    if (!result.ok() && !absl::IsCancelled(result.status()) && cancellation->cancelled()) {
+    if (absl::IsUnavailable(result.status()) && cancellation->cancelled()) {
       // Cancel reaches the workers of a dist_sync job at different batches: the first to
       // stop leaves the others' round unfinished and the server fails their pulls
       // (UNAVAILABLE). After a Cancel that is the cancel's doing, and the job ends CANCELLED
@@ -66,6 +66,8 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       idle_cv_.notify_all();
       status_.set_state(WorkerStatus::IDLE);
       status_.set_last_result(result.ok() ? "OK" : result.status().ToString());
+      unavailable_since_.reset();
+      if (absl::IsUnavailable(result.status())) unavailable_since_ = absl::Now();
       if (result.ok()) last_ = std::move(*result);
     }
     TrainingMetrics().JobFinished(result.status());
@@ -78,7 +80,13 @@ bool JobManager::Cancel() {
   std::thread finished_cutter;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!running_) return false;
+    if (!running_) {
+      if (unavailable_since_.has_value() && absl::Now() - *unavailable_since_ < kCancelGrace) {
+        status_.set_last_result(absl::StrCat("CANCELLED: cancelled; then ", status_.last_result()));
+      }
+      unavailable_since_.reset();
+      return false;
+    }
     if (cancellation_->cancelled()) return true;  // asked before: the cutter is on it
     cancellation_->RequestStop();
     finished_cutter = std::move(cutter_);  // a previous job's, done or about to be

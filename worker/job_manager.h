@@ -61,6 +61,10 @@ class JobManager {
   std::condition_variable idle_cv_;  // a job ended
   WorkerStatus status_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> last_ ABSL_GUARDED_BY(mu_);
+  // When the last job ended UNAVAILABLE (a peer left): a Cancel arriving within kCancelGrace
+  // after it is the cause (a peer stopped for that same Cancel first), and the job is
+  // reported CANCELLED as if the Cancel had come here first.
+  std::optional<absl::Time> unavailable_since_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::worker
