@@ -36,6 +36,7 @@ absl::StatusOr<JobOutcome> JobClient::Run(
     const JobSpec& spec, const std::function<void(int rank, const JobEvent&)>& on_event) {
   const int n = static_cast<int>(stubs_.size());
   std::vector<grpc::ClientContext> contexts(n);
+  cancel_requested_ = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_.clear();
@@ -85,6 +86,11 @@ absl::StatusOr<JobOutcome> JobClient::Run(
   }
   if (!first_error.ok()) {
     WaitUntilIdle(first_failed);
+    // After a Cancel the workers stop at different batches, and one whose round fails
+    // because another stopped first may report before that one: the run was cancelled.
+    if (cancel_requested_ && absl::IsUnavailable(first_error)) {
+      return absl::CancelledError(absl::StrCat("cancelled; then ", first_error.ToString()));
+    }
     return first_error;
   }
   grpc::ClientContext context;
@@ -116,6 +122,7 @@ void JobClient::WaitUntilIdle(int skip_rank) {
 }
 
 void JobClient::Cancel() {
+  cancel_requested_ = true;
   for (size_t rank = 0; rank < stubs_.size(); ++rank) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));

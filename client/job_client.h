@@ -11,6 +11,7 @@
 #ifndef TESSERA_CLIENT_JOB_CLIENT_H_
 #define TESSERA_CLIENT_JOB_CLIENT_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +66,7 @@ class JobClient {
   std::vector<std::unique_ptr<Worker::Stub>> stubs_;
   std::mutex mu_;
   std::vector<grpc::ClientContext*> running_;  // the streams of the current Run
+  std::atomic<bool> cancel_requested_{false};  // Cancel was called during the current Run
 };
 
 }  // namespace tessera::client

@@ -18,7 +18,12 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
     absl::Status started = jobs->Start(
         spec, [this](const JobEvent& event) { Enqueue(event); },
         [this](absl::Status status) { Done(std::move(status)); });
-    if (!started.ok()) Finish(kvstore::ToGrpcStatus(started));
+    if (!started.ok()) {
+      Finish(kvstore::ToGrpcStatus(started));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    started_ = true;
   }
 
   void OnWriteDone(bool ok) override {
@@ -32,7 +37,15 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
     }
     if (finish) Finish(*finish);
   }
-  void OnCancel() override { jobs_->Cancel(); }
+  // Only the job this call started: a call refused as a second job, or one whose job has
+  // ended, must not stop the job another client is running.
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!started_ || done_) return;
+    }
+    jobs_->Cancel();
+  }
   void OnDone() override { delete this; }
 
  private:
@@ -72,6 +85,7 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   JobManager* const jobs_;  // not owned
   std::mutex mu_;
   std::deque<JobEvent> queue_;  // front: being written
+  bool started_ = false;        // this call's job was accepted
   bool writing_ = false;
   bool done_ = false;
   bool finished_ = false;

@@ -207,6 +207,7 @@ class Run:
         self._error = None
         self._lock = threading.Lock()
         self._result = None
+        self._cancelled = False
         job_id = f"{spec.name}-{int(time.time() * 1e6)}-{os.getpid()}"
         n = len(client.workers)
         self._threads = []
@@ -257,6 +258,10 @@ class Run:
             yield event
         if self._error is not None:
             self._wait_until_idle()
+            if self._cancelled and self._error.code == "UNAVAILABLE":
+                # After a cancel the workers stop at different batches; one whose round
+                # failed because another stopped first may report first: it was cancelled.
+                raise TesseraError("CANCELLED", f"cancelled; then {self._error}")
             raise self._error
 
     def _wait_until_idle(self, seconds=10):
@@ -282,4 +287,5 @@ class Run:
     def cancel(self):
         """Asks every worker to stop the job at its next batch (the run then raises
         CANCELLED)."""
+        self._cancelled = True
         return self._client.cancel()
