@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace tessera::rpc {
 
@@ -27,6 +28,12 @@ bool IsLoopbackHost(absl::string_view host) {
   in6_addr v6;
   if (inet_pton(AF_INET6, name.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   return false;
+}
+
+std::string BoundAddress(absl::string_view host, int port) {
+  if (host.empty()) host = "0.0.0.0";
+  return host.find(':') != absl::string_view::npos ? absl::StrCat("[", host, "]:", port)
+                                                   : absl::StrCat(host, ":", port);
 }
 
 }  // namespace tessera::rpc

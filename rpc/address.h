@@ -16,6 +16,10 @@ std::string HostOf(absl::string_view address);
 // ::1. "", 0.0.0.0 and :: (every interface) are not.
 bool IsLoopbackHost(absl::string_view host);
 
+// "host:port", brackets around an IPv6 host, 0.0.0.0 for an empty one: an address as bound,
+// for logs ("0.0.0.0:7000", "[::1]:9100").
+std::string BoundAddress(absl::string_view host, int port);
+
 }  // namespace tessera::rpc
 
 #endif  // TESSERA_RPC_ADDRESS_H_

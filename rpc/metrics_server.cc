@@ -99,10 +99,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(MetricsServe
   }
   const MHD_DaemonInfo* port = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
   server->port_ = port == nullptr ? 0 : port->port;
-  const std::string host = HostOf(c.address);
-  server->listening_ = absl::StrCat(
-      host.empty() ? "0.0.0.0" : (host.find(':') != std::string::npos ? "[" + host + "]" : host),
-      ":", server->port_);
+  server->listening_ = BoundAddress(HostOf(c.address), server->port_);
   return server;
 }
 

@@ -79,13 +79,9 @@ absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat(config.name, ": cannot listen on ", config.address));
   }
-  auto with_port = [&](const std::string& h) {
-    return h.find(':') != std::string::npos ? absl::StrCat("[", h, "]:", running.port)
-                                            : absl::StrCat(h, ":", running.port);
-  };
   const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
-  running.address = with_port(wildcard ? "127.0.0.1" : host);
-  running.listening = with_port(host.empty() ? "0.0.0.0" : host);
+  running.address = BoundAddress(wildcard ? "127.0.0.1" : host, running.port);
+  running.listening = BoundAddress(host, running.port);
   return running;
 }
 
