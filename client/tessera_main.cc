@@ -1,6 +1,6 @@
 // `tessera`: the command line. A thin shell: each command is a call into a library.
 //
-//   tessera ops [NAME]   list every registered operator (or one), with its arguments,
+//   tessera ops [NAME] [--json]  list every registered operator (or one), with its arguments,
 //                        outputs, auxiliary states and parameters
 //   tessera graph inspect FILE.json [--shape NAME=D1,D2,...]...
 //   tessera graph run FILE.json [--params FILE] [--seed N] [--device D] --input NAME=FILE.npy...
@@ -12,6 +12,7 @@
 //   tessera job spec JOB.yaml --output FILE [--base_dir DIR]
 //                        the JobSpec a job file makes, checked (client/job_file.h), as binary
 //                        protobuf: the Python SDK builds its jobs with it
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -22,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/cluster_command.h"
 #include "client/graph_commands.h"
 #include "client/job_file.h"
 #include "client/train_command.h"
@@ -31,6 +33,7 @@
 #include "io/image_pack.h"
 #include "ndarray/runtime.h"
 #include "ops/registry.h"
+#include "ops/registry_json.h"
 #include "rpc/certificates.h"
 
 namespace {
@@ -39,7 +42,7 @@ int Usage() {
   std::fprintf(
       stderr,
       "usage: tessera COMMAND [ARGS...]\n\n"
-      "  ops [NAME]                 list every registered operator (or one) with its\n"
+      "  ops [NAME] [--json]        list every registered operator (or one) with its\n"
       "                             arguments, outputs and parameters\n"
       "  graph inspect FILE.json [--shape NAME=D1,D2,...]...\n"
       "                             arguments, auxiliary states and outputs of a symbol\n"
@@ -53,6 +56,9 @@ int Usage() {
       "                             or an im2rec .lst file) into OUTPUT.rec + OUTPUT.idx\n"
       "  train JOB.yaml [--json]    a training job on an embedded local cluster\n"
       "  launch -n W -s S JOB.yaml  the job on a local cluster of W workers, S servers\n"
+      "  cluster [-n W] [-s S] [--run_dir DIR]\n"
+      "                             a local cluster held up until stdin ends; its\n"
+      "                             addresses as one JSON line (the Python SDK's)\n"
       "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
       "                             the job on daemons already running\n"
       "  status --workers H:P,...   what each worker daemon is doing\n"
@@ -71,8 +77,14 @@ int Fail(const std::string& command, const absl::Status& status) {
 }
 
 int RunOps(int argc, char** argv) {
-  if (argc > 3) return Usage();
-  absl::StatusOr<std::string> text = tessera::ops::DescribeOperators(argc == 3 ? argv[2] : "");
+  std::vector<std::string> args(argv + 2, argv + argc);
+  const auto json = std::find(args.begin(), args.end(), "--json");
+  const bool as_json = json != args.end();
+  if (as_json) args.erase(json);
+  if (args.size() > 1) return Usage();
+  const std::string only = args.empty() ? "" : args[0];
+  absl::StatusOr<std::string> text =
+      as_json ? tessera::ops::DescribeOperatorsJson(only) : tessera::ops::DescribeOperators(only);
   if (!text.ok()) return Fail("ops", text.status());
   std::fputs(text->c_str(), stdout);
   return 0;
@@ -260,6 +272,7 @@ int main(int argc, char** argv) {
   if (command == "data") return RunData(argc, argv);
   if (command == "certs") return RunCerts(argc, argv);
   if (command == "job") return RunJobSpec(argc, argv);
+  if (command == "cluster") return tessera::client::ClusterMain(argc, argv);
   if (command == "train" || command == "launch" || command == "submit" || command == "status") {
     return tessera::client::TrainMain(argc, argv);
   }

@@ -13,6 +13,7 @@ import tempfile
 import yaml
 
 from tessera.errors import TesseraError
+from tessera.symbol import Symbol
 from tessera._wire.proto import worker_pb2
 
 
@@ -27,10 +28,13 @@ def tessera_binary():
 
 class Job:
     """A checked job. Job("examples/mnist/mlp.yaml"), Job({"name": ..., ...}) or
-    Job(name=..., model="mlp", ...): a dict's or the arguments' relative paths are taken from
-    `base_dir` (default: the working directory), a file's from its folder."""
+    Job(name=..., network={"model": "mlp"}, ...): a dict's or the arguments' relative paths are
+    taken from `base_dir` (default: the working directory), a file's from its folder. A dict's
+    or the arguments' `network` may be a tessera.sym Symbol: the job then carries its
+    GraphDef."""
 
     def __init__(self, source=None, *, base_dir=None, **fields):
+        network = None
         if source is not None and fields:
             raise TypeError("Job takes a file or a dict, or keyword arguments, not both")
         with tempfile.TemporaryDirectory(prefix="tessera-job-") as tmp:
@@ -38,8 +42,14 @@ class Job:
                 path = pathlib.Path(source)
                 name = str(path)
             else:
+                fields = dict(source or fields)
+                network = fields.get("network")
+                if isinstance(network, Symbol):
+                    symbol_file = pathlib.Path(tmp) / "network-symbol.json"
+                    network.save(symbol_file)
+                    fields["network"] = {"symbol_file": str(symbol_file)}
                 path = pathlib.Path(tmp) / "job.yaml"
-                path.write_text(yaml.safe_dump(dict(source or fields)))
+                path.write_text(yaml.safe_dump(fields))
                 name = "job"
                 base_dir = base_dir or os.getcwd()
             out = pathlib.Path(tmp) / "spec.pb"
@@ -54,6 +64,8 @@ class Job:
                     code, message = "INVALID_ARGUMENT", text
                 raise TesseraError(code, message.replace(str(path), name))
             self.spec = worker_pb2.JobSpec.FromString(out.read_bytes())
+            if isinstance(network, Symbol):
+                self.spec.graph.CopyFrom(network.graphdef())
 
     @property
     def name(self):

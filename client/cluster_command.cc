@@ -1,0 +1,85 @@
+#include "client/cluster_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/local_cluster.h"
+#include "core/daemon.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::client {
+namespace {
+
+// Set once the owner wants the cluster gone; static: the threads that set it outlive main's
+// frame while the process exits.
+absl::Mutex stop_mu;
+bool stop_requested ABSL_GUARDED_BY(stop_mu) = false;
+
+void RequestStop() {
+  absl::MutexLock lock(&stop_mu);
+  stop_requested = true;
+}
+
+int Usage() {
+  std::fprintf(stderr, "usage: tessera cluster [-n WORKERS] [-s SERVERS] [--run_dir DIR]\n");
+  return 2;
+}
+
+}  // namespace
+
+int ClusterMain(int argc, char** argv) {
+  LocalClusterOptions options{.run_dir = "runs/local-cluster"};
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return Usage();
+    const char* value = argv[++i];
+    int n = 0;
+    if (arg == "-n" && absl::SimpleAtoi(value, &n) && n >= 1) {
+      options.num_workers = n;
+    } else if (arg == "-s" && absl::SimpleAtoi(value, &n) && n >= 0) {
+      options.num_servers = n;
+    } else if (arg == "--run_dir") {
+      options.run_dir = value;
+    } else {
+      return Usage();
+    }
+  }
+  // Blocked before LocalCluster starts threads, so every thread leaves the signals to us.
+  OnTerminationSignal([](int) { RequestStop(); });
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "tessera cluster: %s\n", std::string(cluster.status().message()).c_str());
+    return 1;
+  }
+  const Cluster& daemons = (*cluster)->cluster();
+  const nlohmann::json ready = {{"workers", daemons.workers},
+                                {"servers", daemons.servers},
+                                {"token_file", (*cluster)->token_file()},
+                                {"run_dir", options.run_dir},
+                                {"pids", (*cluster)->pids()}};
+  std::printf("%s\n", ready.dump().c_str());
+  std::fflush(stdout);
+  std::thread([] {
+    char buffer[256];
+    while (read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+    }
+    RequestStop();
+  }).detach();
+  absl::MutexLock lock(&stop_mu);
+  while (!stop_mu.AwaitWithTimeout(absl::Condition(&stop_requested), absl::Milliseconds(500))) {
+    if (absl::Status alive = (*cluster)->CheckAlive(); !alive.ok()) {
+      std::fprintf(stderr, "tessera cluster: %s\n", std::string(alive.message()).c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace tessera::client
