@@ -38,18 +38,20 @@ int ClusterMain(int argc, char** argv) {
   LocalClusterOptions options{.run_dir = "runs/local-cluster"};
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (i + 1 >= argc) return Usage();
-    const char* value = argv[++i];
-    int n = 0;
-    if (arg == "-n" && absl::SimpleAtoi(value, &n) && n >= 1) {
-      options.num_workers = n;
-    } else if (arg == "-s" && absl::SimpleAtoi(value, &n) && n >= 0) {
-      options.num_servers = n;
-    } else if (arg == "--run_dir") {
+    if ((arg != "-n" && arg != "-s" && arg != "--run_dir") || i + 1 >= argc) return Usage();
+    const std::string value = argv[++i];
+    if (arg == "--run_dir") {
       options.run_dir = value;
-    } else {
-      return Usage();
+      continue;
     }
+    const int least = arg == "-n" ? 1 : 0;
+    int n = 0;
+    if (!absl::SimpleAtoi(value, &n) || n < least) {
+      std::fprintf(stderr, "tessera cluster: %s: expected a number of %s >= %d, got '%s'\n",
+                   arg.c_str(), arg == "-n" ? "workers" : "servers", least, value.c_str());
+      return 2;
+    }
+    (arg == "-n" ? options.num_workers : options.num_servers) = n;
   }
   // Blocked before LocalCluster starts threads, so every thread leaves the signals to us.
   OnTerminationSignal([](int) { RequestStop(); });

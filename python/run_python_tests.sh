@@ -3,4 +3,5 @@
 set -euo pipefail
 export TESSERA_BIN="$PWD/client/tessera" TESSERA_PS_BIN="$PWD/server/tessera-ps"
 export TESSERA_WORKER_BIN="$PWD/worker/tessera-worker"
+export TESSERA_LIBRARY="$PWD/capi/libtessera_c.so"
 exec /usr/bin/python3 -W ignore python/tests/run_tests.py proto

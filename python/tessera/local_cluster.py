@@ -38,7 +38,8 @@ class LocalCluster:
             process.wait()
             message = process.stderr.read().strip().removeprefix("tessera cluster: ")
             self._stop()
-            raise TesseraError("UNAVAILABLE", message or f"tessera cluster exited "
+            code = "INVALID_ARGUMENT" if process.returncode == 2 else "UNAVAILABLE"
+            raise TesseraError(code, message or f"tessera cluster exited "
                                f"({process.returncode}) before its daemons were up")
         ready = json.loads(line)
         self._process = process

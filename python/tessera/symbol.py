@@ -209,7 +209,8 @@ def _attr_json(attr):
 
 def _create(op, inputs, params, names=None, name=None, attr=None):
     handles = (SymbolHandle * len(inputs))(*[s._handle for s in inputs])
-    input_names = (ctypes.c_char_p * len(inputs))(*[encode(n) for n in (names or [None] * len(inputs))])
+    input_names = (ctypes.c_char_p * len(inputs))(
+        *[encode(n) for n in (names or [None] * len(inputs))])
     text = encode(json.dumps({k: _param_text(v) for k, v in params.items()}))
     return _new("TesseraSymbolCreate", encode(op), text, len(inputs), input_names, handles,
                 encode(name), _attr_json(attr))
