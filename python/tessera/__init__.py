@@ -13,9 +13,10 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 from tessera.client import Batch, Client, Epoch, Finished, Result, Run, Started  # noqa: E402
 from tessera.errors import TesseraError  # noqa: E402
 from tessera.job import Job  # noqa: E402
+from tessera import kv  # noqa: E402
 from tessera.local_cluster import LocalCluster  # noqa: E402
 from tessera import symbol  # noqa: E402
 from tessera import symbol as sym  # noqa: E402
 
 __all__ = ["Batch", "Client", "Epoch", "Finished", "Job", "LocalCluster", "Result", "Run",
-           "Started", "TesseraError", "sym", "symbol"]
+           "Started", "TesseraError", "kv", "sym", "symbol"]

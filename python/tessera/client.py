@@ -15,7 +15,6 @@ loopback addresses unless `insecure`.
 """
 import dataclasses
 import os
-import pathlib
 import queue
 import threading
 import time
@@ -23,11 +22,11 @@ import time
 import grpc
 import numpy as np
 
+from tessera._channel import load_token, new_channel
 from tessera.errors import TesseraError, from_rpc_error
 from tessera._wire.proto import tensor_pb2, worker_pb2, worker_pb2_grpc
 
 _MAX_MESSAGE = 1 << 30  # parameters of large networks come in one GetParams reply
-_KEEPALIVE_MS = 5000
 
 _DTYPES = {
     tensor_pb2.DT_FLOAT32: np.float32, tensor_pb2.DT_FLOAT64: np.float64,
@@ -100,37 +99,6 @@ def to_numpy(tensor, name):
     return array.reshape(tuple(tensor.shape)).copy()
 
 
-def _is_loopback(target):
-    host = target.rsplit(":", 1)[0].strip("[]")
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def _channel(target, tls_dir, token, insecure):
-    options = [("grpc.max_receive_message_length", _MAX_MESSAGE),
-               ("grpc.max_send_message_length", _MAX_MESSAGE),
-               ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
-               ("grpc.keepalive_permit_without_calls", 1)]
-    if tls_dir:
-        folder = pathlib.Path(tls_dir)
-        read = lambda name: (folder / name).read_bytes() if (folder / name).exists() else None
-        if read("ca.pem") is None:
-            raise TesseraError("INVALID_ARGUMENT", f"tls_dir {folder}: no ca.pem")
-        credentials = grpc.ssl_channel_credentials(read("ca.pem"), read("key.pem"),
-                                                   read("cert.pem"))
-    elif _is_loopback(target):
-        credentials = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
-    elif insecure:
-        return grpc.insecure_channel(target, options)  # the token stays home: no call carries it
-    else:
-        raise TesseraError("PERMISSION_DENIED",
-                           f"will not dial {target} in plaintext: it is beyond this machine; "
-                           "give tls_dir (a folder from `tessera certs`) and token, or insecure")
-    if token:
-        credentials = grpc.composite_channel_credentials(
-            credentials, grpc.access_token_call_credentials(token))
-    return grpc.secure_channel(target, credentials, options)
-
-
 class Client:
     """Worker daemons (host:port, rank order) and the parameter servers their dist jobs use.
     `token` is the cluster token (or `token_file`); `tls_dir` a folder from `tessera certs`."""
@@ -139,10 +107,10 @@ class Client:
                  insecure=False):
         if not workers:
             raise TesseraError("INVALID_ARGUMENT", "workers: at least one host:port")
-        if token_file:
-            token = pathlib.Path(token_file).read_text().strip()
+        token = load_token(token, token_file)
         self.workers, self.servers = list(workers), list(servers)
-        self._channels = [_channel(w, tls_dir, token, insecure) for w in self.workers]
+        self._channels = [new_channel(w, tls_dir, token, insecure, _MAX_MESSAGE)
+                          for w in self.workers]
         self._stubs = [worker_pb2_grpc.WorkerStub(c) for c in self._channels]
 
     def name(self, rank):

@@ -4,29 +4,13 @@ the command line Job calls), with a cluster token, training on MNIST (TESSERA_MN
 skipped without it)."""
 import os
 import pathlib
-import subprocess
 import tempfile
-import time
 import unittest
 
 import tessera
+from daemons import start_daemon
 
 MNIST = os.environ.get("TESSERA_MNIST_DIR")
-
-
-def start_daemon(argv, folder, name, token_file):
-    port_file = folder / f"{name}.port"
-    with (folder / f"{name}.log").open("w") as log:
-        process = subprocess.Popen(
-            argv + ["--address=127.0.0.1:0", f"--port_file={port_file}",
-                    f"--token_file={token_file}"],
-            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    deadline = time.monotonic() + 60
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{name} did not start: {(folder / f'{name}.log').read_text()}")
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{port_file.read_text().strip()}"
 
 
 def mlp_job(**overrides):

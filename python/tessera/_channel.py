@@ -1,0 +1,58 @@
+"""The one place the SDK builds a gRPC channel, as rpc/channel.h does for the C++ side: TLS with
+a tls_dir folder (ca.pem, and cert.pem / key.pem for mutual TLS), local credentials to a
+loopback target, plaintext elsewhere only with `insecure`; the cluster token on every call
+("authorization: Bearer ..."); keepalive; the service's message limit."""
+import pathlib
+
+import grpc
+
+from tessera.errors import TesseraError
+
+# rpc/server.h's kKeepaliveTimeMs and kKeepaliveTimeoutMs: the daemons permit pings this often.
+_KEEPALIVE_MS = 5000
+_KEEPALIVE_TIMEOUT_MS = 10000
+
+
+def load_token(token, token_file):
+    """The cluster token: `token`, or the contents of `token_file` without surrounding
+    whitespace (a Kubernetes Secret mounts as a file)."""
+    return pathlib.Path(token_file).read_text().strip() if token_file else token
+
+
+def _is_loopback(target):
+    host = target.rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def new_channel(target, tls_dir, token, insecure, max_message, own_connection=False):
+    """A channel to `target` (host:port). `max_message`: the largest message either way, in
+    bytes (rpc/message_limits.h's bound of the service). `own_connection`: a TCP connection
+    of its own even when the process already has one to `target`."""
+    options = [("grpc.max_receive_message_length", max_message),
+               ("grpc.max_send_message_length", max_message),
+               ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
+               ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
+               ("grpc.keepalive_permit_without_calls", 1),
+               # Keep pinging while a call waits long for its answer (a dist_sync round).
+               ("grpc.http2.max_pings_without_data", 0)]
+    if own_connection:
+        options.append(("grpc.use_local_subchannel_pool", 1))
+    if tls_dir:
+        folder = pathlib.Path(tls_dir)
+        read = lambda name: (folder / name).read_bytes() if (folder / name).exists() else None
+        if read("ca.pem") is None:
+            raise TesseraError("INVALID_ARGUMENT", f"tls_dir {folder}: no ca.pem")
+        credentials = grpc.ssl_channel_credentials(read("ca.pem"), read("key.pem"),
+                                                   read("cert.pem"))
+    elif _is_loopback(target):
+        credentials = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    elif insecure:
+        return grpc.insecure_channel(target, options)  # the token stays home: no call carries it
+    else:
+        raise TesseraError("PERMISSION_DENIED",
+                           f"will not dial {target} in plaintext: it is beyond this machine; "
+                           "give tls_dir (a folder from `tessera certs`) and token, or insecure")
+    if token:
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return grpc.secure_channel(target, credentials, options)
