@@ -15,8 +15,9 @@ from tessera.errors import TesseraError  # noqa: E402
 from tessera.job import Job  # noqa: E402
 from tessera import kv  # noqa: E402
 from tessera.local_cluster import LocalCluster  # noqa: E402
+from tessera import progress  # noqa: E402
 from tessera import symbol  # noqa: E402
 from tessera import symbol as sym  # noqa: E402
 
 __all__ = ["Batch", "Client", "Epoch", "Finished", "Job", "LocalCluster", "Result", "Run",
-           "Started", "TesseraError", "kv", "sym", "symbol"]
+           "Started", "TesseraError", "kv", "progress", "sym", "symbol"]

@@ -24,6 +24,7 @@ import numpy as np
 
 from tessera._channel import load_token, new_channel
 from tessera.errors import TesseraError, from_rpc_error
+from tessera.progress import History, ProgressBar
 from tessera._wire.proto import tensor_pb2, worker_pb2, worker_pb2_grpc
 
 _MAX_MESSAGE = 1 << 30  # parameters of large networks come in one GetParams reply
@@ -117,8 +118,11 @@ class Client:
         return f"worker {rank} ({self.workers[rank]})"
 
     def submit(self, job):
-        """Starts `job` (a Job) on every worker; returns its Run at once."""
-        return Run(self, job.spec)
+        """Starts `job` (a Job) on every worker; returns its Run at once (also job.last_run,
+        which job.plot() draws)."""
+        run = Run(self, job.spec)
+        job.last_run = run
+        return run
 
     def status(self):
         """Every worker's WorkerStatus message, rank order."""
@@ -164,7 +168,9 @@ class Client:
 
 class Run:
     """One job running on a client's workers. The first worker whose stream fails cancels
-    the others, and events() / wait() raise its error, naming the worker."""
+    the others, and events() / wait() raise its error, naming the worker. `job_id` is the
+    id its workers and parameter servers know it by (a tessera.kv rank joins with it);
+    `history` holds worker 0's metrics per epoch so far, and plot() draws them."""
 
     _DONE = object()
 
@@ -176,7 +182,9 @@ class Run:
         self._lock = threading.Lock()
         self._result = None
         self._cancelled = False
-        job_id = f"{spec.name}-{int(time.time() * 1e6)}-{os.getpid()}"
+        self._spec = spec
+        self.history = History(spec.name)
+        self.job_id = job_id = f"{spec.name}-{int(time.time() * 1e6)}-{os.getpid()}"
         n = len(client.workers)
         self._threads = []
         self._streams_open = n  # streams whose end events() has not seen yet
@@ -212,18 +220,26 @@ class Run:
         finally:
             self._events.put(self._DONE)
 
-    def events(self):
+    def events(self, progress=None):
         """Started, Batch, Epoch and Finished events of every worker as they come (each
         once: a second call goes on where the first stopped); raises the run's error (a
-        TesseraError) once every stream has ended."""
-        while self._streams_open:
-            event = self._events.get()
-            if event is self._DONE:
-                self._streams_open -= 1
-                continue
-            if isinstance(event, Finished) and event.rank == 0:
-                self._result = Result(event.eval, event.seconds)
-            yield event
+        TesseraError) once every stream has ended. Worker 0's progress shows as a tqdm bar
+        when tqdm is importable, unless `progress` is False (True: tqdm is required)."""
+        bar = ProgressBar(self._spec.num_epochs, self._spec.name, progress)
+        try:
+            while self._streams_open:
+                event = self._events.get()
+                if event is self._DONE:
+                    self._streams_open -= 1
+                    continue
+                if event.rank == 0 and isinstance(event, Finished):
+                    self._result = Result(event.eval, event.seconds)
+                if event.rank == 0 and isinstance(event, Epoch):
+                    self.history.add(event)
+                bar.update(event)
+                yield event
+        finally:
+            bar.close()
         if self._error is not None:
             self._wait_until_idle()
             if self._cancelled and self._error.code == "UNAVAILABLE":
@@ -244,13 +260,18 @@ class Run:
                 return  # a worker that does not answer holds no job we could wait for
             time.sleep(0.05)
 
-    def wait(self):
-        """Blocks until the run ends; its Result, or its error raised."""
-        for _ in self.events():
+    def wait(self, progress=None):
+        """Blocks until the run ends; its Result, or its error raised. `progress` as for
+        events()."""
+        for _ in self.events(progress):
             pass
         if self._result is None:
             raise TesseraError("INTERNAL", "the run ended without worker 0's finished event")
         return self._result
+
+    def plot(self):
+        """Worker 0's metrics by epoch as a matplotlib Figure (History.plot)."""
+        return self.history.plot()
 
     def cancel(self):
         """Asks every worker to stop the job at its next batch (the run then raises

@@ -67,6 +67,14 @@ class Job:
             if isinstance(network, Symbol):
                 self.spec.graph.CopyFrom(network.graphdef())
 
+    last_run = None  # the latest Run of this job (Client.submit sets it)
+
     @property
     def name(self):
         return self.spec.name
+
+    def plot(self):
+        """The latest run's metrics by epoch as a matplotlib Figure (needs matplotlib)."""
+        if self.last_run is None:
+            raise ValueError(f"job '{self.name}' has not been submitted")
+        return self.last_run.plot()
