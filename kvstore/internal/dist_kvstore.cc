@@ -244,6 +244,11 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] < 0) {
+        // Placement takes key % servers: a negative key would name no server.
+        return absl::InvalidArgumentError(
+            absl::StrCat("Init: key ", keys[i], " is negative (the servers hold keys >= 0)"));
+      }
       if (keys_.count(keys[i]) || std::count(keys.begin(), keys.begin() + i, keys[i])) {
         return absl::InvalidArgumentError(absl::StrCat("Init: key ", keys[i], " initialized twice"));
       }
@@ -510,6 +515,7 @@ absl::Status DistKVStore::LoadOptimizerStates(const Runtime&, const std::string&
   }
   for (size_t s = 0; s < servers_.size(); ++s) {
     CommandRequest request;
+    request.set_job_id(options_.job_id);
     request.set_load_optimizer_state(states[s]);
     RETURN_IF_ERROR(servers_[s]->Command(request, absl::Seconds(60)).status());
   }

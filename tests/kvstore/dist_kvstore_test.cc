@@ -60,6 +60,7 @@ class DistKVStoreTest : public ::testing::Test {
         DistKVStoreOptions options;
         options.cluster = spec;
         options.cluster.index = w;
+        options.job_id = "dist-kvstore-test";  // commands must carry it
         options.bigarray_bound = bigarray_bound;
         options.connect_timeout = absl::Seconds(10);
         auto store = CreateDistKVStore(type, options);
@@ -192,6 +193,8 @@ TEST_F(DistKVStoreTest, BadCallsAreRefusedBeforeAnythingIsSent) {
   ASSERT_THAT(workers_[0]->Init({1}, {Arr({1, 2, 3})}), IsOk());
   EXPECT_THAT(workers_[0]->Init({1}, {Arr({1, 2, 3})}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key 1 initialized twice")));
+  EXPECT_THAT(workers_[0]->Init({-3}, {Arr({1})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key -3 is negative")));
   EXPECT_THAT(workers_[0]->Push({1}, {{Arr({1, 2})}}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("key 1"), HasSubstr("(2,)"), HasSubstr("(3,)"))));
