@@ -67,6 +67,7 @@ class History:
         (a notebook shows it; figure.savefig("run.png") writes it)."""
         try:
             from matplotlib.figure import Figure
+            from matplotlib.ticker import MaxNLocator
         except ImportError:
             raise ImportError("plotting needs matplotlib (Debian: python3-matplotlib)") from None
         metrics = sorted(set(self.train) | set(self.eval))
@@ -79,6 +80,7 @@ class History:
                 if values:
                     axes.plot(range(1, len(values) + 1), values, marker="o", label=label)
             axes.set(title=metric, xlabel="epoch")
+            axes.xaxis.set_major_locator(MaxNLocator(integer=True))
             axes.legend()
         figure.suptitle(self.name)
         return figure
