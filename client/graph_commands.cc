@@ -10,6 +10,7 @@
 #include "core/status_macros.h"
 #include "graph/executor.h"
 #include "ndarray/arithmetic.h"
+#include "ndarray/params_file.h"
 #include "ndarray/serialization.h"
 #include "train/initializer.h"
 
@@ -100,7 +101,7 @@ absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph
   std::map<std::string, NDArray> params;
   if (!options.params_path.empty()) {
     using ArrayMap = std::map<std::string, NDArray>;
-    ASSIGN_OR_RETURN(ArrayMap file, LoadArrayMap(rt, options.params_path));
+    ASSIGN_OR_RETURN(ArrayMap file, LoadParamsFile(rt, options.params_path));
     for (auto& [key, array] : file) {
       std::string name = key;
       if (absl::StartsWith(name, "arg:") || absl::StartsWith(name, "aux:")) name = name.substr(4);

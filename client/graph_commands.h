@@ -30,7 +30,7 @@ absl::StatusOr<std::string> InspectGraph(const graph::Symbol& symbol,
 
 struct RunGraphOptions {
   std::map<std::string, std::string> inputs;  // argument name -> .npy path
-  // A Tessera array-map file (ndarray/serialization.h) of parameters, keys "arg:NAME" and
+  // A parameter file, Tessera's or MXNet's (ndarray/params_file.h), keys "arg:NAME" and
   // "aux:NAME" as MXNet checkpoints name them, or plain "NAME". Empty: initialize every
   // parameter from `seed` (Xavier-uniform weights, zero biases and betas and moving
   // means, unit gammas and moving variances, as MXNet's defaults).

@@ -5,6 +5,9 @@
 //   tessera graph inspect FILE.json [--shape NAME=D1,D2,...]...
 //   tessera graph run FILE.json [--params FILE] [--seed N] [--device D] --input NAME=FILE.npy...
 //                        --output DIR
+//   tessera params convert IN OUT --format tessera|mxnet
+//                        a parameter file of either format (ndarray/params_file.h) rewritten
+//                        in the one named
 //   tessera data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]
 //                        images (a folder of class folders, or a .lst) into OUTPUT.rec/.idx
 //   tessera certs DIR --hosts HOST,... [--days N]
@@ -31,6 +34,7 @@
 #include "engine/create_engine.h"
 #include "graph/symbol_json.h"
 #include "io/image_pack.h"
+#include "ndarray/params_file.h"
 #include "ndarray/runtime.h"
 #include "ops/registry.h"
 #include "ops/registry_json.h"
@@ -51,6 +55,9 @@ int Usage() {
       "            [--params FILE] [--seed N] [--device cpu(0)|gpu(N)]\n"
       "                             the forward pass on .npy inputs; each output is\n"
       "                             written to DIR/<output>.npy\n"
+      "  params convert IN OUT --format tessera|mxnet\n"
+      "                             a parameter file of either format (Tessera's, or\n"
+      "                             MXNet's .params) written in the one named\n"
       "  data pack SOURCE OUTPUT [--resize N] [--quality Q] [--root DIR] [--skip_bad B]\n"
       "                             pack images (a folder with a sub-folder per class,\n"
       "                             or an im2rec .lst file) into OUTPUT.rec + OUTPUT.idx\n"
@@ -167,6 +174,30 @@ int RunGraph(int argc, char** argv) {
   return 0;
 }
 
+int RunParams(int argc, char** argv) {
+  if (argc < 5 || std::string(argv[2]) != "convert") return Usage();
+  const std::string command = "params convert", in = argv[3], out = argv[4];
+  auto flags = ParseFlags(argc, argv, 5, {"format"});
+  if (!flags.ok()) return Fail(command, flags.status());
+  if (flags->count("format") != 1) {
+    return Fail(command, absl::InvalidArgumentError("give --format tessera|mxnet once"));
+  }
+  const std::string format_name = flags->find("format")->second;
+  absl::StatusOr<tessera::ParamsFormat> format = tessera::ParseParamsFormat(format_name);
+  if (!format.ok()) return Fail(command, format.status());
+  auto rt = tessera::OwnedRuntime::Create(tessera::engine::EngineOptions{},
+                                          tessera::engine::StorageOptions{});
+  if (!rt.ok()) return Fail(command, rt.status());
+  auto params = tessera::LoadParamsFile((*rt)->get(), in);
+  if (!params.ok()) return Fail(command, params.status());
+  if (absl::Status saved = tessera::SaveParamsFile(out, *params, *format); !saved.ok()) {
+    return Fail(command, saved);
+  }
+  std::printf("wrote %zu arrays to %s (%s format)\n", params->size(), out.c_str(),
+              format_name.c_str());
+  return 0;
+}
+
 int RunData(int argc, char** argv) {
   if (argc < 5 || std::string(argv[2]) != "pack") return Usage();
   const std::string command = "data pack";
@@ -269,6 +300,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "ops") return RunOps(argc, argv);
   if (command == "graph") return RunGraph(argc, argv);
+  if (command == "params") return RunParams(argc, argv);
   if (command == "data") return RunData(argc, argv);
   if (command == "certs") return RunCerts(argc, argv);
   if (command == "job") return RunJobSpec(argc, argv);

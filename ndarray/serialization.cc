@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "ndarray/serialization_internal.h"
@@ -257,6 +258,10 @@ absl::StatusOr<ArrayFileContents> DecodeArrays(const Runtime& rt, const std::str
     return r.Corrupt(r.offset(), absl::StrCat(r.left(), " bytes after the last array"));
   }
   return out;
+}
+
+bool LooksLikeArrayFile(absl::string_view first_bytes) {
+  return absl::StartsWith(first_bytes, absl::string_view(kMagic, sizeof(kMagic)));
 }
 
 absl::Status SaveArrays(const std::string& path, absl::Span<const NDArray> arrays) {

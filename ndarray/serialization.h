@@ -45,6 +45,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/context.h"
 #include "ndarray/ndarray.h"
@@ -84,6 +85,8 @@ absl::StatusOr<std::string> EncodeArrays(absl::Span<const NDArray> arrays,
 absl::StatusOr<ArrayFileContents> DecodeArrays(const Runtime& rt, const std::string& bytes,
                                                const std::string& source,
                                                Context ctx = Context::CPU());
+// True when `first_bytes` (a file's first bytes) start with the magic "TSRNDARR".
+bool LooksLikeArrayFile(absl::string_view first_bytes);
 
 // ---- NumPy .npy ----
 absl::Status SaveNpy(const std::string& path, const NDArray& array);

@@ -1,5 +1,6 @@
 // `tessera graph inspect|run` as library calls: shapes and parameter counts, and the
-// forward pass from .npy inputs and a params file against the executor itself.
+// forward pass from .npy inputs and a params file (Tessera's or MXNet's) against the executor
+// itself.
 #include "client/graph_commands.h"
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "graph/executor.h"
 #include "graph/symbol_json.h"
 #include "gtest/gtest.h"
+#include "ndarray/params_file.h"
 #include "ndarray/serialization.h"
 #include "tests/gpu_test_util.h"
 #include "tests/graph/graph_test_util.h"
@@ -90,6 +92,16 @@ TEST_F(RunGraphTest, OutputsEqualTheExecutorsWithTheSameParameters) {
   auto out = LoadNpy(rt(), (*written)[0]);
   ASSERT_THAT(out.status(), IsOk());
   EXPECT_EQ(graph::testing::Values(*out), graph::testing::Values((*exec)->outputs()[0]));
+
+  // The same parameters as an MXNet .params file give the same outputs.
+  ASSERT_THAT(SaveParamsFile(dir + "/net-0000.params", params, ParamsFormat::kMxnet), IsOk());
+  options.params_path = dir + "/net-0000.params";
+  options.output_dir = dir + "/out_mxnet";
+  written = RunGraph(rt(), *mlp, options);
+  ASSERT_THAT(written.status(), IsOk());
+  auto out_mxnet = LoadNpy(rt(), (*written)[0]);
+  ASSERT_THAT(out_mxnet.status(), IsOk());
+  EXPECT_EQ(graph::testing::Values(*out_mxnet), graph::testing::Values((*exec)->outputs()[0]));
 
   // A parameter missing from the file is named; so is an input the graph lacks.
   params.erase("arg:fc2_bias");
