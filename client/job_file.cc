@@ -24,6 +24,7 @@
 #include "io/create_data_iter.h"
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
+#include "ndarray/params_file.h"
 #include "train/initializer.h"
 #include "train/metric.h"
 
@@ -253,10 +254,11 @@ class Parser {
       return absl::InvalidArgumentError(absl::StrCat(
           file_, ": empty job file (network, data, batch_size and epochs are required)"));
     }
-    ASSIGN_OR_RETURN(Entries top, Map(root, root, "",
-                                      {"name", "network", "data", "batch_size", "epochs",
-                                       "optimizer", "initializer", "eval_metric", "kvstore",
-                                       "cluster", "devices", "seed", "checkpoint", "run_dir"}));
+    ASSIGN_OR_RETURN(Entries top,
+                     Map(root, root, "",
+                         {"name", "network", "data", "batch_size", "epochs", "optimizer",
+                          "initializer", "eval_metric", "kvstore", "cluster", "devices", "seed",
+                          "checkpoint", "checkpoint_format", "run_dir"}));
     JobFile job;
     JobSpec& spec = job.spec;
     spec.set_version(1);
@@ -381,11 +383,22 @@ class Parser {
       ASSIGN_OR_RETURN(checkpoint, Bool(it->second, "checkpoint"));
     }
     if (checkpoint) spec.set_checkpoint_prefix((fs::path(job.run_dir) / name).string());
+    if (auto it = top.find("checkpoint_format"); it != top.end()) {
+      ASSIGN_OR_RETURN(std::string format, String(it->second, "checkpoint_format"));
+      if (absl::Status known = ParseParamsFormat(format).status(); !known.ok()) {
+        return Error(it->second, "checkpoint_format", known.message());
+      }
+      spec.set_checkpoint_format(format);
+      spec.set_version(2);
+    }
     return job;
   }
 
   absl::Status ParseNetwork(const Entry& e, JobSpec* spec) const {
-    ASSIGN_OR_RETURN(Entries network, Map(e.value, e.key, "network", {"model", "symbol_file"}));
+    ASSIGN_OR_RETURN(Entries network, Map(e.value, e.key, "network",
+                                          {"model", "symbol_file", "params", "allow_missing",
+                                           "allow_extra", "fixed_param_names"}));
+    RETURN_IF_ERROR(ParseFineTuning(network, spec));
     const bool model = network.contains("model"), symbol = network.contains("symbol_file");
     if (model == symbol) {
       return Error(e, "network",
@@ -416,6 +429,31 @@ class Parser {
     std::ostringstream text;
     text << in.rdbuf();
     spec->set_symbol_json(text.str());
+    return absl::OkStatus();
+  }
+
+  // network.params, allow_missing, allow_extra and fixed_param_names: what a job that
+  // starts from trained parameters (fine-tuning) adds; JobSpec version 2.
+  absl::Status ParseFineTuning(const Entries& network, JobSpec* spec) const {
+    if (auto it = network.find("params"); it != network.end()) {
+      ASSIGN_OR_RETURN(std::string path, Path(it->second, "network.params"));
+      spec->mutable_initial_params()->set_path(path);
+    }
+    for (const char* flag : {"allow_missing", "allow_extra"}) {
+      auto it = network.find(flag);
+      if (it == network.end()) continue;
+      const std::string field = absl::StrCat("network.", flag);
+      if (!spec->has_initial_params()) return Error(it->second, field, "needs network.params");
+      ASSIGN_OR_RETURN(const bool value, Bool(it->second, field));
+      InitialParams* initial = spec->mutable_initial_params();
+      std::string(flag) == "allow_missing" ? initial->set_allow_missing(value)
+                                           : initial->set_allow_extra(value);
+    }
+    if (auto it = network.find("fixed_param_names"); it != network.end()) {
+      ASSIGN_OR_RETURN(auto names, Strings(it->second, "network.fixed_param_names"));
+      for (auto& [name, node] : names) spec->add_fixed_param_names(name);
+    }
+    if (spec->has_initial_params() || spec->fixed_param_names_size() > 0) spec->set_version(2);
     return absl::OkStatus();
   }
 

@@ -16,6 +16,15 @@
 //                           #   ReLU; wants data.flat: true) | lenet (for 1x28x28 images)
 //     symbol_file: x.json   #   MXNet symbol JSON; its text goes into JobSpec.symbol_json.
 //                           #   Input "data", label "softmax_label".
+//     params: r-0010.params #   = none: start from these parameters instead of the
+//                           #   initializer (fine-tuning): MXNet's .params (a checkpoint's
+//                           #   arg:/aux: names, or Gluon's plain ones) or a Tessera array
+//                           #   file; a path the workers read, under their data root
+//     allow_missing: false  #   = false: network parameters the file lacks get the
+//                           #   initializer (else they are an error naming them)
+//     allow_extra: false    #   = false: arrays the network lacks are ignored (else an error)
+//     fixed_param_names: [conv1_weight]
+//                           #   = []: parameters not trained (MXNet Module's)
 //   data:
 //     kind: mnist           # = mnist; mnist | csv | imagerecord
 //     dir: .cache/mnist     # a folder holding the IDX files tools/fetch_mnist.py writes:
@@ -54,12 +63,16 @@
 //   seed: 0                 # = 0; initialization and shuffling
 //   checkpoint: true        # = true: NAME-NNNN.params/.states after every epoch and
 //                           #   NAME-symbol.json, as <run_dir>/<name>
+//   checkpoint_format: tessera
+//                           # = tessera; tessera | mxnet (parameter files MXNet's
+//                           #   mx.nd.load and Module.load read)
 //   run_dir: runs/lenet-mnist
 //                           # = runs/<name>: logs, metrics.csv, plot.svg, checkpoints
 //
-// Relative paths in data and network.symbol_file are relative to the job file's folder
-// (`base_dir`), so a job file works from any working directory; run_dir is relative to the
-// working directory of `tessera train` (where results are wanted), and is not created here.
+// Relative paths in data, network.symbol_file and network.params are relative to the job
+// file's folder (`base_dir`), so a job file works from any working directory; run_dir is
+// relative to the working directory of `tessera train` (where results are wanted), and is
+// not created here.
 //
 // Errors: INVALID_ARGUMENT "FILE:LINE: FIELD.PATH: what is wrong" for a bad value, an unknown
 // key (with the known ones) or a duplicate key, "FILE: FIELD: required" for a missing one,

@@ -299,7 +299,8 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
   return WriteFileAtomically(path, svg);
 }
 
-absl::Status WriteParams(const std::string& path, const GetParamsReply& params) {
+absl::Status WriteParams(const std::string& path, const GetParamsReply& params,
+                         ParamsFormat format) {
   // Arrays need a runtime; the synchronous engine is enough for a copy into a file.
   engine::EngineOptions engine;
   engine.kind = engine::EngineOptions::Kind::kNaive;
@@ -317,7 +318,7 @@ absl::Status WriteParams(const std::string& path, const GetParamsReply& params) 
       arrays.emplace(absl::StrCat(prefix, name), *std::move(array));
     }
   }
-  return SaveArrays(path, arrays);
+  return SaveParamsFile(path, arrays, format);
 }
 
 }  // namespace tessera::client

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ndarray/params_file.h"
 #include "proto/worker.pb.h"
 
 namespace tessera::client {
@@ -39,11 +40,12 @@ absl::Status WriteMetricsCsv(const std::string& path, const std::vector<EpochRow
 absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows,
                           const std::string& title);
 
-// The parameters a job ended with (worker 0's GetParams), in MXNet's .params format with
-// "arg:NAME" / "aux:NAME" keys (ndarray/serialization.h), so they land on the machine that
-// ran `tessera` whatever file systems the workers checkpoint to. Errors name the path or
-// the parameter.
-absl::Status WriteParams(const std::string& path, const GetParamsReply& params);
+// The parameters a job ended with (worker 0's GetParams), with MXNet's "arg:NAME" /
+// "aux:NAME" keys in a parameter file of `format` (ndarray/params_file.h), so they land on
+// the machine that ran `tessera` whatever file systems the workers checkpoint to. Errors
+// name the path or the parameter.
+absl::Status WriteParams(const std::string& path, const GetParamsReply& params,
+                         ParamsFormat format = ParamsFormat::kTessera);
 
 }  // namespace tessera::client
 

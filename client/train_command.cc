@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "client/run_report.h"
 #include "core/daemon.h"
 #include "core/status_macros.h"
+#include "ndarray/params_file.h"
 #include "nlohmann/json.hpp"
 #include "rpc/transport_security.h"
 
@@ -51,6 +53,14 @@ std::string SummaryJson(const TrainSummary& s, const std::string& job) {
 absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   ASSIGN_OR_RETURN(JobFile job, LoadJobFile(options.job_path, {.workers = options.num_workers,
                                                                 .servers = options.num_servers}));
+  if (options.checkpoint_format.has_value()) {
+    job.spec.set_checkpoint_format(*options.checkpoint_format);
+    job.spec.set_version(std::max<uint32_t>(job.spec.version(), 2));
+  }
+  ASSIGN_OR_RETURN(
+      const ParamsFormat params_format,
+      ParseParamsFormat(job.spec.checkpoint_format().empty() ? "tessera"
+                                                             : job.spec.checkpoint_format()));
   TrainSummary summary;
   summary.run_dir = job.run_dir;
   std::error_code ec;
@@ -125,7 +135,7 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
     return status;
   }
   summary.params = (std::filesystem::path(job.run_dir) / (spec.name() + "-final.params")).string();
-  RETURN_IF_ERROR(WriteParams(summary.params, outcome->params));
+  RETURN_IF_ERROR(WriteParams(summary.params, outcome->params, params_format));
   summary.eval = outcome->eval;
   summary.epochs = static_cast<int>(rows.size());
   summary.seconds = outcome->seconds;
@@ -144,9 +154,10 @@ absl::StatusOr<std::vector<std::string>> HostList(const std::string& flag, const
 int Usage() {
   std::fprintf(
       stderr,
-      "usage: tessera train JOB.yaml [--json]\n"
-      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json]\n"
+      "usage: tessera train JOB.yaml [--json] [--format tessera|mxnet]\n"
+      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json] [--format F]\n"
       "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
+      "              [--format F]\n"
       "       tessera status --workers H:P,...\n"
       "submit and status reach the workers with --tls_dir DIR (ca.pem; cert.pem and key.pem\n"
       "for mutual TLS), --token_file FILE, and --insecure for plaintext beyond loopback\n"
@@ -169,6 +180,8 @@ int TrainMain(int argc, char** argv) {
     int n = 0;
     if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--format" && i + 1 < argc && command != "status") {
+      options.checkpoint_format = argv[++i];
     } else if (arg == "-n" && command == "launch") {
       if (!value(n)) return Usage();
       options.num_workers = n;

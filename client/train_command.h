@@ -10,6 +10,9 @@
 // submit and status reach daemons with --tls_dir, --token_file and --insecure
 // (rpc/transport_security.h); train and launch make their cluster's own token.
 //
+// --format mxnet makes the checkpoints and the final parameters MXNet's .params files
+// (checkpoint_format in the job file).
+//
 // A run prints one summary line per epoch (worker 0's train and test metrics, time,
 // samples/s); on a terminal a progress line shows the current batch. It writes
 // RUN_DIR/metrics.csv and RUN_DIR/plot.svg, checkpoints under RUN_DIR (rank 0, every
@@ -34,6 +37,9 @@ struct TrainOptions {
   bool json = false;
   std::optional<int> num_workers, num_servers;  // override the job file's cluster
   std::optional<Cluster> cluster;               // submit: daemons already running
+  // --format tessera|mxnet: the checkpoints' and final parameters' format, overriding the
+  // job file's checkpoint_format.
+  std::optional<std::string> checkpoint_format;
   FILE* out = stdout;
   bool progress = false;  // a live progress line (on a terminal)
 };

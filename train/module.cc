@@ -1,13 +1,12 @@
 #include "train/module.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/numbers.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 #include "graph/symbol_json.h"
 #include "ndarray/arithmetic.h"
@@ -27,22 +26,6 @@ uint64_t EpochSeed(uint64_t seed, int epoch) {
 
 std::string ParamsPath(const std::string& prefix, int epoch) { return absl::StrFormat("%s-%04d.params", prefix, epoch); }
 std::string StatesPath(const std::string& prefix, int epoch) { return absl::StrFormat("%s-%04d.states", prefix, epoch); }
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -86,6 +69,13 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
   if (batch_size_ < static_cast<int64_t>(options_.contexts.size())) {
     return absl::InvalidArgumentError(absl::StrCat("Module::Bind: batch size ", batch_size_, " is smaller than the ",
                                                    options_.contexts.size(), " contexts"));
+  }
+  for (const std::string& fixed : options_.fixed_param_names) {
+    if (!Contains(param_names_, fixed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Module::Bind: fixed_param_names: the network has no parameter '", fixed,
+                       "' (parameters: ", absl::StrJoin(param_names_, ", "), ")"));
+    }
   }
   for_training_ = for_training;
   execs_.clear();
@@ -138,6 +128,53 @@ absl::Status Module::InitParams(const Initializer& init, const std::map<std::str
     for (const std::string& name : aux_names_) RETURN_IF_ERROR(CopyFromTo(aux0.at(name), aux.at(name)));
   }
   params_initialized_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Module::SetParams(const std::map<std::string, NDArray>& arg_params,
+                               const std::map<std::string, NDArray>& aux_params,
+                               const SetParamsOptions& options) {
+  if (!binded()) return absl::FailedPreconditionError("Module::SetParams: call Bind first");
+  std::vector<std::string> missing, extra;
+  for (const auto& [names, given] :
+       {std::pair{&param_names_, &arg_params}, std::pair{&aux_names_, &aux_params}}) {
+    for (const std::string& name : *names) {
+      if (!given->contains(name)) missing.push_back(name);
+    }
+    for (const auto& [name, array] : *given) {
+      if (!Contains(*names, name)) extra.push_back(name);
+    }
+  }
+  if (!missing.empty() && !options.allow_missing) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the network's ", absl::StrJoin(missing, ", "),
+                     " are not given (allow_missing initializes them)"));
+  }
+  if (!extra.empty() && !options.allow_extra) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(extra, ", "), " are not in the network (allow_extra ignores them)"));
+  }
+  const Xavier xavier;
+  return InitParams(options.initializer ? *options.initializer : xavier, arg_params, aux_params,
+                    options.seed);
+}
+
+absl::Status Module::LoadParams(const std::string& path, const SetParamsOptions& options) {
+  if (!binded()) return absl::FailedPreconditionError("Module::LoadParams: call Bind first");
+  ASSIGN_OR_RETURN(auto all, LoadParamsFile(rt_, path));
+  std::map<std::string, NDArray> args, aux;
+  for (auto& [key, array] : all) {
+    if (key.rfind("arg:", 0) == 0) {
+      args[key.substr(4)] = array;
+    } else if (key.rfind("aux:", 0) == 0) {
+      aux[key.substr(4)] = array;
+    } else {
+      (Contains(aux_names_, key) ? aux : args)[key] = array;
+    }
+  }
+  if (absl::Status status = SetParams(args, aux, options); !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -341,7 +378,10 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     if (eval != nullptr) {
       ASSIGN_OR_RETURN(eval_values, Score(eval, eval_metric.get()));
     }
-    if (!options.checkpoint_prefix.empty()) RETURN_IF_ERROR(SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true));
+    if (!options.checkpoint_prefix.empty()) {
+      RETURN_IF_ERROR(
+          SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true, options.checkpoint_format));
+    }
     if (options.epoch_end_callback) RETURN_IF_ERROR(options.epoch_end_callback(epoch, metric->Get(), eval_values));
   }
   for (auto& exec : execs_) {
@@ -417,7 +457,8 @@ absl::StatusOr<std::map<std::string, NDArray>> Module::GetAuxParams() const {
   return out;
 }
 
-absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch, bool save_optimizer_states) const {
+absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch,
+                                    bool save_optimizer_states, ParamsFormat format) const {
   RETURN_IF_ERROR(graph::SaveSymbolFile(symbol_, prefix + "-symbol.json"));
   using ArrayMap = std::map<std::string, NDArray>;
   ASSIGN_OR_RETURN(ArrayMap args, GetArgParams());
@@ -425,12 +466,12 @@ absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch, bool s
   ArrayMap all;
   for (auto& [name, a] : args) all["arg:" + name] = a;
   for (auto& [name, a] : aux) all["aux:" + name] = a;
-  RETURN_IF_ERROR(SaveArrays(ParamsPath(prefix, epoch), all));
+  RETURN_IF_ERROR(SaveParamsFile(ParamsPath(prefix, epoch), all, format));
   if (save_optimizer_states) {
     if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::SaveCheckpoint: no optimizer yet");
     ASSIGN_OR_RETURN(std::string state,
                      update_on_kvstore_ ? kvstore_->SaveOptimizerStates() : optimizer_->SaveState());
-    RETURN_IF_ERROR(WriteFile(StatesPath(prefix, epoch), state));
+    RETURN_IF_ERROR(WriteStringToFile(StatesPath(prefix, epoch), state));
   }
   return absl::OkStatus();
 }
@@ -439,7 +480,7 @@ absl::StatusOr<Checkpoint> Module::LoadCheckpoint(const Runtime& rt, const std::
   Checkpoint ckpt;
   ASSIGN_OR_RETURN(ckpt.symbol, graph::LoadSymbolFile(prefix + "-symbol.json"));
   using ArrayMap = std::map<std::string, NDArray>;
-  ASSIGN_OR_RETURN(ArrayMap all, LoadArrayMap(rt, ParamsPath(prefix, epoch)));
+  ASSIGN_OR_RETURN(ArrayMap all, LoadParamsFile(rt, ParamsPath(prefix, epoch)));
   for (auto& [key, array] : all) {
     if (key.rfind("arg:", 0) == 0) {
       ckpt.arg_params[key.substr(4)] = array;
@@ -455,7 +496,7 @@ absl::StatusOr<Checkpoint> Module::LoadCheckpoint(const Runtime& rt, const std::
 
 absl::Status Module::LoadOptimizerStates(const std::string& path) {
   if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::LoadOptimizerStates: call InitOptimizer first");
-  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
   return update_on_kvstore_ ? kvstore_->LoadOptimizerStates(rt_, bytes) : optimizer_->LoadState(rt_, bytes);
 }
 

@@ -40,6 +40,7 @@
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
+#include "ndarray/params_file.h"
 #include "ops/param.h"
 #include "train/initializer.h"
 #include "train/metric.h"
@@ -50,7 +51,8 @@ struct ModuleOptions {
   std::vector<std::string> data_names = {"data"};
   std::vector<std::string> label_names = {"softmax_label"};
   std::vector<Context> contexts = {Context::CPU()};
-  // Parameters that are not trained (no gradient, never updated).
+  // Parameters that are not trained (no gradient, never updated); Bind refuses a name the
+  // network has no parameter of.
   std::vector<std::string> fixed_param_names;
   // How each device's executor runs (e.g. cuda_graphs).
   graph::ExecutorOptions executor;
@@ -92,6 +94,16 @@ struct FitOptions {
       epoch_end_callback;
   // When set, PREFIX-symbol.json once and PREFIX-NNNN.params/.states after every epoch.
   std::string checkpoint_prefix;
+  ParamsFormat checkpoint_format = ParamsFormat::kTessera;
+};
+
+// How SetParams / LoadParams treat what the given parameters lack or add, as MXNet's
+// Module.set_params.
+struct SetParamsOptions {
+  bool allow_missing = false;  // parameters not given get `initializer` (default: Xavier)
+  bool allow_extra = false;    // arrays the network lacks are ignored
+  std::shared_ptr<const Initializer> initializer;
+  uint64_t seed = 0;
 };
 
 // The parameters of a checkpoint.
@@ -116,6 +128,17 @@ class Module {
   // shape is INVALID_ARGUMENT naming it. Fit initializes only when this was not called.
   absl::Status InitParams(const Initializer& init, const std::map<std::string, NDArray>& arg_params = {},
                           const std::map<std::string, NDArray>& aux_params = {}, uint64_t seed = 0);
+  // MXNet's Module.set_params: the parameters and auxiliary states from `arg_params` /
+  // `aux_params`. Without allow_missing, network parameters not given are INVALID_ARGUMENT
+  // naming them; without allow_extra, so are given arrays the network lacks.
+  absl::Status SetParams(const std::map<std::string, NDArray>& arg_params,
+                         const std::map<std::string, NDArray>& aux_params,
+                         const SetParamsOptions& options);
+  // SetParams from a parameter file of either format (ndarray/params_file.h), its arrays
+  // split as MXNet's Module.load_params does: "arg:NAME" and "aux:NAME" by prefix, a plain
+  // NAME (Gluon's save_parameters) as an auxiliary state when the network has one of that
+  // name, else as an argument. Errors name the file.
+  absl::Status LoadParams(const std::string& path, const SetParamsOptions& options);
   // Creates the optimizer (rescale_grad defaults to 1/batch, and 1/(batch * workers) for
   // dist_sync, as MXNet) and the KVStore. A dist store gets every parameter's initial value
   // (the first worker's wins) and the workers then pull it, so all start alike.
@@ -145,7 +168,8 @@ class Module {
 
   // PREFIX-symbol.json, PREFIX-NNNN.params (keys "arg:NAME"/"aux:NAME" as MXNet) and, with
   // `save_optimizer_states`, PREFIX-NNNN.states.
-  absl::Status SaveCheckpoint(const std::string& prefix, int epoch, bool save_optimizer_states) const;
+  absl::Status SaveCheckpoint(const std::string& prefix, int epoch, bool save_optimizer_states,
+                              ParamsFormat format = ParamsFormat::kTessera) const;
   static absl::StatusOr<Checkpoint> LoadCheckpoint(const Runtime& rt, const std::string& prefix, int epoch);
   // Loads PREFIX-NNNN.states into the optimizer (after InitOptimizer).
   absl::Status LoadOptimizerStates(const std::string& path);

@@ -18,6 +18,7 @@
 #include "io/create_data_iter.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/lr_scheduler.h"
+#include "ndarray/params_file.h"
 #include "train/initializer.h"
 #include "train/module.h"
 #include "worker/worker_metrics.h"
@@ -307,10 +308,34 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
                                         ? environment.memory_limit_bytes
                                         : AvailableMemoryBytes()));
 
-  train::Module module(rt, net, {.contexts = contexts});
+  train::Module module(
+      rt, net,
+      {.contexts = contexts,
+       .fixed_param_names = {spec.fixed_param_names().begin(), spec.fixed_param_names().end()}});
   if (absl::Status bound = module.Bind(data.train->provide_data(), data.train->provide_label(), true);
       !bound.ok()) {
     return InNetwork(bound);
+  }
+  if (spec.has_initial_params()) {
+    const InitialParams& initial = spec.initial_params();
+    std::string path = initial.path();
+    if (!environment.data_root.empty()) {
+      ASSIGN_OR_RETURN(path, ConfinePath(environment.data_root, path, PathUse::kReadFile,
+                                         "initial_params.path"));
+    }
+    if (absl::Status loaded = module.LoadParams(path, {.allow_missing = initial.allow_missing(),
+                                                       .allow_extra = initial.allow_extra(),
+                                                       .initializer = *initializer,
+                                                       .seed = spec.seed()});
+        !loaded.ok()) {
+      return FieldError(loaded.code(), "initial_params", loaded.message());
+    }
+  }
+  absl::StatusOr<ParamsFormat> checkpoint_format =
+      ParseParamsFormat(spec.checkpoint_format().empty() ? "tessera" : spec.checkpoint_format());
+  if (!checkpoint_format.ok()) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "checkpoint_format",
+                      checkpoint_format.status().message());
   }
 
   train::FitOptions fit;
@@ -333,6 +358,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   fit.initializer = *initializer;
   fit.seed = spec.seed();
   if (spec.rank() == 0) fit.checkpoint_prefix = checkpoint_prefix;
+  fit.checkpoint_format = *checkpoint_format;
   fit.should_stop = [cancellation] { return cancellation != nullptr && cancellation->cancelled(); };
   if (dist) {
     kvstore::DistKVStoreOptions options;

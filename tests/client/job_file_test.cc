@@ -110,6 +110,19 @@ TEST(JobFileTest, LeNetExampleParses) {
   EXPECT_EQ(s.data().num_parts(), 0);
 }
 
+TEST(JobFileTest, LeNetFineTuningExampleParses) {
+  absl::StatusOr<JobFile> job = LoadJobFile("examples/mnist/lenet_finetune.yaml");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.version(), 2u);
+  EXPECT_THAT(s.initial_params().path(), EndsWith("runs/lenet-mnist/lenet-mnist-0005.params"));
+  EXPECT_TRUE(fs::path(s.initial_params().path()).is_absolute());
+  EXPECT_FALSE(s.initial_params().allow_missing());
+  EXPECT_THAT(s.fixed_param_names(),
+              ElementsAre("conv1_weight", "conv1_bias", "conv2_weight", "conv2_bias"));
+  EXPECT_EQ(s.checkpoint_format(), "mxnet");
+}
+
 TEST(JobFileTest, Defaults) {
   absl::StatusOr<JobFile> job = ParseJobFile(kMinimal, "/jobs", "dir/my_job.yaml");
   ASSERT_THAT(job.status(), IsOk());
@@ -388,6 +401,35 @@ std::string Replace(const std::string& key, const std::string& line) {
   return out + line + "\n";
 }
 
+TEST(JobFileTest, FineTuningFromAnMxnetCheckpoint) {
+  absl::StatusOr<JobFile> job = Parse(Replace("network", R"(network:
+  symbol_file: /dev/null
+  params: zoo/resnet-0000.params
+  allow_missing: true
+  allow_extra: yes
+  fixed_param_names: [conv0_weight, bn0_gamma]
+checkpoint_format: mxnet)"),
+                                      "/jobs");
+  ASSERT_THAT(job.status(), IsOk());
+  const JobSpec& s = job->spec;
+  EXPECT_EQ(s.version(), 2u) << "older workers must refuse what they would ignore";
+  EXPECT_EQ(s.initial_params().path(), "/jobs/zoo/resnet-0000.params");
+  EXPECT_TRUE(s.initial_params().allow_missing());
+  EXPECT_TRUE(s.initial_params().allow_extra());
+  EXPECT_THAT(s.fixed_param_names(), ElementsAre("conv0_weight", "bn0_gamma"));
+  EXPECT_EQ(s.checkpoint_format(), "mxnet");
+
+  job = Parse(Replace("network", "network: {model: lenet, params: p.params}"));
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_FALSE(job->spec.initial_params().allow_missing());
+  EXPECT_FALSE(job->spec.initial_params().allow_extra());
+  EXPECT_EQ(job->spec.version(), 2u);
+  job = Parse(kMinimal);
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.version(), 1u) << "a job using nothing new runs on older workers";
+  EXPECT_FALSE(job->spec.has_initial_params());
+}
+
 class JobFileErrorTest : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(JobFileErrorTest, NamesTheFileAndField) {
@@ -418,6 +460,19 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"NetworkTypo", Replace("network", "network: {modle: lenet}"),
                   "network.modle: unknown key"},
         ErrorCase{"Duplicate", With("epochs: 3"), "job.yaml:5: epochs: given twice"},
+        ErrorCase{"AllowMissingWithoutParams",
+                  Replace("network", "network: {model: lenet, allow_missing: true}"),
+                  "network.allow_missing: needs network.params"},
+        ErrorCase{"AllowExtraNotABool",
+                  Replace("network", "network: {model: lenet, params: p, allow_extra: some}"),
+                  "network.allow_extra: expected true or false, got \"some\""},
+        ErrorCase{"ParamsEmpty", Replace("network", "network: {model: lenet, params: ''}"),
+                  "network.params: must not be empty"},
+        ErrorCase{"FixedParamNamesNotStrings",
+                  Replace("network", "network: {model: lenet, fixed_param_names: [{a: 1}]}"),
+                  "network.fixed_param_names[0]: expected a string"},
+        ErrorCase{"UnknownCheckpointFormat", With("checkpoint_format: onnx"),
+                  "checkpoint_format: "},
         ErrorCase{"EpochsNotANumber", Replace("epochs", "epochs: ten"),
                   "epochs: expected an integer, got \"ten\""},
         ErrorCase{"EpochsFraction", Replace("epochs", "epochs: 2.5"),

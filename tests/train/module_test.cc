@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <random>
 
+#include "core/file.h"
 #include "core/status_matchers.h"
 #include "examples/models.h"
 #include "gmock/gmock.h"
+#include "graph/symbol_json.h"
 #include "gtest/gtest.h"
 #include "io/ndarray_iter.h"
 #include "tests/ndarray/test_util.h"
@@ -166,6 +168,92 @@ TEST_F(ModuleTest, LocalKVStoreTypesOverSeveralDevicesAgreeWithOneDevice) {
       }
     }
   }
+}
+
+TEST_F(ModuleTest, FineTuningStartsFromAParameterFileOfEitherFormat) {
+  const std::string prefix = TempPrefix("finetune");
+  auto train = Data(true);
+  Module trained(rt(), Net());
+  FitOptions options = Options(2);
+  options.checkpoint_prefix = prefix;
+  options.checkpoint_format = ParamsFormat::kMxnet;
+  ASSERT_THAT(trained.Fit(train.get(), nullptr, options), IsOk());
+  const std::string file = prefix + "-0002.params";
+  auto bytes = ReadFileToString(file);
+  ASSERT_THAT(bytes.status(), IsOk());
+  ASSERT_GE(bytes->size(), 8u);
+  EXPECT_EQ(bytes->substr(0, 8), std::string("\x12\x01\0\0\0\0\0\0", 8)) << "MXNet's list magic";
+
+  auto data = Data(true);
+  Module tuned(rt(), Net());
+  ASSERT_THAT(tuned.Bind(data->provide_data(), data->provide_label()), IsOk());
+  ASSERT_THAT(tuned.LoadParams(file, {}), IsOk());
+  EXPECT_EQ(Values(tuned), Values(trained));
+
+  // Gluon's save_parameters writes plain names; a Tessera file loads the same way.
+  auto args = trained.GetArgParams();
+  ASSERT_THAT(args.status(), IsOk());
+  const std::string plain = TempPrefix("finetune-plain.params");
+  ASSERT_THAT(SaveParamsFile(plain, *args, ParamsFormat::kTessera), IsOk());
+  Module from_plain(rt(), Net());
+  ASSERT_THAT(from_plain.Bind(data->provide_data(), data->provide_label()), IsOk());
+  ASSERT_THAT(from_plain.LoadParams(plain, {}), IsOk());
+  EXPECT_EQ(Values(from_plain), Values(trained));
+
+  // What the file lacks or adds is an error naming it unless allowed, as Module.set_params.
+  std::map<std::string, NDArray> partial = *args;
+  partial.erase("fc1_bias");
+  auto extra = FromVector<float>(rt(), Shape{2}, std::vector<float>{1, 2});
+  ASSERT_THAT(extra.status(), IsOk());
+  EXPECT_THAT(tuned.SetParams(partial, {}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fc1_bias")));
+  ASSERT_THAT(tuned.SetParams(partial, {}, {.allow_missing = true}), IsOk());
+  EXPECT_EQ(Values(tuned).at("fc1_weight"), Values(trained).at("fc1_weight"));
+  EXPECT_NE(Values(tuned).at("fc1_bias"), Values(trained).at("fc1_bias")) << "initialized";
+  partial = *args;
+  partial["old_head_weight"] = *extra;
+  EXPECT_THAT(tuned.SetParams(partial, {}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("old_head_weight")));
+  EXPECT_THAT(tuned.SetParams(partial, {}, {.allow_extra = true}), IsOk());
+  EXPECT_THAT(tuned.LoadParams(TempPrefix("no-such.params"), {}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no-such.params")));
+}
+
+TEST_F(ModuleTest, FixedParametersAndAZeroLrMultAreNotTrained) {
+  auto data = Data(true);
+  Module fixed(rt(), Net(), {.fixed_param_names = {"fc1_weight"}});
+  ASSERT_THAT(fixed.Bind(data->provide_data(), data->provide_label()), IsOk());
+  ASSERT_THAT(fixed.InitParams(Xavier(), {}, {}, 11), IsOk());
+  const auto before = Values(fixed);
+  ASSERT_THAT(fixed.Fit(data.get(), nullptr, Options(2)), IsOk());
+  EXPECT_EQ(Values(fixed).at("fc1_weight"), before.at("fc1_weight"));
+  EXPECT_NE(Values(fixed).at("fc2_weight"), before.at("fc2_weight"));
+  Module typo(rt(), Net(), {.fixed_param_names = {"fc1_wieght"}});
+  EXPECT_THAT(typo.Bind(data->provide_data(), data->provide_label()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'fc1_wieght'")));
+
+  // MXNet 0.8 wrote variable attributes without underscores; both spellings reach the
+  // optimizer, as MXNet's Module passes them.
+  auto net = graph::SymbolFromJson(R"({"nodes": [
+      {"op": "null", "name": "data", "inputs": []},
+      {"op": "null", "name": "fc_weight", "attr": {"lr_mult": "0"}, "inputs": []},
+      {"op": "null", "name": "fc_bias", "attr": {"__wd_mult__": "0.5"}, "inputs": []},
+      {"op": "FullyConnected", "name": "fc", "param": {"num_hidden": "3"},
+       "inputs": [[0, 0], [1, 0], [2, 0]]},
+      {"op": "null", "name": "softmax_label", "inputs": []},
+      {"op": "SoftmaxOutput", "name": "softmax", "param": {}, "inputs": [[3, 0], [4, 0]]}],
+      "arg_nodes": [0, 1, 2, 4], "heads": [[5, 0]]})");
+  ASSERT_THAT(net.status(), IsOk());
+  Module mult(rt(), *net);
+  ASSERT_THAT(mult.Bind(data->provide_data(), data->provide_label()), IsOk());
+  ASSERT_THAT(mult.InitParams(Xavier(), {}, {}, 11), IsOk());
+  const auto start = Values(mult);
+  ASSERT_THAT(mult.Fit(data.get(), nullptr, Options(2)), IsOk());
+  EXPECT_EQ(Values(mult).at("fc_weight"), start.at("fc_weight"));
+  EXPECT_NE(Values(mult).at("fc_bias"), start.at("fc_bias"));
+  ASSERT_NE(mult.optimizer(), nullptr);
+  EXPECT_EQ(mult.optimizer()->lr_mult(), (std::map<int, double>{{0, 0.0}}));
+  EXPECT_EQ(mult.optimizer()->wd_mult(), (std::map<int, double>{{1, 0.5}}));
 }
 
 TEST_F(ModuleTest, Errors) {

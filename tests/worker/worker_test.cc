@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/file.h"
 #include "core/metrics.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -21,6 +22,7 @@
 #include "io/image_codec.h"
 #include "io/image_record.h"
 #include "io/recordio.h"
+#include "ndarray/params_file.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "server/parameter_server.h"
@@ -284,6 +286,70 @@ TEST_F(WorkerTest, BadJobsNameTheFieldNodeOrFile) {
   spec = MlpJob();
   spec.set_model("resnet");
   EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("network.model")));
+}
+
+// Fine-tuning as a job: the first run checkpoints in MXNet's format, the second starts from
+// that file with its first layer fixed, as Module.set_params / fixed_param_names do.
+TEST_F(WorkerTest, AJobStartsFromAnMxnetCheckpointWithFixedParameters) {
+  const auto run = [&](const JobSpec& spec, const JobEnvironment& environment = {}) {
+    return RunJob(
+        rt(), spec, [](const JobEvent&) {}, nullptr, environment);
+  };
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/finetune";
+  std::filesystem::create_directories(dir);
+  JobSpec first = MlpJob();
+  first.set_num_epochs(1);
+  first.set_checkpoint_prefix(dir + "/mlp");
+  first.set_checkpoint_format("mxnet");
+  auto trained = run(first);
+  ASSERT_THAT(trained, IsOk());
+  const std::string checkpoint = dir + "/mlp-0001.params";
+  auto bytes = ReadFileToString(checkpoint);
+  ASSERT_THAT(bytes, IsOk());
+  EXPECT_EQ(bytes->substr(0, 8), std::string("\x12\x01\0\0\0\0\0\0", 8)) << "MXNet's magic";
+
+  JobSpec tune = MlpJob();
+  tune.set_version(2);
+  tune.set_num_epochs(1);
+  tune.mutable_initial_params()->set_path(checkpoint);
+  tune.add_fixed_param_names("fc1_weight");
+  auto tuned = run(tune);
+  ASSERT_THAT(tuned, IsOk());
+  EXPECT_EQ(*tuned->arg_params.at("fc1_weight").AsVector<float>(),
+            *trained->arg_params.at("fc1_weight").AsVector<float>());
+  EXPECT_NE(*tuned->arg_params.at("fc2_weight").AsVector<float>(),
+            *trained->arg_params.at("fc2_weight").AsVector<float>());
+  EXPECT_GT(tuned->eval.at("accuracy"), trained->eval.at("accuracy") - 0.02);
+
+  // A file lacking a parameter: an error naming it, unless allow_missing.
+  const std::string partial = dir + "/partial.params";
+  ASSERT_THAT(SaveParamsFile(partial, {{"arg:fc1_weight", trained->arg_params.at("fc1_weight")}},
+                             ParamsFormat::kMxnet),
+              IsOk());
+  JobSpec missing = tune;
+  missing.mutable_initial_params()->set_path(partial);
+  EXPECT_THAT(run(missing), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     AllOf(HasSubstr("initial_params"), HasSubstr("fc2_weight"))));
+  missing.mutable_initial_params()->set_allow_missing(true);
+  EXPECT_THAT(run(missing), IsOk());
+
+  JobSpec bad = tune;
+  bad.set_fixed_param_names(0, "fc1_wieght");
+  EXPECT_THAT(run(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fc1_wieght")));
+  bad = tune;
+  bad.mutable_initial_params()->set_path(dir + "/none.params");
+  EXPECT_THAT(run(bad), StatusIs(absl::StatusCode::kNotFound, HasSubstr("none.params")));
+  bad = tune;
+  bad.set_checkpoint_format("onnx");
+  EXPECT_THAT(run(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint_format")));
+  // Outside the worker's data root: refused by name.
+  JobEnvironment confined;
+  confined.data_root = *dir_;
+  bad = tune;
+  bad.mutable_initial_params()->set_path("/etc/hostname");
+  EXPECT_THAT(run(bad, confined),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("initial_params.path")));
 }
 
 // A network whose arrays cannot fit is refused from its inferred shapes before Bind allocates
