@@ -23,15 +23,24 @@
 // its range or enum is INVALID_ARGUMENT naming the operator, the field and the value.
 // "None" is how MXNet writes an optional parameter left unset: such a field keeps its
 // default (a required one is then missing), unless "None" is one of its own values (an enum
-// name, or any string).
+// name, any string, or the empty std::optional).
 // Supported field types: bool, int, int64_t, float, double, std::string, Shape,
-// std::vector<int> (e.g. axes, "(0,-1)"), DType, and enums (with Enum()).
+// std::vector<int> (e.g. axes, "(0,-1)"), DType, enums (with Enum()), and std::optional of
+// the plain ones (MXNet's dmlc::optional, "None" when empty).
+//
+// MXNet compatibility: every parameter MXNet declares for an operator is a field, so any
+// symbol file MXNet writes parses. A value that would change the result and that Tessera
+// does not implement is refused by name with SupportedOnly(): "Convolution: layout 'NHWC'
+// is not supported (only 'None', 'NCHW')". Fields that only steer MXNet's backends
+// (cudnn_tune, workspace, ...) are accepted, and their descriptions say what Tessera does.
 // A schema is immutable after construction and safe to use from any thread.
 #ifndef TESSERA_OPS_PARAM_H_
 #define TESSERA_OPS_PARAM_H_
 
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -39,6 +48,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -79,8 +89,35 @@ std::string Format(const std::string& v);
 std::string Format(const Shape& v);
 std::string Format(const std::vector<int>& v);
 std::string Format(DType v);
+// MXNet's dmlc::optional: "None" is the empty value.
 template <typename T>
-const char* TypeName() {
+std::string Parse(absl::string_view text, std::optional<T>* out) {
+  if (absl::StripAsciiWhitespace(text) == "None") {
+    out->reset();
+    return "";
+  }
+  T value{};
+  std::string error = Parse(text, &value);
+  if (error.empty()) *out = std::move(value);
+  return error;
+}
+template <typename T>
+std::string Format(const std::optional<T>& v) {
+  return v.has_value() ? Format(*v) : "None";
+}
+
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {
+  using Value = T;
+};
+
+template <typename T>
+std::string TypeName() {
+  if constexpr (IsOptional<T>::value) {
+    return std::string(TypeName<typename IsOptional<T>::Value>()) + " or None";
+  }
   if constexpr (std::is_same_v<T, bool>) return "boolean";
   if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) return "int";
   if constexpr (std::is_floating_point_v<T>) return "float";
@@ -138,6 +175,13 @@ class ParamField : public param_internal::FieldBase<P> {
     enum_ = std::move(values);
     return *this;
   }
+  // The values Tessera implements, when MXNet takes more: any other value that parses is
+  // refused by name ("<op>: <field> '<value>' is not supported (only ...)"), so a model
+  // that needs it fails when it is built rather than computing something else.
+  ParamField& SupportedOnly(std::vector<T> values) {
+    supported_ = std::move(values);
+    return *this;
+  }
 
   absl::Status Set(P* p, absl::string_view value, absl::string_view op) const override {
     T parsed{};
@@ -161,6 +205,11 @@ class ParamField : public param_internal::FieldBase<P> {
       return absl::InvalidArgumentError(absl::StrCat(op, ": invalid value '", value,
                                                      "' for parameter '", this->name_, "': ", error));
     }
+    if (!supported_.empty() &&
+        std::find(supported_.begin(), supported_.end(), parsed) == supported_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": ", this->name_, " '", value, "' is not supported (only ", SupportedNames(), ")"));
+    }
     p->*member_ = std::move(parsed);
     return absl::OkStatus();
   }
@@ -168,7 +217,9 @@ class ParamField : public param_internal::FieldBase<P> {
   std::string Get(const P& p) const override { return Format(p.*member_); }
 
   bool TakesNone() const override {
-    if constexpr (std::is_same_v<T, std::string>) return true;
+    if constexpr (std::is_same_v<T, std::string> || param_internal::IsOptional<T>::value) {
+      return true;
+    }
     for (const auto& entry : enum_) {
       if (entry.first == "None") return true;
     }
@@ -185,6 +236,10 @@ class ParamField : public param_internal::FieldBase<P> {
     info.required = this->required_;
     if (!this->required_) info.default_value = Format(defaults.*member_);
     info.description = this->description_;
+    if (!supported_.empty()) {
+      absl::StrAppend(&info.description, info.description.empty() ? "" : "; ",
+                      "Tessera supports only ", SupportedNames());
+    }
     return info;
   }
 
@@ -192,6 +247,11 @@ class ParamField : public param_internal::FieldBase<P> {
   std::string EnumNames() const {
     std::vector<std::string> names;
     for (const auto& entry : enum_) names.push_back(absl::StrCat("'", entry.first, "'"));
+    return absl::StrJoin(names, ", ");
+  }
+  std::string SupportedNames() const {
+    std::vector<std::string> names;
+    for (const T& v : supported_) names.push_back(absl::StrCat("'", Format(v), "'"));
     return absl::StrJoin(names, ", ");
   }
   std::string Format(const T& v) const {
@@ -209,6 +269,8 @@ class ParamField : public param_internal::FieldBase<P> {
     bool bad = false;
     if constexpr (std::is_arithmetic_v<T>) {
       bad = out_of_range(static_cast<double>(v));
+    } else if constexpr (param_internal::IsOptional<T>::value) {
+      bad = v.has_value() && out_of_range(static_cast<double>(*v));
     } else if constexpr (std::is_same_v<T, Shape> || std::is_same_v<T, std::vector<int>>) {
       for (auto x : v) bad = bad || out_of_range(static_cast<double>(x));
     }
@@ -222,6 +284,7 @@ class ParamField : public param_internal::FieldBase<P> {
 
   T P::*member_;
   std::vector<std::pair<std::string, T>> enum_;
+  std::vector<T> supported_;  // empty: every value that parses
   bool has_range_ = false;
   double lo_ = 0, hi_ = 0;
 };

@@ -14,22 +14,39 @@ OpRegistry& OpRegistry::Global() {
   return *registry;
 }
 
+OpInfo& OpInfo::AddAlias(const std::string& alias) {
+  OpRegistry::Global().AddAlias(alias, this);
+  aliases.push_back(alias);
+  return *this;
+}
+
+namespace {
+
+[[noreturn]] void NameTakenTwice(const std::string& name) {
+  std::fprintf(stderr, "operator name '%s' registered twice\n", name.c_str());
+  std::abort();
+}
+
+}  // namespace
+
 OpInfo& OpRegistry::Register(const std::string& name,
                              std::function<std::unique_ptr<OperatorProperty>()> factory) {
   auto [it, inserted] = ops_.try_emplace(name, nullptr);
-  if (!inserted) {
-    std::fprintf(stderr, "operator '%s' registered twice\n", name.c_str());
-    std::abort();
-  }
+  if (!inserted || aliases_.contains(name)) NameTakenTwice(name);
   it->second = std::make_unique<OpInfo>();
   it->second->name = name;
   it->second->factory = std::move(factory);
   return *it->second;
 }
 
+void OpRegistry::AddAlias(const std::string& alias, const OpInfo* info) {
+  if (ops_.contains(alias) || !aliases_.try_emplace(alias, info).second) NameTakenTwice(alias);
+}
+
 const OpInfo* OpRegistry::Find(absl::string_view name) const {
-  auto it = ops_.find(name);
-  return it == ops_.end() ? nullptr : it->second.get();
+  if (auto it = ops_.find(name); it != ops_.end()) return it->second.get();
+  auto alias = aliases_.find(name);
+  return alias == aliases_.end() ? nullptr : alias->second;
 }
 
 std::vector<const OpInfo*> OpRegistry::List() const {
@@ -74,6 +91,9 @@ absl::StatusOr<std::string> DescribeOperators(absl::string_view only) {
   for (const OpInfo* info : ops) {
     absl::StrAppend(&out, info->name, "\n");
     if (!info->description.empty()) absl::StrAppend(&out, "  ", info->description, "\n");
+    if (!info->aliases.empty()) {
+      absl::StrAppend(&out, "  also named (MXNet's aliases): ", Names(info->aliases), "\n");
+    }
     // Argument lists can depend on parameters (no_bias, num_args); show those of the
     // defaults, which is what a user starts from.
     std::unique_ptr<OperatorProperty> prop = info->factory();

@@ -1,6 +1,11 @@
 // OpRegistry: every operator by name, with its description and parameter docs; how the
 // graph layer, the NDArray function interface and `tessera ops` find operators.
 //
+// An operator may also have aliases, the other names MXNet registers for it (its
+// add_alias: "_Plus" for elemwise_add, "Softmax" for SoftmaxOutput, ...), which is how
+// older symbol files name it. Find and Create take an alias; everything else - List, an
+// operator's TypeString, the symbol files written - uses the operator's own name.
+//
 // Registration happens at static-initialization time through TESSERA_REGISTER_OP_PROPERTY
 // (or TESSERA_REGISTER_SIMPLE_OP), so the libraries holding operators are linked with
 // alwayslink = True. The registry is a process-wide table of code, not of state: after
@@ -25,12 +30,16 @@ struct OpInfo {
   std::string name;
   std::string description;
   std::vector<ParamFieldInfo> params;
+  std::vector<std::string> aliases;
   std::function<std::unique_ptr<OperatorProperty>()> factory;
 
   OpInfo& Describe(std::string text) {
     description = std::move(text);
     return *this;
   }
+  // Registers `alias` as another name of this operator in the global registry; a name
+  // already taken is a programmer bug and aborts.
+  OpInfo& AddAlias(const std::string& alias);
   template <typename Param>
   OpInfo& AddParams() {
     const auto info = Param::Schema().Info();
@@ -46,8 +55,10 @@ class OpRegistry {
   // Adds an entry; a second registration of one name is a programmer bug and aborts.
   OpInfo& Register(const std::string& name,
                    std::function<std::unique_ptr<OperatorProperty>()> factory);
+  // Makes `alias` another name of the registered operator `info` (OpInfo::AddAlias).
+  void AddAlias(const std::string& alias, const OpInfo* info);
 
-  // Null when there is no such operator.
+  // By name or alias; null when there is no such operator.
   const OpInfo* Find(absl::string_view name) const;
   // Every operator, sorted by name.
   std::vector<const OpInfo*> List() const;
@@ -60,6 +71,7 @@ class OpRegistry {
  private:
   // Entries never move once registered (Register returns references that macros keep).
   absl::flat_hash_map<std::string, std::unique_ptr<OpInfo>> ops_;
+  absl::flat_hash_map<std::string, const OpInfo*> aliases_;  // entries of ops_
 };
 
 // Human-readable description of every operator (what `tessera ops` prints): name,

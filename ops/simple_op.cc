@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "ops/registry.h"
@@ -25,34 +24,21 @@ class SimpleOpProperty : public OperatorProperty {
 
   absl::Status Init(const KwArgs& kwargs) override {
     env_ = EnvArguments{};
-    bool has_scalar = false;
-    for (const auto& [key, value] : kwargs) {
-      if (entry_->enable_scalar() && key == "scalar") {
-        if (!absl::SimpleAtod(value, &env_.scalar)) {
-          return absl::InvalidArgumentError(absl::StrCat(entry_->name(), ": invalid value '",
-                                                         value, "' for parameter 'scalar': ",
-                                                         "expected a number"));
-        }
-        has_scalar = true;
-      } else if (entry_->enable_kwargs()) {
-        env_.kwargs.emplace_back(key, value);
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat(entry_->name(), ": unknown parameter '", key, "' (parameters: ",
-                         entry_->enable_scalar() ? "scalar" : "none", ")"));
-      }
-    }
-    if (entry_->enable_scalar() && !has_scalar) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(entry_->name(), ": required parameter 'scalar' is missing"));
+    if (entry_->enable_scalar()) {
+      RETURN_IF_ERROR(entry_->scalar_schema().Init(&scalar_param_, kwargs));
+      env_.scalar = scalar_param_.scalar;
+    } else if (entry_->enable_kwargs()) {
+      env_.kwargs = kwargs;
+    } else if (!kwargs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(entry_->name(), ": unknown parameter '",
+                                                     kwargs.front().first, "' (parameters: none)"));
     }
     return absl::OkStatus();
   }
 
   std::map<std::string, std::string> GetParams() const override {
-    std::map<std::string, std::string> params(env_.kwargs.begin(), env_.kwargs.end());
-    if (entry_->enable_scalar()) params["scalar"] = absl::StrCat(env_.scalar);
-    return params;
+    if (entry_->enable_scalar()) return entry_->scalar_schema().Get(scalar_param_);
+    return std::map<std::string, std::string>(env_.kwargs.begin(), env_.kwargs.end());
   }
 
   std::vector<std::string> ListArguments() const override {
@@ -160,6 +146,7 @@ class SimpleOpProperty : public OperatorProperty {
 
  private:
   const SimpleOpRegEntry* entry_;  // not owned; registry entries live forever
+  ScalarParam scalar_param_;       // with enable_scalar
   EnvArguments env_;
 };
 
@@ -324,8 +311,12 @@ SimpleOpRegEntry& SimpleOpRegEntry::set_gradient(DeviceType dev, BinaryGradFunct
 SimpleOpRegEntry& SimpleOpRegEntry::set_enable_scalar(bool enable) {
   if (enable && enable_kwargs_) RegistrationBug(name_, "enables both scalar and kwargs");
   if (enable && !enable_scalar_) {
-    op_info_->params.push_back(ParamFieldInfo{.name = "scalar", .type = "float", .required = true,
-                                              .description = "the scalar operand"});
+    scalar_schema_ = std::make_unique<ParamSchema<ScalarParam>>(name_);
+    scalar_schema_->Field("scalar", &ScalarParam::scalar).Required().Describe("the scalar operand");
+    scalar_schema_->Field("is_int", &ScalarParam::is_int)
+        .Describe("MXNet's output type for integer data; ignored (floating types only)");
+    const std::vector<ParamFieldInfo> info = scalar_schema_->Info();
+    op_info_->params.insert(op_info_->params.end(), info.begin(), info.end());
   }
   enable_scalar_ = enable;
   return *this;
@@ -350,6 +341,11 @@ SimpleOpRegEntry& SimpleOpRegEntry::set_resource_request(std::vector<ResourceReq
 
 SimpleOpRegEntry& SimpleOpRegEntry::describe(std::string description) {
   op_info_->Describe(std::move(description));
+  return *this;
+}
+
+SimpleOpRegEntry& SimpleOpRegEntry::add_alias(const std::string& alias) {
+  op_info_->AddAlias(alias);
   return *this;
 }
 

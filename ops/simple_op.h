@@ -36,6 +36,17 @@
 
 namespace tessera::ops {
 
+// The parameters of a SimpleOp with set_enable_scalar: MXNet 1.9's NumpyBinaryScalarParam
+// (src/operator/tensor/elemwise_binary_scalar_op.h), both fields, for every scalar operator
+// (_plus_scalar ... _rpower_scalar, smooth_l1). `scalar` is required here: MXNet 1.9
+// defaults it to 1, but every MXNet writes it and those before 1.7 require it. `is_int`
+// only picks MXNet's output type for integer data, which these kernels do not take
+// (floating types only): accepted and ignored.
+struct ScalarParam {
+  double scalar = 0;
+  bool is_int = true;
+};
+
 // What a SimpleOp function gets besides its operands.
 struct EnvArguments {
   double scalar = 0;           // when set_enable_scalar(true)
@@ -130,6 +141,8 @@ class SimpleOpRegEntry {
   SimpleOpRegEntry& set_resource_request(ResourceRequest request);
   SimpleOpRegEntry& set_resource_request(std::vector<ResourceRequest> requests);
   SimpleOpRegEntry& describe(std::string description);
+  // Another name of the operator (see OpInfo::AddAlias).
+  SimpleOpRegEntry& add_alias(const std::string& alias);
 
   const std::string& name() const { return name_; }
   // 0 until a function or shape function says: 1 for unary, 2 for binary.
@@ -142,6 +155,8 @@ class SimpleOpRegEntry {
   SimpleOpInplaceOption backward_inplace() const { return backward_inplace_; }
   UnaryShapeFunction unary_shape() const { return unary_shape_; }
   BinaryShapeFunction binary_shape() const { return binary_shape_; }
+  // The schema of ScalarParam, naming this operator in its errors; only with enable_scalar.
+  const ParamSchema<ScalarParam>& scalar_schema() const { return *scalar_schema_; }
 
   // The functions of device `dev` (null when not registered for it).
   struct DeviceFunctions {
@@ -175,6 +190,7 @@ class SimpleOpRegEntry {
   BinaryShapeFunction binary_shape_ = nullptr;
   std::vector<ResourceRequest> resources_;
   std::array<DeviceFunctions, 2> by_device_;  // [0] CPU (and pinned), [1] GPU
+  std::unique_ptr<ParamSchema<ScalarParam>> scalar_schema_;  // set with enable_scalar
 };
 
 // Returns the entry named `name`, creating it (and registering its OperatorProperty in the

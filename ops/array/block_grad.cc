@@ -1,5 +1,6 @@
 // BlockGrad: the identity going forward and a wall going backward (its input's gradient is
 // zero), to keep a branch of the graph out of training, as MXNet's BlockGrad. Every dtype.
+// No parameters, as in MXNet 1.9 (src/operator/tensor/elemwise_unary_op_basic.cc).
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,7 @@ class BlockGradProp : public PropertyWithParam<BlockGradProp, NoParam> {
 }  // namespace
 
 TESSERA_REGISTER_OP_PROPERTY(BlockGrad, BlockGradProp)
-    .Describe("Identity forward; stops the gradient (zero gradient for its input).");
+    .Describe("Identity forward; stops the gradient (zero gradient for its input).")
+    .AddAlias("stop_gradient");
 
 }  // namespace tessera::ops

@@ -20,6 +20,7 @@
 namespace tessera::ops {
 namespace {
 
+// MXNet 1.9's ConcatParam (src/operator/nn/concat-inl.h), both fields: num_args, dim.
 struct ConcatParam {
   int num_args = 0;
   int dim = 1;
@@ -202,6 +203,7 @@ class ConcatProp : public PropertyWithParam<ConcatProp, ConcatParam> {
 
 TESSERA_REGISTER_OP_PROPERTY(Concat, ConcatProp)
     .Describe("Joins num_args arrays (arg0, arg1, ...) along axis `dim`.")
-    .AddParams<ConcatParam>();
+    .AddParams<ConcatParam>()
+    .AddAlias("concat");
 
 }  // namespace tessera::ops

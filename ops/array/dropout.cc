@@ -30,6 +30,8 @@ using array_internal::MapWithReq;
 
 enum class DropoutMode { kTraining, kAlways };
 
+// MXNet 1.9's DropoutParam (src/operator/nn/dropout-inl.h), all 4 fields: p, mode, axes,
+// cudnn_off. Implemented; cudnn_off (an optional bool in MXNet) is ignored.
 struct DropoutParam {
   double p = 0.5;  // double so float64 runs scale by exactly 1 / (1 - p)
   DropoutMode mode = DropoutMode::kTraining;

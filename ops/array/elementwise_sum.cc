@@ -17,6 +17,8 @@
 namespace tessera::ops {
 namespace {
 
+// MXNet 1.9's ElementWiseSumParam (src/operator/tensor/elemwise_sum.cc, add_n and its
+// alias ElementWiseSum), its one field: num_args.
 struct ElementWiseSumParam {
   int num_args = 0;
 

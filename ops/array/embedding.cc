@@ -29,6 +29,11 @@
 namespace tessera::ops {
 namespace {
 
+// MXNet 1.9's EmbeddingParam (src/operator/tensor/indexing_op.h), all 4 fields: input_dim,
+// output_dim, dtype, sparse_grad. dtype takes MXNet's names but only the floating types are
+// implemented (integer weights are refused); MXNet's default is float32, ours None (the
+// arrays' type), the same for float32 data. sparse_grad asks for a row-sparse gradient
+// holding the same values: accepted, the gradient is stored dense.
 struct EmbeddingParam {
   int64_t input_dim = 0;
   int64_t output_dim = 0;
@@ -51,7 +56,12 @@ struct EmbeddingParam {
                  {"float16", "float16"},
                  {"bfloat16", "bfloat16"},
                  {"float32", "float32"},
-                 {"float64", "float64"}})
+                 {"float64", "float64"},
+                 {"uint8", "uint8"},
+                 {"int8", "int8"},
+                 {"int32", "int32"},
+                 {"int64", "int64"}})
+          .SupportedOnly({"None", "float16", "bfloat16", "float32", "float64"})
           .Describe("type of the weight and the output; 'None': that of the arrays");
       s->Field("sparse_grad", &EmbeddingParam::sparse_grad)
           .Describe("accepted for MXNet compatibility; the weight gradient is stored dense");

@@ -3,7 +3,8 @@
 //   leaky  y = x > 0 ? x : slope * x
 //   elu    y = x > 0 ? x : slope * (exp(x) - 1)
 //   prelu  y = x > 0 ? x : gamma[c] * x        (gamma a learned argument, one per channel,
-//                                               the channel axis being 1)
+//                                               the channel axis being 1; or a single one
+//                                               for every channel, Gluon's PReLU default)
 //   rrelu  y = x > 0 ? x : s * x, s ~ U[lower_bound, upper_bound] per element when training
 //          and (lower_bound + upper_bound) / 2 otherwise; the slopes go to the hidden `mask`
 //          output that backward reads.
@@ -45,6 +46,8 @@ constexpr double kSeluLambda = 1.0507009873554804934193349852946;
 constexpr double kInvSqrt2 = 1 / std::numbers::sqrt2;
 constexpr double kInvSqrt2Pi = std::numbers::inv_sqrtpi * kInvSqrt2;
 
+// MXNet 1.9's LeakyReLUParam (src/operator/leaky_relu-inl.h), all 4 fields: act_type (all
+// six types), slope, lower_bound, upper_bound. All implemented.
 struct LeakyReLUParam {
   LeakyReLUType act_type = LeakyReLUType::kLeaky;
   float slope = 0.25f;
@@ -89,13 +92,14 @@ struct LeakyReLUParam {
   }
 };
 
-// (outer, channels, inner) of data for the per-channel gamma of prelu: axis 1 is the
-// channel axis; 1-D data has a single channel.
+// (outer, channels, inner) of data for prelu's gamma of `gamma_size` elements: one per
+// channel, axis 1 (1-D data has a single channel), or, with a single element, one channel
+// holding everything (MXNet broadcasts such a gamma).
 struct ChannelLayout {
   int64_t outer, channels, inner;
 };
-ChannelLayout LayoutOf(const Shape& s) {
-  if (s.ndim() < 2) return {s.Size(), 1, 1};
+ChannelLayout LayoutOf(const Shape& s, int64_t gamma_size) {
+  if (s.ndim() < 2 || gamma_size == 1) return {1, 1, s.Size()};
   return {s[0], s[1], s.ProdRange(2, s.ndim())};
 }
 
@@ -160,7 +164,7 @@ class LeakyReLUOp : public Operator {
         break;
       case LeakyReLUType::kPReLU: {
         const T* gamma = in_data[1].data<T>();
-        const ChannelLayout l = LayoutOf(in_data[0].shape);
+        const ChannelLayout l = LayoutOf(in_data[0].shape, in_data[1].Size());
         for (int64_t o = 0; o < l.outer; ++o) {
           for (int64_t c = 0; c < l.channels; ++c) {
             const int64_t base = (o * l.channels + c) * l.inner;
@@ -255,7 +259,7 @@ class LeakyReLUOp : public Operator {
       case LeakyReLUType::kPReLU: {
         const T* gamma = in_data[1].data<T>();
         T* ggamma = in_grad[1].data<T>();
-        const ChannelLayout l = LayoutOf(in_data[0].shape);
+        const ChannelLayout l = LayoutOf(in_data[0].shape, in_data[1].Size());
         // Summed in double: a channel can hold millions of terms.
         std::vector<double> gamma_sum(l.channels, 0.0);
         for (int64_t o = 0; o < l.outer; ++o) {
@@ -318,9 +322,10 @@ class LeakyReLUProp : public PropertyWithParam<LeakyReLUProp, LeakyReLUParam> {
     for (int o = 0; o < NumOutputs(); ++o) {
       RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, o, data, out_shape));
     }
-    if (param_.act_type == LeakyReLUType::kPReLU) {
-      RETURN_IF_ERROR(
-          AssignShape(*this, Slot::kArgument, 1, Shape{LayoutOf(data).channels}, in_shape));
+    // gamma: one per channel unless it is given as a single one (see LayoutOf).
+    if (param_.act_type == LeakyReLUType::kPReLU && (*in_shape)[1] != Shape{1}) {
+      const int64_t channels = data.ndim() < 2 ? 1 : data[1];
+      RETURN_IF_ERROR(AssignShape(*this, Slot::kArgument, 1, Shape{channels}, in_shape));
     }
     return true;
   }

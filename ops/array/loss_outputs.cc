@@ -31,6 +31,8 @@ using array_internal::MapWithReq;
 
 enum class RegressionKind { kLinear, kLogistic, kMAE };
 
+// MXNet 1.9's RegressionOutputParam (src/operator/regression_output-inl.h), its one field:
+// grad_scale.
 struct RegressionOutputParam {
   float grad_scale = 1.0f;
 
@@ -176,6 +178,8 @@ using MAERegressionOutputProp = RegressionOutputProp<RegressionKind::kMAE>;
 
 enum class LossNormalization { kNull, kBatch, kValid };
 
+// MXNet 1.9's MakeLossParam (src/operator/make_loss-inl.h), all 3 fields: grad_scale,
+// valid_thresh, normalization. All implemented.
 struct MakeLossParam {
   float grad_scale = 1.0f;
   LossNormalization normalization = LossNormalization::kNull;

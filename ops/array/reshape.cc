@@ -70,6 +70,7 @@ class CopyPropBase : public PropertyWithParam<Derived, Param> {
   }
 };
 
+// No parameters, as in MXNet 1.9 (src/operator/tensor/matrix_op.cc).
 class FlattenProp : public CopyPropBase<FlattenProp, NoParam> {
  public:
   absl::StatusOr<bool> InferShape(std::vector<Shape>* in_shape, std::vector<Shape>* out_shape,
@@ -83,18 +84,27 @@ class FlattenProp : public CopyPropBase<FlattenProp, NoParam> {
   std::string TypeString() const override { return "Flatten"; }
 };
 
+// MXNet 1.9's ReshapeParam (src/operator/tensor/matrix_op-inl.h), all 4 fields: shape,
+// reverse, and the deprecated target_shape and keep_highest that files from before `shape`
+// (MXNet 0.8) use. All implemented.
 struct ReshapeParam {
   std::vector<int> shape;
   bool reverse = false;
+  std::vector<int> target_shape;
+  bool keep_highest = false;
 
   static const ParamSchema<ReshapeParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<ReshapeParam>("Reshape");
       s->Field("shape", &ReshapeParam::shape)
-          .Required()
           .Describe("the new shape; 0, -1, -2, -3, -4 are special (see MXNet's Reshape)");
       s->Field("reverse", &ReshapeParam::reverse)
           .Describe("match the special values from the right instead of the left");
+      s->Field("target_shape", &ReshapeParam::target_shape)
+          .Lower(0)
+          .Describe("deprecated form of `shape`, used when it is empty: one 0 is inferred");
+      s->Field("keep_highest", &ReshapeParam::keep_highest)
+          .Describe("with target_shape: the first dimension stays the input's");
       return s;
     }();
     return *schema;
@@ -201,13 +211,51 @@ absl::StatusOr<Shape> ReshapeTarget(const std::vector<int>& spec, const Shape& i
   return target;
 }
 
+// The output shape by MXNet's deprecated target_shape: as written, but with keep_highest
+// the first dimension is the input's, and a single 0 among the others is inferred from the
+// size (more than one 0 stays 0, and then the sizes differ, as in MXNet).
+absl::StatusOr<Shape> LegacyReshapeTarget(const std::vector<int>& target, bool keep_highest,
+                                          const Shape& in) {
+  std::vector<int64_t> out(target.begin(), target.end());
+  if (keep_highest && in.ndim() > 0) out[0] = in[0];
+  std::vector<size_t> zeros;
+  for (size_t i = keep_highest ? 1 : 0; i < out.size(); ++i) {
+    if (out[i] == 0) zeros.push_back(i);
+  }
+  if (zeros.size() == 1) {
+    int64_t known = 1;
+    for (size_t i = 0; i < out.size(); ++i) known *= i == zeros[0] ? 1 : out[i];
+    if (known > 0 && in.Size() % known == 0) out[zeros[0]] = in.Size() / known;
+  }
+  const Shape shape(out.begin(), out.end());
+  if (shape.Size() != in.Size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Reshape: cannot reshape array of shape ", in.ToString(), " (", in.Size(),
+                     " elements) into target_shape ", SpecString(target),
+                     keep_highest ? " with keep_highest" : "", ": that gives ", shape.ToString()));
+  }
+  return shape;
+}
+
 class ReshapeProp : public CopyPropBase<ReshapeProp, ReshapeParam> {
  public:
+  absl::Status Init(const KwArgs& kwargs) override {
+    RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
+    if (param_.shape.empty() && param_.target_shape.empty()) {
+      return absl::InvalidArgumentError(
+          "Reshape: required parameter 'shape' is missing (or MXNet 0.8's target_shape)");
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<bool> InferShape(std::vector<Shape>* in_shape, std::vector<Shape>* out_shape,
                                   std::vector<Shape>* aux_shape) const override {
     const Shape& data = (*in_shape)[0];
     if (!data.is_known()) return false;
-    ASSIGN_OR_RETURN(Shape target, ReshapeTarget(param_.shape, data, param_.reverse));
+    ASSIGN_OR_RETURN(Shape target,
+                     param_.shape.empty()
+                         ? LegacyReshapeTarget(param_.target_shape, param_.keep_highest, data)
+                         : ReshapeTarget(param_.shape, data, param_.reverse));
     RETURN_IF_ERROR(AssignShape(*this, Slot::kOutput, 0, target, out_shape));
     return true;
   }
@@ -217,9 +265,11 @@ class ReshapeProp : public CopyPropBase<ReshapeProp, ReshapeParam> {
 }  // namespace
 
 TESSERA_REGISTER_OP_PROPERTY(Flatten, FlattenProp)
-    .Describe("Collapses all dimensions but the first: (d0, d1, ..., dn) -> (d0, d1*...*dn).");
+    .Describe("Collapses all dimensions but the first: (d0, d1, ..., dn) -> (d0, d1*...*dn).")
+    .AddAlias("flatten");
 TESSERA_REGISTER_OP_PROPERTY(Reshape, ReshapeProp)
     .Describe("The same data under a new shape, with MXNet's special values 0, -1, -2, -3, -4.")
-    .AddParams<ReshapeParam>();
+    .AddParams<ReshapeParam>()
+    .AddAlias("reshape");
 
 }  // namespace tessera::ops

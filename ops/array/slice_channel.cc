@@ -17,6 +17,8 @@
 namespace tessera::ops {
 namespace {
 
+// MXNet 1.9's SliceChannelParam (src/operator/slice_channel-inl.h), all 3 fields:
+// num_outputs, axis, squeeze_axis. All implemented.
 struct SliceChannelParam {
   int num_outputs = 0;
   int axis = 1;
@@ -176,6 +178,7 @@ class SliceChannelProp : public PropertyWithParam<SliceChannelProp, SliceChannel
 
 TESSERA_REGISTER_OP_PROPERTY(SliceChannel, SliceChannelProp)
     .Describe("Splits data into num_outputs equal pieces along `axis` (output0, output1, ...).")
-    .AddParams<SliceChannelParam>();
+    .AddParams<SliceChannelParam>()
+    .AddAlias("split");
 
 }  // namespace tessera::ops

@@ -20,6 +20,7 @@
 namespace tessera::ops {
 namespace {
 
+// MXNet 1.9's TransposeParam (src/operator/tensor/matrix_op-inl.h), its one field: axes.
 struct TransposeParam {
   std::vector<int> axes;
 

@@ -293,11 +293,7 @@ absl::StatusOr<std::unique_ptr<Operator>> CreateDeconvolution(const OperatorProp
   RETURN_IF_ERROR(r.Read("no_bias", &p.no_bias));
   RETURN_IF_ERROR(r.Read("workspace", &p.workspace_mb));
   ASSIGN_OR_RETURN(p.tune, ParseCudnnTune("Deconvolution", r.Get("cudnn_tune")));
-  const std::string layout = r.Get("layout", "None");
-  if (layout != "None" && layout != "NCHW") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Deconvolution: layout '", layout, "' is not supported; data must be NCHW"));
-  }
+  // layout: the property's schema has refused all but NCHW.
   if (p.kernel.ndim() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Deconvolution: parameter 'kernel' must be (h, w), got ", p.kernel.ToString()));

@@ -1,10 +1,11 @@
 // LeakyReLU on the GPU (ops/array/leaky_relu.cc's twin): leaky, elu, prelu, rrelu, selu and
 // gelu on own elementwise kernels (random_kernels.h), float32 and float64, with the CPU's
 // formulas and its choice of what backward reads (x, or y whose sign is x's). prelu's gamma
-// is per channel (axis 1) and its gradient is reduced over the other axes in double, as the
-// CPU sums it. rrelu draws one slope per element from the kRandom resource's Philox generator
-// while training - the CPU's draws for the same generator state - and keeps the slopes in
-// the hidden `mask` output that backward reads; in inference the slope is the bounds' mean.
+// is per channel (axis 1), or one for all, and its gradient is reduced over the other axes
+// in double, as the CPU sums it. rrelu draws one slope per element from the kRandom resource's
+// Philox generator while training - the CPU's draws for the same generator state - and keeps the
+// slopes in the hidden `mask` output that backward reads; in inference the slope is the bounds'
+// mean.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,15 +51,17 @@ absl::StatusOr<KernelType> TypeOf(DType dtype) {
       absl::StrCat("LeakyReLU: dtype ", DTypeName(dtype), " has no GPU kernel (float32, float64)"));
 }
 
-// (channels, inner) of prelu's layout: axis 1 is the channel axis; 1-D data has one channel.
-void ChannelsOf(const Shape& s, LeakyArgs* args) {
-  if (s.ndim() < 2) {
+// prelu's layout, as the CPU's LayoutOf: (channels, inner) into `args`, returning outer.
+// Axis 1 is the channel axis; 1-D data, or a gamma of one element, is one channel.
+int64_t PReluLayout(const Shape& s, int64_t gamma_size, LeakyArgs* args) {
+  if (s.ndim() < 2 || gamma_size == 1) {
     args->channels = 1;
-    args->inner = 1;
-  } else {
-    args->channels = s[1];
-    args->inner = s.ProdRange(2, s.ndim());
+    args->inner = s.Size();
+    return 1;
   }
+  args->channels = s[1];
+  args->inner = s.ProdRange(2, s.ndim());
+  return s[0];
 }
 
 class LeakyReLUGpuOp : public Operator {
@@ -95,7 +98,7 @@ class LeakyReLUGpuOp : public Operator {
     LeakyArgs args = Args();
     const void* gamma = nullptr;
     if (p_.kind == LeakyKind::kPReLU) {
-      ChannelsOf(in[0].shape, &args);
+      PReluLayout(in[0].shape, in[1].Size(), &args);
       RETURN_IF_ERROR(CheckType(in[1], type));
       gamma = in[1].dptr;
     }
@@ -116,8 +119,9 @@ class LeakyReLUGpuOp : public Operator {
     const int64_t n = in_grad[0].Size();
     LeakyArgs args = Args();
     const void* extra = nullptr;
+    int64_t outer = 0;  // prelu's
     if (p_.kind == LeakyKind::kPReLU) {
-      ChannelsOf(in[0].shape, &args);
+      outer = PReluLayout(in[0].shape, in[1].Size(), &args);
       RETURN_IF_ERROR(CheckType(in[1], type));
       extra = in[1].dptr;
     } else if (p_.kind == LeakyKind::kRReLU) {
@@ -130,8 +134,6 @@ class LeakyReLUGpuOp : public Operator {
                                                  n, StreamOf(ctx)));
     if (gamma_grad) {
       RETURN_IF_ERROR(CheckType(in_grad[1], type));
-      const Shape& shape = in[0].shape;
-      const int64_t outer = shape.ndim() < 2 ? shape.Size() : shape[0];
       CUDA_RETURN_IF_ERROR(LaunchPReluGammaGrad(type, out_grad[0].dptr, in[0].dptr, outer,
                                                 args.channels, args.inner, in_grad[1].dptr,
                                                 static_cast<int>(req[1]), StreamOf(ctx)));

@@ -1,5 +1,7 @@
 // Elementwise arithmetic of two arrays of one shape, as binary SimpleOps: elemwise_add,
 // elemwise_sub, elemwise_mul, elemwise_div. (Broadcasting versions are broadcast_*.)
+// MXNet 1.9 declares no parameters for them (src/operator/tensor/elemwise_binary_op_basic.cc);
+// its aliases (_Plus, _minus, ... the names of 0.8's symbol files) name them too.
 #include "ops/elemwise/map.h"
 #include "ops/simple_op.h"
 
@@ -70,18 +72,28 @@ absl::Status DivBackward(const OutputGrad& og, const Input0& lhs, const Input1& 
 TESSERA_REGISTER_SIMPLE_OP(elemwise_add, cpu)
     .set_function(DeviceType::kCPU, AddForward, kInplaceLhsOut)
     .set_gradient(DeviceType::kCPU, AddBackward, kInplaceOutLhs)
-    .describe("lhs + rhs, elementwise, same shapes");
+    .describe("lhs + rhs, elementwise, same shapes")
+    .add_alias("_add")
+    .add_alias("_plus")
+    .add_alias("_Plus");
 TESSERA_REGISTER_SIMPLE_OP(elemwise_sub, cpu)
     .set_function(DeviceType::kCPU, SubForward, kInplaceLhsOut)
     .set_gradient(DeviceType::kCPU, SubBackward, kInplaceOutLhs)
-    .describe("lhs - rhs, elementwise, same shapes");
+    .describe("lhs - rhs, elementwise, same shapes")
+    .add_alias("_sub")
+    .add_alias("_minus")
+    .add_alias("_Minus");
 TESSERA_REGISTER_SIMPLE_OP(elemwise_mul, cpu)
     .set_function(DeviceType::kCPU, MulForward, kNoInplace)
     .set_gradient(DeviceType::kCPU, MulBackward, kInplaceOutLhs)
-    .describe("lhs * rhs, elementwise, same shapes");
+    .describe("lhs * rhs, elementwise, same shapes")
+    .add_alias("_mul")
+    .add_alias("_Mul");
 TESSERA_REGISTER_SIMPLE_OP(elemwise_div, cpu)
     .set_function(DeviceType::kCPU, DivForward, kNoInplace)
     .set_gradient(DeviceType::kCPU, DivBackward, kInplaceOutLhs)
-    .describe("lhs / rhs, elementwise, same shapes");
+    .describe("lhs / rhs, elementwise, same shapes")
+    .add_alias("_div")
+    .add_alias("_Div");
 
 }  // namespace tessera::ops::elemwise

@@ -1,6 +1,8 @@
 // Arithmetic between an array and a scalar, as SimpleOps with set_enable_scalar:
 // _plus_scalar, _minus_scalar (x - s), _rminus_scalar (s - x), _mul_scalar, _div_scalar
 // (x / s), _rdiv_scalar (s / x), _power_scalar (x ^ s), _rpower_scalar (s ^ x).
+// Parameters: MXNet 1.9's scalar and is_int (ScalarParam, ops/simple_op.h). Each also takes
+// MXNet's CamelCase alias (_PlusScalar, ...), the name in 0.8's symbol files.
 #include <cmath>
 
 #include "ops/elemwise/map.h"
@@ -81,41 +83,49 @@ TESSERA_REGISTER_SIMPLE_OP(_plus_scalar, cpu)
     .set_function(DeviceType::kCPU, _plus_scalarForward, kInplaceInOut)
     .set_gradient(DeviceType::kCPU, _plus_scalarBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("x + scalar");
+    .describe("x + scalar")
+    .add_alias("_PlusScalar");
 TESSERA_REGISTER_SIMPLE_OP(_minus_scalar, cpu)
     .set_function(DeviceType::kCPU, _minus_scalarForward, kInplaceInOut)
     .set_gradient(DeviceType::kCPU, _minus_scalarBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("x - scalar");
+    .describe("x - scalar")
+    .add_alias("_MinusScalar");
 TESSERA_REGISTER_SIMPLE_OP(_rminus_scalar, cpu)
     .set_function(DeviceType::kCPU, _rminus_scalarForward, kInplaceInOut)
     .set_gradient(DeviceType::kCPU, _rminus_scalarBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("scalar - x");
+    .describe("scalar - x")
+    .add_alias("_RMinusScalar");
 TESSERA_REGISTER_SIMPLE_OP(_mul_scalar, cpu)
     .set_function(DeviceType::kCPU, _mul_scalarForward, kInplaceInOut)
     .set_gradient(DeviceType::kCPU, _mul_scalarBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("x * scalar");
+    .describe("x * scalar")
+    .add_alias("_MulScalar");
 TESSERA_REGISTER_SIMPLE_OP(_div_scalar, cpu)
     .set_function(DeviceType::kCPU, _div_scalarForward, kInplaceInOut)
     .set_gradient(DeviceType::kCPU, _div_scalarBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("x / scalar");
+    .describe("x / scalar")
+    .add_alias("_DivScalar");
 TESSERA_REGISTER_SIMPLE_OP(_rdiv_scalar, cpu)
     .set_function(DeviceType::kCPU, RDivForward, kNoInplace)
     .set_gradient(DeviceType::kCPU, RDivBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("scalar / x");
+    .describe("scalar / x")
+    .add_alias("_RDivScalar");
 TESSERA_REGISTER_SIMPLE_OP(_power_scalar, cpu)
     .set_function(DeviceType::kCPU, PowerForward, kNoInplace)
     .set_gradient(DeviceType::kCPU, PowerBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("x ^ scalar");
+    .describe("x ^ scalar")
+    .add_alias("_PowerScalar");
 TESSERA_REGISTER_SIMPLE_OP(_rpower_scalar, cpu)
     .set_function(DeviceType::kCPU, RPowerForward, kInplaceInOut)
     .set_gradient(DeviceType::kCPU, RPowerBackward, kInplaceOutIn)
     .set_enable_scalar(true)
-    .describe("scalar ^ x");
+    .describe("scalar ^ x")
+    .add_alias("_RPowerScalar");
 
 }  // namespace tessera::ops::elemwise

@@ -4,6 +4,8 @@
 //
 //   f(x) = 0.5 * (sigma * x)^2    if |x| < 1 / sigma^2
 //          |x| - 0.5 / sigma^2    otherwise
+//
+// Parameters: MXNet 1.9's scalar and is_int (ScalarParam, ops/simple_op.h).
 #include <cmath>
 
 #include "ops/elemwise/map.h"

@@ -1,6 +1,7 @@
 // Unary math functions as SimpleOps: negative, abs, square, sqrt, rsqrt, exp, log, sin, cos,
 // reciprocal. Each gradient uses the cheapest dependency: the output value where f' is a
-// function of f (exp, sqrt), the input otherwise.
+// function of f (exp, sqrt), the input otherwise. MXNet 1.9 declares no parameters for them
+// (src/operator/tensor/elemwise_unary_op_*.cc).
 #include <cmath>
 
 #include "ops/elemwise/map.h"

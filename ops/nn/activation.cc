@@ -21,6 +21,8 @@ namespace {
 
 enum class ActType { kRelu, kSigmoid, kTanh, kSoftRelu, kSoftSign };
 
+// MXNet 1.9's ActivationParam (src/operator/nn/activation-inl.h), its one field: act_type,
+// all five types implemented.
 struct ActivationParam {
   ActType act_type = ActType::kRelu;
   static const ParamSchema<ActivationParam>& Schema() {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@
 namespace tessera::ops::nn {
 namespace {
 
+// MXNet 1.9's BatchNormParam (src/operator/nn/batch_norm-inl.h), all 9 fields: eps,
+// momentum, fix_gamma, use_global_stats, output_mean_var, axis, cudnn_off, min_calib_range,
+// max_calib_range. Implemented but for cudnn_off and the calibration ranges, which only
+// MXNet's quantized BatchNorm reads: accepted and ignored.
 struct BatchNormParam {
   double eps = 1e-3;
   float momentum = 0.9f;
@@ -33,6 +38,9 @@ struct BatchNormParam {
   bool output_mean_var = false;
   bool cudnn_off = false;  // MXNet backend selection; unused
   int axis = 1;
+  // Kept (not just dropped) so a symbol file written back carries them for MXNet.
+  std::optional<float> min_calib_range;
+  std::optional<float> max_calib_range;
   static const ParamSchema<BatchNormParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<BatchNormParam>("BatchNorm");
@@ -49,6 +57,10 @@ struct BatchNormParam {
           .Describe("accepted for MXNet compatibility; ignored");
       s->Field("axis", &BatchNormParam::axis)
           .Describe("the channel axis; negative from the end (default 1)");
+      s->Field("min_calib_range", &BatchNormParam::min_calib_range)
+          .Describe("MXNet's quantized BatchNorm's calibration; ignored (float BatchNorm)");
+      s->Field("max_calib_range", &BatchNormParam::max_calib_range)
+          .Describe("MXNet's quantized BatchNorm's calibration; ignored (float BatchNorm)");
       return s;
     }();
     return *schema;

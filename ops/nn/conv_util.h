@@ -45,9 +45,10 @@ void AddConvChannelFields(ParamSchema<P>* s) {
   s->Field("cudnn_off", &P::cudnn_off).Describe("accepted for MXNet compatibility; ignored");
 }
 
-// MXNet's `layout` parameter (P::layout, a string), with MXNet's names. Only NCHW data is
-// supported: CheckNchwLayout refuses the others by name at Init, so a model that needs
-// NHWC fails when it is built, not with wrong numbers.
+// MXNet's `layout` parameter (P::layout, a string) with every name MXNet 1.9 takes for
+// Convolution, Deconvolution or Pooling. Only NCHW data is supported: the others are
+// refused by name at Init, so a model that needs NHWC fails when it is built, not with
+// wrong numbers.
 template <typename P>
 void AddLayoutField(ParamSchema<P>* s) {
   s->Field("layout", &P::layout)
@@ -58,14 +59,8 @@ void AddLayoutField(ParamSchema<P>* s) {
              {"NWC", "NWC"},
              {"NHWC", "NHWC"},
              {"NDHWC", "NDHWC"}})
-      .Describe("data layout (MXNet's names); only 'None' and 'NCHW' are supported");
-}
-
-inline absl::Status CheckNchwLayout(const std::string& op, const std::string& layout) {
-  if (layout == "None" || layout == "NCHW") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": layout '", layout,
-                                                 "' is not supported; data must be NCHW "
-                                                 "(layout 'None' or 'NCHW')"));
+      .SupportedOnly({"None", "NCHW"})
+      .Describe("data layout (MXNet's names; None: NCHW for 2-D data)");
 }
 
 // A (h, w) tuple parameter: empty means `fallback` for both; anything but 2 values is an

@@ -15,6 +15,10 @@
 namespace tessera::ops::nn {
 namespace {
 
+// MXNet 1.9's ConvolutionParam (src/operator/nn/convolution-inl.h), all 11 fields: kernel,
+// stride, dilate, pad, num_filter, num_group, workspace, no_bias, cudnn_tune, cudnn_off,
+// layout. Implemented, for 2-D data; layout only NCHW (the others are refused); workspace
+// and cudnn_tune steer the GPU kernel's cuDNN; cudnn_off is ignored.
 struct ConvolutionParam {
   Shape kernel;
   Shape stride;
@@ -24,10 +28,9 @@ struct ConvolutionParam {
   int num_group = 1;
   bool no_bias = false;
   int workspace = 1024;
-  // MXNet backend selection, kept so MXNet files load and round-trip; unused.
-  std::string cudnn_tune = "None";
+  std::string cudnn_tune = "None";  // the GPU kernel's cuDNN algorithm choice
   bool cudnn_off = false;
-  std::string layout = "None";  // MXNet's; only NCHW data is supported (Init checks)
+  std::string layout = "None";  // MXNet's names; the schema refuses all but NCHW
   static const ParamSchema<ConvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<ConvolutionParam>("Convolution");
@@ -49,7 +52,6 @@ class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionPara
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
-    RETURN_IF_ERROR(CheckNchwLayout("Convolution", param_.layout));
     return GetGeometry().status();
   }
 

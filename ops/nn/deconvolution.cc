@@ -19,6 +19,10 @@
 namespace tessera::ops::nn {
 namespace {
 
+// MXNet 1.9's DeconvolutionParam (src/operator/nn/deconvolution-inl.h), all 13 fields:
+// kernel, stride, dilate, pad, adj, target_shape, num_filter, num_group, workspace, no_bias,
+// cudnn_tune, cudnn_off, layout. Implemented, for 2-D data; layout only NCHW (the others
+// are refused); workspace and cudnn_tune steer the GPU kernel's cuDNN; cudnn_off is ignored.
 struct DeconvolutionParam {
   Shape kernel;
   Shape stride;
@@ -30,10 +34,9 @@ struct DeconvolutionParam {
   int num_group = 1;
   bool no_bias = true;  // MXNet's default for Deconvolution
   int workspace = 512;
-  // MXNet backend selection, kept so MXNet files load and round-trip; unused.
-  std::string cudnn_tune = "None";
+  std::string cudnn_tune = "None";  // the GPU kernel's cuDNN algorithm choice
   bool cudnn_off = false;
-  std::string layout = "None";  // MXNet's; only NCHW data is supported (Init checks)
+  std::string layout = "None";  // MXNet's names; the schema refuses all but NCHW
   static const ParamSchema<DeconvolutionParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<DeconvolutionParam>("Deconvolution");
@@ -101,7 +104,6 @@ class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, Deconvoluti
  public:
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
-    RETURN_IF_ERROR(CheckNchwLayout("Deconvolution", param_.layout));
     return GetGeometry().status();
   }
 

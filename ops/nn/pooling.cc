@@ -22,8 +22,14 @@ namespace tessera::ops::nn {
 namespace {
 
 enum class PoolType { kMax, kAvg, kSum, kLp };
-enum class Convention { kValid, kFull };
+// kSame is MXNet's 1-D-only convention, refused here (2-D pooling).
+enum class Convention { kValid, kFull, kSame };
 
+// MXNet 1.9's PoolingParam (src/operator/nn/pooling-inl.h), all 10 fields: kernel,
+// pool_type, global_pool, cudnn_off, pooling_convention, stride, pad, p_value,
+// count_include_pad, layout. Implemented, for 2-D data; pooling_convention 'same' (1-D
+// only in MXNet) and layouts other than NCHW are refused; cudnn_off is ignored. MXNet's
+// optional p_value and count_include_pad: None is 0 (unset) and true.
 struct PoolingParam {
   Shape kernel;
   PoolType pool_type = PoolType::kMax;
@@ -34,7 +40,7 @@ struct PoolingParam {
   bool count_include_pad = true;
   int p_value = 0;              // lp's power; 0 is MXNet's None (unset)
   bool cudnn_off = false;       // MXNet backend selection; unused
-  std::string layout = "None";  // MXNet's; only NCHW data is supported (Init checks)
+  std::string layout = "None";  // MXNet's names; the schema refuses all but NCHW
   static const ParamSchema<PoolingParam>& Schema() {
     static const auto* schema = [] {
       auto* s = new ParamSchema<PoolingParam>("Pooling");
@@ -51,7 +57,10 @@ struct PoolingParam {
       s->Field("stride", &PoolingParam::stride).Lower(1).Describe("stride (h, w); default (1, 1)");
       s->Field("pad", &PoolingParam::pad).Lower(0).Describe("padding (h, w); default (0, 0)");
       s->Field("pooling_convention", &PoolingParam::pooling_convention)
-          .Enum({{"valid", Convention::kValid}, {"full", Convention::kFull}})
+          .Enum({{"valid", Convention::kValid},
+                 {"full", Convention::kFull},
+                 {"same", Convention::kSame}})
+          .SupportedOnly({Convention::kValid, Convention::kFull})
           .Describe("output size: floor ('valid') or ceil ('full') of the window sweep");
       s->Field("count_include_pad", &PoolingParam::count_include_pad)
           .Describe("avg: whether padded elements count in the divisor");
@@ -400,7 +409,6 @@ class PoolingProp : public DnnlProperty<PoolingProp, PoolingParam, PoolingOp> {
           absl::StrCat("Pooling: parameter 'kernel' must be (h, w) unless global_pool, got ",
                        param_.kernel.ToString()));
     }
-    RETURN_IF_ERROR(CheckNchwLayout("Pooling", param_.layout));
     if (param_.pool_type == PoolType::kLp && param_.p_value < 1) {
       return absl::InvalidArgumentError(
           "Pooling: pool_type 'lp' needs p_value (1, 2, 3 or any integer >= 1), but it is "

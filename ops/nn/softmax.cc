@@ -19,16 +19,38 @@
 namespace tessera::ops::nn {
 namespace {
 
+// MXNet 1.9's SoftmaxParam (src/operator/nn/softmax-inl.h; log_softmax shares it), all 4
+// fields: axis, temperature, dtype, use_length. axis and temperature are implemented (an
+// unset temperature, None, is 1). The kernels take and give float32 only, so dtype is
+// accepted as None or float32 and refused otherwise; use_length (a second input of
+// lengths masking the data) is refused when true.
 struct SoftmaxParam {
   int axis = -1;
   double temperature = 1;
+  std::string dtype = "None";
+  bool use_length = false;
+};
+
+// One schema per operator, so that errors name softmax or log_softmax.
+template <bool kLog>
+struct SoftmaxParamFor : SoftmaxParam {
   static const ParamSchema<SoftmaxParam>& Schema() {
     static const auto* schema = [] {
-      auto* s = new ParamSchema<SoftmaxParam>("softmax");
+      auto* s = new ParamSchema<SoftmaxParam>(kLog ? "log_softmax" : "softmax");
       s->Field("axis", &SoftmaxParam::axis)
           .Describe("the axis to normalize over; negative from the end");
       s->Field("temperature", &SoftmaxParam::temperature)
           .Describe("divides the input before normalizing (> 0; default 1)");
+      s->Field("dtype", &SoftmaxParam::dtype)
+          .Enum({{"None", "None"},
+                 {"float16", "float16"},
+                 {"float32", "float32"},
+                 {"float64", "float64"}})
+          .SupportedOnly({"None", "float32"})
+          .Describe("type of the output; None: that of the input");
+      s->Field("use_length", &SoftmaxParam::use_length)
+          .SupportedOnly({false})
+          .Describe("take a second input of lengths that masks the data along the axis");
       return s;
     }();
     return *schema;
@@ -107,8 +129,8 @@ class SoftmaxOp : public DnnlOperator {
 };
 
 template <typename Fwd, typename Bwd, bool kLog>
-class SoftmaxProp : public DnnlPropertyBase<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam> {
-  using Base = PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParam>;
+class SoftmaxProp : public DnnlPropertyBase<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParamFor<kLog>> {
+  using Base = PropertyWithParam<SoftmaxProp<Fwd, Bwd, kLog>, SoftmaxParamFor<kLog>>;
 
  public:
   absl::Status Init(const KwArgs& kwargs) override {
@@ -154,10 +176,10 @@ using LogSoftmaxOpProp = SoftmaxProp<dnnl::logsoftmax_forward, dnnl::logsoftmax_
 
 TESSERA_REGISTER_OP_PROPERTY(softmax, SoftmaxOpProp)
     .Describe("exp(x / T) / sum(exp(x / T)) along `axis`, T the temperature (oneDNN softmax).")
-    .AddParams<SoftmaxParam>();
+    .AddParams<SoftmaxParamFor<false>>();
 TESSERA_REGISTER_OP_PROPERTY(log_softmax, LogSoftmaxOpProp)
     .Describe("x / T - log(sum(exp(x / T))) along `axis`, T the temperature (oneDNN logsoftmax).")
-    .AddParams<SoftmaxParam>();
+    .AddParams<SoftmaxParamFor<true>>();
 
 }  // namespace
 }  // namespace tessera::ops::nn

@@ -23,6 +23,10 @@ namespace {
 
 enum class Normalization { kNull, kBatch, kValid };
 
+// MXNet 1.9's SoftmaxOutputParam (src/operator/softmax_output-inl.h), all 8 fields:
+// grad_scale, ignore_label, multi_output, use_ignore, preserve_shape, normalization,
+// out_grad, smooth_alpha. Implemented but out_grad, which uses the layer inside a network
+// rather than as its loss (the gradient times the output's gradient): refused when true.
 struct SoftmaxOutputParam {
   float grad_scale = 1.0f;
   float ignore_label = -1.0f;
@@ -30,6 +34,7 @@ struct SoftmaxOutputParam {
   bool use_ignore = false;
   bool preserve_shape = false;
   Normalization normalization = Normalization::kNull;
+  bool out_grad = false;
   float smooth_alpha = 0.0f;
   static const ParamSchema<SoftmaxOutputParam>& Schema() {
     static const auto* schema = [] {
@@ -47,6 +52,9 @@ struct SoftmaxOutputParam {
                  {"batch", Normalization::kBatch},
                  {"valid", Normalization::kValid}})
           .Describe("divide the gradient by 1, the batch size or the count of valid labels");
+      s->Field("out_grad", &SoftmaxOutputParam::out_grad)
+          .SupportedOnly({false})
+          .Describe("multiply the gradient by the output's gradient (a loss ignores it)");
       s->Field("smooth_alpha", &SoftmaxOutputParam::smooth_alpha)
           .Range(0, 1)
           .Describe("label smoothing: the target mass spread over the other classes");
@@ -210,7 +218,8 @@ class SoftmaxOutputProp
 
 TESSERA_REGISTER_OP_PROPERTY(SoftmaxOutput, SoftmaxOutputProp)
     .Describe("Softmax with a cross-entropy gradient against class-id labels (loss layer).")
-    .AddParams<SoftmaxOutputParam>();
+    .AddParams<SoftmaxOutputParam>()
+    .AddAlias("Softmax");  // MXNet 0.8's name
 
 }  // namespace
 }  // namespace tessera::ops::nn

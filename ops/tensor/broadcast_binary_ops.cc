@@ -2,6 +2,8 @@
 // broadcast_div, broadcast_maximum, broadcast_minimum, broadcast_power. Arguments lhs and rhs
 // broadcast with NumPy rules; forward is //ndarray:math's BroadcastBinary, and backward sums
 // each input's gradient back to its shape with SumToShape (the gradient of broadcasting).
+// MXNet 1.9 declares no parameters for them (src/operator/tensor/
+// elemwise_binary_broadcast_op_*.cc); broadcast_plus and broadcast_minus are its aliases.
 //
 // Gradients: add/sub need only out_grad; the others need both inputs. maximum/minimum send the
 // gradient to lhs where lhs >= rhs (<= for minimum) and to rhs elsewhere, so a tie goes to
@@ -188,9 +190,11 @@ class BroadcastBinaryProp : public PropertyWithParam<BroadcastBinaryProp<kOp>, N
 }  // namespace
 
 TESSERA_REGISTER_OP_PROPERTY(broadcast_add, BroadcastBinaryProp<BinaryOp::kAdd>)
-    .Describe("lhs + rhs with NumPy broadcasting.");
+    .Describe("lhs + rhs with NumPy broadcasting.")
+    .AddAlias("broadcast_plus");
 TESSERA_REGISTER_OP_PROPERTY(broadcast_sub, BroadcastBinaryProp<BinaryOp::kSub>)
-    .Describe("lhs - rhs with NumPy broadcasting.");
+    .Describe("lhs - rhs with NumPy broadcasting.")
+    .AddAlias("broadcast_minus");
 TESSERA_REGISTER_OP_PROPERTY(broadcast_mul, BroadcastBinaryProp<BinaryOp::kMul>)
     .Describe("lhs * rhs with NumPy broadcasting.");
 TESSERA_REGISTER_OP_PROPERTY(broadcast_div, BroadcastBinaryProp<BinaryOp::kDiv>)

@@ -22,9 +22,13 @@
 namespace tessera::ops {
 namespace {
 
+// MXNet 1.9's DotParam (src/operator/tensor/dot-inl.h; batch_dot shares it), all 3 fields:
+// transpose_a, transpose_b, forward_stype. forward_stype asks for a sparse output storage
+// holding the same values; arrays here are all dense, so it is accepted and ignored.
 struct DotParam {
   bool transpose_a = false;
   bool transpose_b = false;
+  std::string forward_stype = "None";
 };
 
 template <bool kBatch>
@@ -33,6 +37,14 @@ const ParamSchema<DotParam>& DotSchema() {
     auto* s = new ParamSchema<DotParam>(kBatch ? "batch_dot" : "dot");
     s->Field("transpose_a", &DotParam::transpose_a).Describe("use the transpose of lhs");
     s->Field("transpose_b", &DotParam::transpose_b).Describe("use the transpose of rhs");
+    s->Field("forward_stype", &DotParam::forward_stype)
+        .Enum({{"None", "None"},
+               {"default", "default"},
+               {"row_sparse", "row_sparse"},
+               {"csr", "csr"}})
+        .Describe(
+            "MXNet's storage type for the output; ignored (the output is dense, with "
+            "the same values)");
     return s;
   }();
   return *schema;

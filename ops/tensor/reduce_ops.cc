@@ -43,6 +43,9 @@ constexpr const char* ReduceOpName(ReduceOp op) {
   return "reduce";
 }
 
+// MXNet 1.9's ReduceAxesParam (src/operator/tensor/broadcast_reduce_op.h; sum, mean, prod,
+// max, min), all 3 fields: axis (an optional tuple: None and () both reduce every axis),
+// keepdims, exclude. All implemented.
 struct ReduceAxesParam {
   std::vector<int> axis;
   bool keepdims = false;
@@ -201,7 +204,8 @@ class ReduceProp : public PropertyWithParam<ReduceProp<kOp>, ReduceParamFor<kOp>
 
 TESSERA_REGISTER_OP_PROPERTY(sum, ReduceProp<ReduceOp::kSum>)
     .Describe("Sum over the given axes.")
-    .AddParams<ReduceParamFor<ReduceOp::kSum>>();
+    .AddParams<ReduceParamFor<ReduceOp::kSum>>()
+    .AddAlias("sum_axis");
 TESSERA_REGISTER_OP_PROPERTY(mean, ReduceProp<ReduceOp::kMean>)
     .Describe("Mean over the given axes.")
     .AddParams<ReduceParamFor<ReduceOp::kMean>>();
@@ -209,12 +213,14 @@ TESSERA_REGISTER_OP_PROPERTY(max, ReduceProp<ReduceOp::kMax>)
     .Describe(
         "Maximum over the given axes (NaN propagates); the gradient goes to every "
         "position equal to the maximum.")
-    .AddParams<ReduceParamFor<ReduceOp::kMax>>();
+    .AddParams<ReduceParamFor<ReduceOp::kMax>>()
+    .AddAlias("max_axis");
 TESSERA_REGISTER_OP_PROPERTY(min, ReduceProp<ReduceOp::kMin>)
     .Describe(
         "Minimum over the given axes (NaN propagates); the gradient goes to every "
         "position equal to the minimum.")
-    .AddParams<ReduceParamFor<ReduceOp::kMin>>();
+    .AddParams<ReduceParamFor<ReduceOp::kMin>>()
+    .AddAlias("min_axis");
 TESSERA_REGISTER_OP_PROPERTY(prod, ReduceProp<ReduceOp::kProd>)
     .Describe("Product over the given axes.")
     .AddParams<ReduceParamFor<ReduceOp::kProd>>();

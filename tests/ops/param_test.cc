@@ -1,5 +1,5 @@
-// ParamSchema: defaults, parsing of every field type, readable errors, round trips; and the
-// operator registry's lookups and listing.
+// ParamSchema: defaults, parsing of every field type (MXNet's optional ones too), readable
+// errors, values refused by SupportedOnly, round trips; and the operator registry's lookups.
 #include "ops/param.h"
 
 #include "core/status_matchers.h"
@@ -170,6 +170,61 @@ TEST(ParamSchemaTest, InfoDescribesFields) {
   EXPECT_EQ(info[1].default_value, "512");
   EXPECT_EQ(info[9].type, "{'fast', 'slow'}");
   EXPECT_EQ(info[9].default_value, "fast");
+}
+
+// MXNet's dmlc::optional fields and the values Tessera implements of a wider MXNet range.
+struct MxnetStyleParam {
+  std::optional<float> calib;
+  std::string layout = "None";
+  bool extra = false;
+
+  static const ParamSchema<MxnetStyleParam>& Schema() {
+    static const auto* schema = [] {
+      auto* s = new ParamSchema<MxnetStyleParam>("StyleOp");
+      s->Field("calib", &MxnetStyleParam::calib).Range(-10, 10).Describe("a range");
+      s->Field("layout", &MxnetStyleParam::layout)
+          .Enum({{"None", "None"}, {"NCHW", "NCHW"}, {"NHWC", "NHWC"}})
+          .SupportedOnly({"None", "NCHW"})
+          .Describe("data layout");
+      s->Field("extra", &MxnetStyleParam::extra).SupportedOnly({false});
+      return s;
+    }();
+    return *schema;
+  }
+};
+
+TEST(ParamSchemaTest, OptionalFieldsTakeNoneAsEmpty) {
+  MxnetStyleParam p;
+  ASSERT_THAT(MxnetStyleParam::Schema().Init(&p, {{"calib", "-2.5"}}), IsOk());
+  EXPECT_EQ(p.calib, -2.5f);
+  EXPECT_EQ(MxnetStyleParam::Schema().Get(p).at("calib"), "-2.5");
+  ASSERT_THAT(MxnetStyleParam::Schema().Init(&p, {{"calib", "None"}}), IsOk());
+  EXPECT_FALSE(p.calib.has_value());
+  EXPECT_EQ(MxnetStyleParam::Schema().Get(p).at("calib"), "None");
+  EXPECT_THAT(MxnetStyleParam::Schema().Init(&p, {{"calib", "11"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[-10, 10]")));
+  EXPECT_THAT(MxnetStyleParam::Schema().Init(&p, {{"calib", "low"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'low'")));
+  const ParamFieldInfo info = MxnetStyleParam::Schema().Info()[0];
+  EXPECT_THAT(info.type, HasSubstr("float or None"));
+  EXPECT_EQ(info.default_value, "None");
+}
+
+TEST(ParamSchemaTest, SupportedOnlyRefusesOtherValuesByName) {
+  MxnetStyleParam p;
+  EXPECT_THAT(MxnetStyleParam::Schema().Init(&p, {{"layout", "NCHW"}, {"extra", "False"}}), IsOk());
+  EXPECT_THAT(MxnetStyleParam::Schema().Init(&p, {{"layout", "NHWC"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("StyleOp: layout 'NHWC' is not supported (only 'None', 'NCHW')")));
+  EXPECT_THAT(MxnetStyleParam::Schema().Init(&p, {{"extra", "True"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("StyleOp: extra 'True' is not supported (only 'false')")));
+  // A value that does not parse at all is still an invalid value, not an unsupported one.
+  EXPECT_THAT(MxnetStyleParam::Schema().Init(&p, {{"layout", "CHWN"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid value 'CHWN'")));
+  const std::vector<ParamFieldInfo> info = MxnetStyleParam::Schema().Info();
+  EXPECT_EQ(info[1].description, "data layout; Tessera supports only 'None', 'NCHW'");
+  EXPECT_EQ(info[2].description, "Tessera supports only 'false'");
 }
 
 TEST(OpRegistryTest, UnknownOperatorIsNotFound) {

@@ -138,6 +138,20 @@ TEST(LeakyReLUTest, PReLUPerChannelGamma) {
   c->CheckBackward();  // gradients of data and gamma
 }
 
+// A gamma of one element is one slope for every channel, as MXNet broadcasts it (Gluon's
+// PReLU exports such a gamma).
+TEST(LeakyReLUTest, PReLUSharedGamma) {
+  auto c = MakeChecker("LeakyReLU", {{"act_type", "prelu"}}, {{2, 3, 4}, {1}});
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->in_shapes()[1], (Shape{1}));
+  c->CheckForward([](const auto& in, const auto& shapes) {
+    Values y(in[0].size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = in[0][i] > 0 ? in[0][i] : in[1][0] * in[0][i];
+    return std::vector<Values>{y};
+  });
+  c->CheckBackward();  // the gamma gradient sums over every element
+}
+
 TEST(LeakyReLUTest, PReLUFloat32Backward) {
   auto c = MakeChecker("LeakyReLU", {{"act_type", "prelu"}}, {{3, 2, 2, 2}}, DType::kFloat32);
   ASSERT_NE(c, nullptr);

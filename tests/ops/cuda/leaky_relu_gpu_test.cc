@@ -1,10 +1,10 @@
 // LeakyReLU's deterministic types on the GPU against the CPU operator (ops/array): leaky, elu
 // (positive and negative slopes: backward reads y or x), prelu on 1-D, 2-D and 4-D data (its
-// per-channel gamma gradient reduced over the other axes), selu, gelu, float32 and float64;
-// and rrelu in inference, whose slope is the bounds' mean. Tolerances: both sides evaluate the
-// same expressions; float32 differs by the last bits of exp / erf (1e-5 relative, 1e-6
-// absolute), float64 likewise (1e-12, 1e-13); prelu's gamma gradient is summed in double on
-// both sides, in another order.
+// per-channel gamma gradient reduced over the other axes; and one gamma for all), selu, gelu,
+// float32 and float64; and rrelu in inference, whose slope is the bounds' mean. Tolerances: both
+// sides evaluate the same expressions; float32 differs by the last bits of exp / erf (1e-5
+// relative, 1e-6 absolute), float64 likewise (1e-12, 1e-13); prelu's gamma gradient is summed in
+// double on both sides, in another order.
 //
 // rrelu has its own test below instead of the GpuCase checker: its hidden `mask` output is
 // state for backward, written whole even under kAddTo (as the CPU does), which the checker's
@@ -59,6 +59,7 @@ std::vector<LeakyCase> Cases() {
   add("PReLU1D", {{"act_type", "prelu"}}, {{9}});
   add("PReLU2D", {{"act_type", "prelu"}}, {{6, 4}});
   add("PReLU4D", {{"act_type", "prelu"}}, {{2, 3, 4, 5}});
+  add("PReLU4DSharedGamma", {{"act_type", "prelu"}}, {{2, 3, 4, 5}, {1}});
   add("Selu", {{"act_type", "selu"}}, {{4, 5, 3}});
   add("Gelu", {{"act_type", "gelu"}}, {{4, 5, 3}});
   return cases;
