@@ -3,17 +3,20 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "graph/indexed_graph.h"
 #include "graph/node_list.h"
+#include "ops/registry.h"
 
 namespace tessera::graph {
 namespace {
@@ -24,13 +27,24 @@ using OrderedJson = nlohmann::ordered_json;
 // The format version written: MXNet 1.6 reads it, and so does every later 1.x.
 constexpr int kMXNetVersion = 10600;
 
-// Attribute names MXNet 0.x wrote without the "__" wrapping, where a 1.x reader would
-// otherwise take them for operator parameters.
-bool IsBareAttributeName(const std::string& key) {
-  static const auto* names = new absl::flat_hash_set<std::string>{
-      "lr_mult", "wd_mult", "ctx_group", "force_mirroring", "mirror_stage"};
-  return names->contains(key);
+// MXNet's "hidden keys" (kHiddenKeys, src/c_api/c_api_symbolic.cc): attributes that MXNet
+// 0.x wrote without the "__" wrapping, bare ("lr_mult") or for one argument of an operator
+// ("weight_lr_mult"). A key that starts or ends with one is never an operator parameter,
+// as in MXNet's UpgradeJSON_FixParsing (src/nnvm/legacy_json_util.cc).
+constexpr const char* kHiddenKeys[] = {"ctx_group", "lr_mult", "wd_mult", "force_mirroring",
+                                       "mirror_stage"};
+
+bool IsHiddenKey(absl::string_view key) {
+  return std::any_of(std::begin(kHiddenKeys), std::end(kHiddenKeys), [&](const char* hidden) {
+    return absl::StartsWith(key, hidden) || absl::EndsWith(key, hidden);
+  });
 }
+
+// The first version whose files hold the auxiliary states (BatchNorm's moving_mean and
+// moving_var) as input nodes; a file without "mxnet_version" is older (MXNet 0.8), as
+// MXNet's LoadLegacyJSONPass assumes.
+constexpr int kFirstVersionWithAuxInputs = 900;
+constexpr int kVersionOfUnversionedFiles = 800;
 
 bool IsDunder(const std::string& key) { return AttrKey(key) == key; }
 
@@ -97,7 +111,7 @@ absl::StatusOr<NodeList::Item> ParseNode(const Json& j, int64_t position) {
     }
   }
   for (auto& [key, value] : attrs) {
-    if (IsDunder(key) || item.op.empty() || old_style || IsBareAttributeName(key)) {
+    if (IsDunder(key) || item.op.empty() || old_style || IsHiddenKey(key)) {
       item.attrs[AttrKey(key)] = std::move(value);
     } else {
       item.params.emplace_back(std::move(key), std::move(value));
@@ -146,6 +160,62 @@ absl::Status CheckJsonDepth(absl::string_view text) {
   return absl::OkStatus();
 }
 
+// The root's {"attrs": {"mxnet_version": ["int", N]}}, or kVersionOfUnversionedFiles.
+absl::StatusOr<int> FileVersion(const Json& root) {
+  auto attrs = root.find("attrs");
+  if (attrs == root.end() || !attrs->is_object() || !attrs->contains("mxnet_version")) {
+    return kVersionOfUnversionedFiles;
+  }
+  const Json& version = (*attrs)["mxnet_version"];
+  if (!version.is_array() || version.size() != 2 || !version[1].is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "symbol JSON: attrs.mxnet_version is not [\"int\", version]: ", version.dump()));
+  }
+  return version[1].get<int>();
+}
+
+// What MXNet's LoadLegacyJSONPass upgrades when it loads an older file, on the node list:
+// an attribute "<argument>_lr_mult" (any hidden key) of an operator node becomes the
+// "__lr_mult__" of that argument's variable (UpgradeJSON_FixParsing); and in files before
+// 0.9, an operator node given just its arguments gets its auxiliary states as new
+// variables "<node>_<state>" (e.g. "bn1_moving_mean") carrying the node's attributes, as
+// ctx_group (UpgradeJSON_000800_000900). A node whose operator or parameters are bad is
+// left for ToSymbol to report.
+void UpgradeLegacyNodes(int version, NodeList* list) {
+  const size_t num_nodes = list->nodes.size();  // not the variables added on the way
+  for (size_t i = 0; i < num_nodes; ++i) {
+    if (list->nodes[i].op.empty()) continue;
+    absl::StatusOr<std::unique_ptr<ops::OperatorProperty>> prop =
+        ops::OpRegistry::Global().Create(list->nodes[i].op, list->nodes[i].params);
+    if (!prop.ok()) continue;
+    const std::vector<std::string> arguments = (*prop)->ListArguments();
+    for (size_t k = 0; k < arguments.size() && k < list->nodes[i].inputs.size(); ++k) {
+      const int64_t input = list->nodes[i].inputs[k].node;
+      if (input < 0 || input >= static_cast<int64_t>(num_nodes)) continue;  // ToSymbol's error
+      if (!list->nodes[input].op.empty()) continue;
+      for (const char* hidden : kHiddenKeys) {
+        Attrs& attrs = list->nodes[i].attrs;
+        auto it = attrs.find(AttrKey(absl::StrCat(arguments[k], "_", hidden)));
+        if (it == attrs.end()) continue;
+        list->nodes[input].attrs[AttrKey(hidden)] = it->second;
+        attrs.erase(it);
+      }
+    }
+    const std::vector<std::string> aux = (*prop)->ListAuxiliaryStates();
+    if (version >= kFirstVersionWithAuxInputs || aux.empty() ||
+        list->nodes[i].inputs.size() != arguments.size()) {
+      continue;
+    }
+    for (const std::string& state : aux) {
+      NodeList::Item variable;
+      variable.name = absl::StrCat(list->nodes[i].name, "_", state);
+      variable.attrs = list->nodes[i].attrs;
+      list->nodes[i].inputs.push_back({static_cast<int64_t>(list->nodes.size()), 0});
+      list->nodes.push_back(std::move(variable));
+    }
+  }
+}
+
 absl::StatusOr<NodeList> ParseNodeList(absl::string_view text) {
   RETURN_IF_ERROR(CheckJsonDepth(text));
   Json root;
@@ -178,6 +248,8 @@ absl::StatusOr<NodeList> ParseNodeList(absl::string_view text) {
     list.heads.push_back(head);
   }
   // "arg_nodes" and "node_row_ptr" follow from the nodes; MXNet recomputes them too.
+  ASSIGN_OR_RETURN(const int version, FileVersion(root));
+  UpgradeLegacyNodes(version, &list);
   return list;
 }
 

@@ -4,11 +4,18 @@
 // Reading accepts every generation of the format: node parameters and attributes under
 // "attrs" (1.x), "attr" (0.9-0.12), or "param" plus "attr" (0.8 and earlier, with
 // "backward_source_id"); input and head entries as [node, index] or [node, index, version].
-// Keys in "__name__" form are node attributes; so are lr_mult, wd_mult, ctx_group,
-// force_mirroring and mirror_stage, and every key of a variable or of a 0.8 "attr", which
-// old files wrote without the underscores. Other keys are operator parameters. Errors are
-// INVALID_ARGUMENT (NOT_FOUND for an unknown operator) naming the node by position and
-// name, e.g. "node #3 'fc1' (FullyConnected): takes 3 inputs (data, weight, bias), got 2".
+// Keys in "__name__" form are node attributes; so is every key of a variable or of a 0.8
+// "attr", and every key that starts or ends with lr_mult, wd_mult, ctx_group,
+// force_mirroring or mirror_stage, which old files wrote without the underscores. Other keys
+// are operator parameters, and operators are found by MXNet's names and aliases (0.8's
+// _Plus, _MulScalar, Softmax, ...). Then what MXNet's own loader upgrades in older files
+// (src/nnvm/legacy_json_util.cc): an operator's "<argument>_lr_mult" (any of those keys)
+// becomes the "__lr_mult__" of that argument's variable; and in a file before 0.9 (no
+// "mxnet_version"), an operator given only its arguments - 0.8's BatchNorm - gets its
+// auxiliary states as new variables "<node>_<state>" ("bn1_moving_mean") with the node's
+// attributes. Errors are INVALID_ARGUMENT (NOT_FOUND for an unknown operator) naming the
+// node by position and name, e.g. "node #3 'fc1' (FullyConnected): takes 3 inputs (data,
+// weight, bias), got 2".
 //
 // Writing produces MXNet 1.6's form: nodes in IndexedGraph order, "attrs" holding every
 // operator parameter (GetParams) and attribute as strings, entries as [node, index, 0],

@@ -1,5 +1,5 @@
 // Helpers shared by the symbol JSON and GraphDef tests: finding the MXNet test files,
-// describing a graph as comparable text, and a symbol composed in C++.
+// describing a graph as comparable text, a JSON round trip, and a symbol composed in C++.
 #ifndef TESSERA_TESTS_GRAPH_IO_IO_TEST_UTIL_H_
 #define TESSERA_TESTS_GRAPH_IO_IO_TEST_UTIL_H_
 
@@ -10,8 +10,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/status_matchers.h"
 #include "graph/indexed_graph.h"
 #include "graph/symbol.h"
+#include "graph/symbol_json.h"
+#include "gtest/gtest.h"
 
 namespace tessera::graph::testing {
 
@@ -53,6 +56,19 @@ inline std::vector<std::string> DescribeGraph(const Symbol& symbol) {
   for (uint32_t entry : graph.output_entries()) absl::StrAppend(&heads, " ", entry);
   lines.push_back(heads);
   return lines;
+}
+
+// Writes, reads back, writes again: the same graph and the same text.
+inline void ExpectJsonRoundTrip(const Symbol& symbol) {
+  const std::string json = SymbolToJson(symbol);
+  absl::StatusOr<Symbol> back = SymbolFromJson(json);
+  ASSERT_THAT(back, ::tessera::testing::IsOk()) << json;
+  EXPECT_EQ(back->ListArguments(), symbol.ListArguments());
+  EXPECT_EQ(back->ListOutputs(), symbol.ListOutputs());
+  EXPECT_EQ(back->ListAuxiliaryStates(), symbol.ListAuxiliaryStates());
+  EXPECT_EQ(back->ListAttrs(), symbol.ListAttrs());
+  EXPECT_EQ(DescribeGraph(*back), DescribeGraph(symbol));
+  EXPECT_EQ(SymbolToJson(*back), json);
 }
 
 // The node named `name` (the first, in IndexedGraph order); null when there is none.

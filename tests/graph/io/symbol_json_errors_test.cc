@@ -22,16 +22,20 @@ using ::testing::HasSubstr;
 
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
 
-// data, fc1_weight, fc1_bias (nodes 0-2), then `more` (node 3 on); heads `heads`.
-std::string Graph(const std::string& more, const std::string& heads = "[[3, 0, 0]]") {
+// data, fc1_weight, fc1_bias (nodes 0-2), then `more` (node 3 on); heads `heads`; then
+// `root_attrs` (e.g. kVersion1x) in the root object.
+std::string Graph(const std::string& more, const std::string& heads = "[[3, 0, 0]]",
+                  const std::string& root_attrs = "") {
   return absl::Substitute(R"({"nodes": [
       {"op": "null", "name": "data", "inputs": []},
       {"op": "null", "name": "fc1_weight", "inputs": []},
       {"op": "null", "name": "fc1_bias", "inputs": []},
       $0],
-    "arg_nodes": [0, 1, 2], "heads": $1})",
-                          more, heads);
+    "arg_nodes": [0, 1, 2], "heads": $1$2})",
+                          more, heads, root_attrs);
 }
+
+constexpr char kVersion1x[] = R"(, "attrs": {"mxnet_version": ["int", 10600]})";
 
 // Node 3: `op` named fc1 with `attrs` and `inputs`.
 std::string Node3(const std::string& op, const std::string& attrs, const std::string& inputs) {
@@ -135,8 +139,9 @@ TEST(SymbolJsonErrorsTest, WrongNumberOfInputs) {
   EXPECT_THAT(SymbolFromJson(Graph(Fc(kHidden, "[[0, 0, 0], [1, 0, 0]]"))),
               StatusIs(kInvalid, AllOf(HasSubstr("node #3 'fc1' (FullyConnected)"),
                                        HasSubstr("takes 3 inputs (data, weight, bias), got 2"))));
-  // BatchNorm's auxiliary states are inputs too.
-  EXPECT_THAT(SymbolFromJson(Graph(Node3("BatchNorm", "{}", kInputs))),
+  // BatchNorm's auxiliary states are inputs too (a file older than 0.9, without
+  // mxnet_version, gets them created: mxnet_generations_test).
+  EXPECT_THAT(SymbolFromJson(Graph(Node3("BatchNorm", "{}", kInputs), "[[3, 0, 0]]", kVersion1x)),
               StatusIs(kInvalid, AllOf(HasSubstr("node #3 'fc1' (BatchNorm)"),
                                        HasSubstr("(data, gamma, beta, moving_mean, moving_var)"))));
   EXPECT_THAT(SymbolFromJson(Graph(Node3("null", "{}", "[[0, 0, 0]]"))),

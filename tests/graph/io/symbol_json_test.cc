@@ -19,6 +19,7 @@ namespace tessera::graph {
 namespace {
 
 using ::tessera::graph::testing::DescribeGraph;
+using ::tessera::graph::testing::ExpectJsonRoundTrip;
 using ::tessera::graph::testing::FindNode;
 using ::tessera::graph::testing::MakeComposedSymbol;
 using ::tessera::graph::testing::TempPath;
@@ -139,19 +140,6 @@ TEST(SymbolJsonTest, LoadsResNetBlockWithAuxStatesAndAttrs) {
                                           {u + "sc_weight", {8, 3, 1, 1}}}));
   EXPECT_THAT(shapes->aux_states, ElementsAre(Shape{3}, Shape{3}, Shape{8}, Shape{8}));
   EXPECT_THAT(shapes->outputs, ElementsAre(Shape{2, 8, 8, 8}));
-}
-
-// Writes, reads back, writes again: the same graph and the same text.
-void ExpectJsonRoundTrip(const Symbol& symbol) {
-  const std::string json = SymbolToJson(symbol);
-  absl::StatusOr<Symbol> back = SymbolFromJson(json);
-  ASSERT_THAT(back, IsOk()) << json;
-  EXPECT_EQ(back->ListArguments(), symbol.ListArguments());
-  EXPECT_EQ(back->ListOutputs(), symbol.ListOutputs());
-  EXPECT_EQ(back->ListAuxiliaryStates(), symbol.ListAuxiliaryStates());
-  EXPECT_EQ(back->ListAttrs(), symbol.ListAttrs());
-  EXPECT_EQ(DescribeGraph(*back), DescribeGraph(symbol));
-  EXPECT_EQ(SymbolToJson(*back), json);
 }
 
 TEST(SymbolJsonTest, TestFilesRoundTrip) {
