@@ -76,6 +76,12 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
                                                  .num_workers = job.num_workers,
                                                  .run_dir = job.run_dir}));
     cluster = local->cluster();
+    // The embedded workers write under the run folder (their run root), where a relative
+    // prefix would land one run folder deeper.
+    if (!job.spec.checkpoint_prefix().empty()) {
+      job.spec.set_checkpoint_prefix(
+          (std::filesystem::absolute(job.run_dir) / job.spec.name()).string());
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, absl::Seconds(60)));
   {
