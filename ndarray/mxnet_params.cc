@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/file.h"
 #include "core/status_macros.h"
+#include "ndarray/internal/byte_reader.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "MXNet's files store little-endian data, read and written by copying memory");
@@ -55,55 +56,8 @@ std::optional<int32_t> MxnetTypeFlag(DType dtype) {
   return std::nullopt;
 }
 
-template <typename T>
-void Put(std::string* out, T value) {
-  char buf[sizeof(T)];
-  std::memcpy(buf, &value, sizeof(T));  // little-endian host
-  out->append(buf, sizeof(T));
-}
-
-// Bounds-checked reads; every error names the source and the byte offset.
-class Reader {
- public:
-  Reader(absl::string_view bytes, const std::string& source) : bytes_(bytes), source_(source) {}
-
-  size_t offset() const { return pos_; }
-  size_t left() const { return bytes_.size() - pos_; }
-
-  absl::Status Need(uint64_t n, absl::string_view what) const {
-    if (n > left()) {
-      return absl::DataLossError(absl::StrCat(source_, ": truncated at byte ", pos_, " reading ",
-                                              what, " (needs ", n, " bytes, ", left(), " left of ",
-                                              bytes_.size(), ")"));
-    }
-    return absl::OkStatus();
-  }
-
-  template <typename T>
-  absl::StatusOr<T> Get(absl::string_view what) {
-    RETURN_IF_ERROR(Need(sizeof(T), what));
-    T value;
-    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return value;
-  }
-
-  absl::StatusOr<absl::string_view> Take(uint64_t n, absl::string_view what) {
-    RETURN_IF_ERROR(Need(n, what));
-    absl::string_view out = bytes_.substr(pos_, n);
-    pos_ += n;
-    return out;
-  }
-
-  absl::Status Corrupt(size_t at, absl::string_view what) const {
-    return absl::DataLossError(absl::StrCat(source_, ": corrupt at byte ", at, ": ", what));
-  }
-
- private:
-  absl::string_view bytes_;
-  const std::string& source_;
-  size_t pos_ = 0;
-};
+using ndarray_internal::ByteReader;
+using ndarray_internal::PutLittleEndian;
 
 // One array as the first pass found it.
 struct ArrayRecord {
@@ -129,7 +83,7 @@ std::optional<uint64_t> ByteSize(absl::Span<const int64_t> dims, size_t element_
 }
 
 // A TShape: int32 ndim, int64 dims. ndim -1 (unknown) comes back as std::nullopt dims.
-absl::StatusOr<std::optional<std::vector<int64_t>>> ReadShape(Reader& r, absl::string_view what) {
+absl::StatusOr<std::optional<std::vector<int64_t>>> ReadShape(ByteReader& r, absl::string_view what) {
   const size_t at = r.offset();
   ASSIGN_OR_RETURN(int32_t ndim, r.Get<int32_t>(absl::StrCat("the ndim of ", what)));
   if (ndim == -1) return std::nullopt;
@@ -142,7 +96,7 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> ReadShape(Reader& r, absl::s
 }
 
 // A shape whose dims must all be >= 0 (storage and auxiliary shapes, which are never none).
-absl::StatusOr<std::vector<int64_t>> ReadKnownShape(Reader& r, absl::string_view what) {
+absl::StatusOr<std::vector<int64_t>> ReadKnownShape(ByteReader& r, absl::string_view what) {
   const size_t at = r.offset();
   ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> dims, ReadShape(r, what));
   if (!dims.has_value()) return r.Corrupt(at, absl::StrCat("ndim -1 of ", what));
@@ -152,7 +106,7 @@ absl::StatusOr<std::vector<int64_t>> ReadKnownShape(Reader& r, absl::string_view
   return *std::move(dims);
 }
 
-absl::StatusOr<size_t> ReadTypeFlag(Reader& r, absl::string_view what) {
+absl::StatusOr<size_t> ReadTypeFlag(ByteReader& r, absl::string_view what) {
   const size_t at = r.offset();
   ASSIGN_OR_RETURN(int32_t flag, r.Get<int32_t>(what));
   if (flag < 0 || flag >= kNumMxnetTypes) {
@@ -161,7 +115,7 @@ absl::StatusOr<size_t> ReadTypeFlag(Reader& r, absl::string_view what) {
   return static_cast<size_t>(flag);
 }
 
-absl::StatusOr<absl::string_view> ReadData(Reader& r, absl::Span<const int64_t> dims,
+absl::StatusOr<absl::string_view> ReadData(ByteReader& r, absl::Span<const int64_t> dims,
                                            size_t type_flag, absl::string_view what) {
   const std::optional<uint64_t> nbytes = ByteSize(dims, kMxnetTypes[type_flag].size);
   if (!nbytes.has_value()) {
@@ -171,7 +125,7 @@ absl::StatusOr<absl::string_view> ReadData(Reader& r, absl::Span<const int64_t> 
 }
 
 // One array in any layout. Sparse arrays are walked over (their data is not kept).
-absl::StatusOr<ArrayRecord> ReadArray(Reader& r, uint64_t index) {
+absl::StatusOr<ArrayRecord> ReadArray(ByteReader& r, uint64_t index) {
   const std::string label = absl::StrCat("array ", index);
   ArrayRecord rec;
   rec.offset = r.offset();
@@ -273,7 +227,7 @@ absl::StatusOr<Shape> TesseraShape(const ArrayRecord& rec) {
 
 absl::StatusOr<ArrayFileContents> ParseMxnetParams(const Runtime& rt, absl::string_view bytes,
                                                    const std::string& source, Context ctx) {
-  Reader r(bytes, source);
+  ByteReader r(bytes, source);
   ASSIGN_OR_RETURN(uint64_t magic, r.Get<uint64_t>("the list magic"));
   if (magic != kListMagic) {
     return absl::InvalidArgumentError(
@@ -357,9 +311,9 @@ absl::StatusOr<std::string> SerializeMxnetParams(const std::vector<std::string>&
     }
   }
   std::string out;
-  Put<uint64_t>(&out, kListMagic);
-  Put<uint64_t>(&out, 0);  // reserved
-  Put<uint64_t>(&out, arrays.size());
+  PutLittleEndian<uint64_t>(&out, kListMagic);
+  PutLittleEndian<uint64_t>(&out, 0);  // reserved
+  PutLittleEndian<uint64_t>(&out, arrays.size());
   for (size_t i = 0; i < arrays.size(); ++i) {
     const NDArray& a = arrays[i];
     if (a.is_none()) {
@@ -371,21 +325,21 @@ absl::StatusOr<std::string> SerializeMxnetParams(const std::vector<std::string>&
       return absl::InvalidArgumentError(absl::StrCat("SerializeMxnetParams: ", Describe(i, names),
                                                      " has dtype ", DTypeName(a.dtype())));
     }
-    Put<uint32_t>(&out, kV2Magic);
-    Put<int32_t>(&out, kDenseStorage);
-    Put<int32_t>(&out, a.shape().ndim());
-    for (int64_t d : a.shape()) Put<int64_t>(&out, d);
-    Put<int32_t>(&out, kCpuDevType);
-    Put<int32_t>(&out, 0);  // dev_id
-    Put<int32_t>(&out, *type_flag);
+    PutLittleEndian<uint32_t>(&out, kV2Magic);
+    PutLittleEndian<int32_t>(&out, kDenseStorage);
+    PutLittleEndian<int32_t>(&out, a.shape().ndim());
+    for (int64_t d : a.shape()) PutLittleEndian<int64_t>(&out, d);
+    PutLittleEndian<int32_t>(&out, kCpuDevType);
+    PutLittleEndian<int32_t>(&out, 0);  // dev_id
+    PutLittleEndian<int32_t>(&out, *type_flag);
     const size_t data_at = out.size();
     out.resize(data_at + a.data().Bytes());
     // Waits for pending writes and copies GPU arrays down.
     RETURN_IF_ERROR(a.SyncCopyToCPU(out.data() + data_at, a.Size()));
   }
-  Put<uint64_t>(&out, names.size());
+  PutLittleEndian<uint64_t>(&out, names.size());
   for (const std::string& name : names) {
-    Put<uint64_t>(&out, name.size());
+    PutLittleEndian<uint64_t>(&out, name.size());
     out.append(name);
   }
   return out;

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "ndarray/internal/byte_reader.h"
 #include "ndarray/serialization_internal.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -100,55 +101,8 @@ constexpr char kMagic[8] = {'T', 'S', 'R', 'N', 'D', 'A', 'R', 'R'};
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kFlagNamed = 1;
 
-template <typename T>
-void Put(std::string* out, T value) {
-  char buf[sizeof(T)];
-  std::memcpy(buf, &value, sizeof(T));  // little-endian host
-  out->append(buf, sizeof(T));
-}
-
-// Reads the array file format with bounds checks; every error names the source and offset.
-class Reader {
- public:
-  Reader(const std::string& bytes, const std::string& source) : bytes_(bytes), source_(source) {}
-
-  size_t offset() const { return pos_; }
-  size_t left() const { return bytes_.size() - pos_; }
-
-  absl::Status Need(size_t n, const char* what) const {
-    if (n > left()) {
-      return absl::DataLossError(absl::StrCat(source_, ": truncated at byte ", pos_, " reading ",
-                                              what, " (needs ", n, " bytes, ", left(), " left of ",
-                                              bytes_.size(), ")"));
-    }
-    return absl::OkStatus();
-  }
-
-  template <typename T>
-  absl::StatusOr<T> Get(const char* what) {
-    RETURN_IF_ERROR(Need(sizeof(T), what));
-    T value;
-    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return value;
-  }
-
-  absl::StatusOr<const char*> Take(size_t n, const char* what) {
-    RETURN_IF_ERROR(Need(n, what));
-    const char* p = bytes_.data() + pos_;
-    pos_ += n;
-    return p;
-  }
-
-  absl::Status Corrupt(size_t at, const std::string& what) const {
-    return absl::DataLossError(absl::StrCat(source_, ": corrupt at byte ", at, ": ", what));
-  }
-
- private:
-  const std::string& bytes_;
-  const std::string& source_;
-  size_t pos_ = 0;
-};
+using ndarray_internal::ByteReader;
+using ndarray_internal::PutLittleEndian;
 
 }  // namespace
 
@@ -159,9 +113,9 @@ absl::StatusOr<std::string> EncodeArrays(absl::Span<const NDArray> arrays,
         absl::StrCat("EncodeArrays: ", names.size(), " names for ", arrays.size(), " arrays"));
   }
   std::string out(kMagic, sizeof(kMagic));
-  Put<uint32_t>(&out, kVersion);
-  Put<uint32_t>(&out, names.empty() ? 0 : kFlagNamed);
-  Put<uint64_t>(&out, arrays.size());
+  PutLittleEndian<uint32_t>(&out, kVersion);
+  PutLittleEndian<uint32_t>(&out, names.empty() ? 0 : kFlagNamed);
+  PutLittleEndian<uint64_t>(&out, arrays.size());
   for (size_t i = 0; i < arrays.size(); ++i) {
     const NDArray& a = arrays[i];
     if (a.is_none()) {
@@ -171,7 +125,7 @@ absl::StatusOr<std::string> EncodeArrays(absl::Span<const NDArray> arrays,
       if (names[i].size() > std::numeric_limits<uint32_t>::max()) {
         return absl::InvalidArgumentError(absl::StrCat("EncodeArrays: name ", i, " too long"));
       }
-      Put<uint32_t>(&out, static_cast<uint32_t>(names[i].size()));
+      PutLittleEndian<uint32_t>(&out, static_cast<uint32_t>(names[i].size()));
       out.append(names[i]);
     }
     if (a.shape().ndim() > kMaxSerializedDims) {
@@ -179,9 +133,9 @@ absl::StatusOr<std::string> EncodeArrays(absl::Span<const NDArray> arrays,
                                                      a.shape().ndim(), " dimensions, more than ",
                                                      kMaxSerializedDims));
     }
-    Put<int32_t>(&out, static_cast<int32_t>(a.dtype()));
-    Put<uint32_t>(&out, static_cast<uint32_t>(a.shape().ndim()));
-    for (int64_t d : a.shape()) Put<int64_t>(&out, d);
+    PutLittleEndian<int32_t>(&out, static_cast<int32_t>(a.dtype()));
+    PutLittleEndian<uint32_t>(&out, static_cast<uint32_t>(a.shape().ndim()));
+    for (int64_t d : a.shape()) PutLittleEndian<int64_t>(&out, d);
     RETURN_IF_ERROR(AppendArrayData(a, &out));
   }
   return out;
@@ -189,7 +143,7 @@ absl::StatusOr<std::string> EncodeArrays(absl::Span<const NDArray> arrays,
 
 absl::StatusOr<ArrayFileContents> DecodeArrays(const Runtime& rt, const std::string& bytes,
                                                const std::string& source, Context ctx) {
-  Reader r(bytes, source);
+  ByteReader r(bytes, source);
   if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": not a Tessera array file (bad magic: the first 8 bytes are not \"TSRNDARR\"; ",
@@ -220,8 +174,8 @@ absl::StatusOr<ArrayFileContents> DecodeArrays(const Runtime& rt, const std::str
     if (named) {
       ASSIGN_OR_RETURN(uint32_t len, r.Get<uint32_t>("a name length"));
       const size_t name_at = r.offset();
-      ASSIGN_OR_RETURN(const char* p, r.Take(len, "a name"));
-      std::string name(p, len);
+      ASSIGN_OR_RETURN(absl::string_view stored, r.Take(len, "a name"));
+      std::string name(stored);
       if (!seen.insert(name).second) {
         return r.Corrupt(name_at, absl::StrCat("array name \"", name, "\" repeated"));
       }
@@ -250,8 +204,8 @@ absl::StatusOr<ArrayFileContents> DecodeArrays(const Runtime& rt, const std::str
       return r.Corrupt(dims_at, absl::StrCat("shape ", shape.ToString(), " of array ", i, ": ",
                                              nbytes.status().message()));
     }
-    ASSIGN_OR_RETURN(const char* data, r.Take(*nbytes, "array data"));
-    ASSIGN_OR_RETURN(NDArray array, ArrayFromBytes(rt, shape, dtype, data, ctx));
+    ASSIGN_OR_RETURN(absl::string_view data, r.Take(*nbytes, "array data"));
+    ASSIGN_OR_RETURN(NDArray array, ArrayFromBytes(rt, shape, dtype, data.data(), ctx));
     out.arrays.push_back(std::move(array));
   }
   if (r.left() != 0) {
@@ -279,9 +233,9 @@ absl::Status SaveArrays(const std::string& path, const std::map<std::string, NDA
   // An empty map still needs the named flag so it loads back as a map.
   if (arrays.empty()) {
     std::string out(kMagic, sizeof(kMagic));
-    Put<uint32_t>(&out, kVersion);
-    Put<uint32_t>(&out, kFlagNamed);
-    Put<uint64_t>(&out, 0);
+    PutLittleEndian<uint32_t>(&out, kVersion);
+    PutLittleEndian<uint32_t>(&out, kFlagNamed);
+    PutLittleEndian<uint64_t>(&out, 0);
     return serialization_internal::WriteFile(path, out);
   }
   ASSIGN_OR_RETURN(std::string bytes, EncodeArrays(values, names));
