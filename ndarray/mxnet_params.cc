@@ -83,7 +83,8 @@ std::optional<uint64_t> ByteSize(absl::Span<const int64_t> dims, size_t element_
 }
 
 // A TShape: int32 ndim, int64 dims. ndim -1 (unknown) comes back as std::nullopt dims.
-absl::StatusOr<std::optional<std::vector<int64_t>>> ReadShape(ByteReader& r, absl::string_view what) {
+absl::StatusOr<std::optional<std::vector<int64_t>>> ReadShape(ByteReader& r,
+                                                              absl::string_view what) {
   const size_t at = r.offset();
   ASSIGN_OR_RETURN(int32_t ndim, r.Get<int32_t>(absl::StrCat("the ndim of ", what)));
   if (ndim == -1) return std::nullopt;

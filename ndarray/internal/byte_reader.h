@@ -28,8 +28,7 @@ void PutLittleEndian(std::string* out, T value) {
 // Reads fields in order from `bytes`, which must outlive it.
 class ByteReader {
  public:
-  ByteReader(absl::string_view bytes, const std::string& source)
-      : bytes_(bytes), source_(source) {}
+  ByteReader(absl::string_view bytes, const std::string& source) : bytes_(bytes), source_(source) {}
 
   size_t offset() const { return pos_; }
   size_t left() const { return bytes_.size() - pos_; }
