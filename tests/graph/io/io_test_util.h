@@ -4,6 +4,7 @@
 #define TESSERA_TESTS_GRAPH_IO_IO_TEST_UTIL_H_
 
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,21 @@ inline std::string TestDataPath(const std::string& name) {
   const char* workspace = std::getenv("TEST_WORKSPACE");
   if (srcdir == nullptr || workspace == nullptr) return relative;
   return absl::StrCat(srcdir, "/", workspace, "/", relative);
+}
+
+// A symbol file of testdata/, loaded; a failure is a test failure (and an empty symbol).
+inline Symbol Load(const std::string& name) {
+  absl::StatusOr<Symbol> symbol = LoadSymbolFile(TestDataPath(name));
+  EXPECT_THAT(symbol, ::tessera::testing::IsOk());
+  return symbol.ok() ? *symbol : Symbol();
+}
+
+// {names[i]: shapes[i]}, for comparing inferred shapes by name.
+inline std::map<std::string, Shape> Named(const std::vector<std::string>& names,
+                                          const std::vector<Shape>& shapes) {
+  std::map<std::string, Shape> out;
+  for (size_t i = 0; i < names.size() && i < shapes.size(); ++i) out[names[i]] = shapes[i];
+  return out;
 }
 
 // A scratch file path under TEST_TMPDIR (or /tmp outside Bazel).

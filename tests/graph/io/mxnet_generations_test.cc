@@ -29,6 +29,8 @@ namespace {
 using ::tessera::graph::testing::DescribeGraph;
 using ::tessera::graph::testing::ExpectJsonRoundTrip;
 using ::tessera::graph::testing::FindNode;
+using ::tessera::graph::testing::Load;
+using ::tessera::graph::testing::Named;
 using ::tessera::graph::testing::TestDataPath;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
@@ -36,18 +38,6 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Strings = std::vector<std::string>;
-
-Symbol Load(const std::string& name) {
-  absl::StatusOr<Symbol> symbol = LoadSymbolFile(TestDataPath(name));
-  EXPECT_THAT(symbol, IsOk());
-  return symbol.ok() ? *symbol : Symbol();
-}
-
-std::map<std::string, Shape> Named(const Strings& names, const std::vector<Shape>& shapes) {
-  std::map<std::string, Shape> out;
-  for (size_t i = 0; i < names.size() && i < shapes.size(); ++i) out[names[i]] = shapes[i];
-  return out;
-}
 
 Attrs AttrsOf(const Symbol& symbol, const std::string& node) {
   const Node* found = FindNode(symbol, node);

@@ -21,6 +21,8 @@ namespace {
 using ::tessera::graph::testing::DescribeGraph;
 using ::tessera::graph::testing::ExpectJsonRoundTrip;
 using ::tessera::graph::testing::FindNode;
+using ::tessera::graph::testing::Load;
+using ::tessera::graph::testing::Named;
 using ::tessera::graph::testing::MakeComposedSymbol;
 using ::tessera::graph::testing::TempPath;
 using ::tessera::graph::testing::TestDataPath;
@@ -32,18 +34,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 using Strings = std::vector<std::string>;
-
-Symbol Load(const std::string& name) {
-  absl::StatusOr<Symbol> symbol = LoadSymbolFile(TestDataPath(name));
-  EXPECT_THAT(symbol, IsOk());
-  return symbol.ok() ? *symbol : Symbol();
-}
-
-std::map<std::string, Shape> Named(const Strings& names, const std::vector<Shape>& shapes) {
-  std::map<std::string, Shape> out;
-  for (size_t i = 0; i < names.size() && i < shapes.size(); ++i) out[names[i]] = shapes[i];
-  return out;
-}
 
 TEST(SymbolJsonTest, LoadsMxnet1xMlp) {
   const Symbol mlp = Load("mlp-symbol.json");
