@@ -112,20 +112,7 @@ class MxnetParamsTest : public testing::EngineTest {
   }
 
   // One array of every dtype Tessera and MXNet share, distinct shapes.
-  std::vector<NDArray> EveryDType() {
-    std::vector<NDArray> out;
-    out.push_back(*FromVector<float>(rt(), Shape{2, 3}, std::vector<float>{1, 2, 3, 4, 5, -6.5f}));
-    out.push_back(*FromVector<double>(rt(), Shape{3}, std::vector<double>{0.1, 0.2, 1e300}));
-    out.push_back(*FromVector<Half>(rt(), Shape{2}, std::vector<Half>{Half(0.5f), Half(-3.0f)}));
-    out.push_back(*FromVector<BFloat16>(rt(), Shape{1, 2},
-                                        std::vector<BFloat16>{BFloat16(2.0f), BFloat16(-1.0f)}));
-    out.push_back(*FromVector<uint8_t>(rt(), Shape{4}, std::vector<uint8_t>{0, 1, 200, 255}));
-    out.push_back(*FromVector<int8_t>(rt(), Shape{2, 1}, std::vector<int8_t>{-128, 127}));
-    out.push_back(*FromVector<int32_t>(rt(), Shape{1}, std::vector<int32_t>{-123456}));
-    out.push_back(*FromVector<int64_t>(rt(), Shape{2, 2, 1},
-                                       std::vector<int64_t>{int64_t{1} << 40, -1, 0, 7}));
-    return out;
-  }
+  std::vector<NDArray> EveryDType() { return testing::ArraysOfEveryDType(rt()); }
 
   // A valid named file with one array in each layout, for the truncation tests.
   static std::string EveryLayout() {
