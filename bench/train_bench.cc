@@ -19,6 +19,7 @@
 // training split; the daemons are built beside this program by train_bench.setup), its
 // samples/s summed over the workers' epoch events, against the one-process LeNet figure:
 // lenet_dist_overhead_ratio = one process / cluster (> 1: the cluster is slower in total).
+// --rows picks the rows (mlp, lenet, dist; all by default).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,13 +28,18 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/trainer_throughput.h"
+#include "client/job_client.h"
+#include "client/local_cluster.h"
 #include "core/check.h"
 #include "core/cpu_count.h"
 #include "engine/create_engine.h"
@@ -41,14 +47,14 @@
 #include "io/mnist_iter.h"
 #include "ndarray/runtime.h"
 #include "nlohmann/json.hpp"
-#include "client/job_client.h"
-#include "client/local_cluster.h"
 #include "train/module.h"
 
 ABSL_FLAG(std::string, mnist_dir, ".cache/mnist", "the MNIST IDX files (random data without)");
 ABSL_FLAG(int, batches, 100, "batches of 64 per timed pass");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "the Python that runs the PyTorch peer");
 ABSL_FLAG(std::string, script, "bench/train_bench_pytorch.py", "the PyTorch peer");
+ABSL_FLAG(std::vector<std::string>, rows, std::vector<std::string>({"mlp", "lenet", "dist"}),
+          "the rows to run: mlp, lenet, dist (dist needs lenet)");
 
 namespace tessera {
 namespace {
@@ -60,13 +66,26 @@ struct Flags {
   int batches = 0;
   std::string python;
   std::string script;
+  std::vector<std::string> rows;
+  bool Runs(std::string_view row) const { return absl::c_linear_search(rows, row); }
 };
 
 Flags ParseFlags(int argc, char** argv) {
   absl::SetProgramUsageMessage("train_bench: Module training samples/s against PyTorch");
   absl::ParseCommandLine(argc, argv);
   Flags f{absl::GetFlag(FLAGS_mnist_dir), absl::GetFlag(FLAGS_batches), absl::GetFlag(FLAGS_python),
-          absl::GetFlag(FLAGS_script)};
+          absl::GetFlag(FLAGS_script), absl::GetFlag(FLAGS_rows)};
+  for (const std::string& row : f.rows) {
+    if (row != "mlp" && row != "lenet" && row != "dist") {
+      std::fprintf(stderr, "train_bench: --rows: unknown row '%s' (mlp, lenet, dist)\n",
+                   row.c_str());
+      std::exit(2);
+    }
+  }
+  if (f.Runs("dist") && !f.Runs("lenet")) {
+    std::fprintf(stderr, "train_bench: --rows: dist is compared with the lenet row; add it\n");
+    std::exit(2);
+  }
   if (f.batches < 1) {
     std::fprintf(stderr, "train_bench: --batches must be at least 1\n");
     std::exit(2);
@@ -202,6 +221,7 @@ int main(int argc, char** argv) {
   double lenet_one_process = 0;
   std::string peer_blas;  // kind and library, as the first peer run reports it
   for (const auto& [name, net, flat] : {std::tuple{"mlp", *mlp, true}, std::tuple{"lenet", *lenet, false}}) {
+    if (!flags.Runs(name)) continue;
     const std::vector<io::DataBatch> batches = Batches((*rt)->get(), flags, flat);
     const double ours = bench::TrainerSamplesPerSecond((*rt)->get(), net, batches);
     const PeerResult peer = RunPyTorch(flags, name, threads);
@@ -234,12 +254,16 @@ int main(int argc, char** argv) {
                           json.size() > 1 ? ", " : "", name, ours, name, torch, name, torch_default, name,
                           ratio_json(ratio), name, ratio_json(ratio_best));
   }
-  const double cluster = ClusterSamplesPerSecond(flags);
-  const double overhead = cluster > 0 ? lenet_one_process / cluster : 0;
-  std::printf("lenet on 1 server + 2 workers (dist_sync): %.0f samples/s in total, overhead ratio %.2f\n", cluster,
-              overhead);
-  absl::StrAppendFormat(&json, ", \"lenet_dist_2w1s_samples_per_s\": %.1f, \"lenet_dist_overhead_ratio\": %.3f",
-                        cluster, overhead);
+  if (flags.Runs("dist")) {
+    const double cluster = ClusterSamplesPerSecond(flags);
+    const double overhead = cluster > 0 ? lenet_one_process / cluster : 0;
+    std::printf(
+        "lenet on 1 server + 2 workers (dist_sync): %.0f samples/s in total, overhead ratio %.2f\n",
+        cluster, overhead);
+    absl::StrAppendFormat(
+        &json, ", \"lenet_dist_2w1s_samples_per_s\": %.1f, \"lenet_dist_overhead_ratio\": %.3f",
+        cluster, overhead);
+  }
   std::printf("%s, \"pytorch_blas\": \"%s\", \"threads\": %d}\n", json.c_str(), peer_blas.c_str(),
               threads);
   return 0;

@@ -34,9 +34,10 @@ enum class ConvLayoutPolicy {
   kOneDnn,
   // oneDNN's choice unless that pads the channels of the source or destination (blocks of
   // 16 over 20 or 50 channels move 1.3-1.6x the bytes, over 1-4 channels up to 16x): then
-  // NHWC, or for inputs of at most 4 channels a plain NCHW source (oneDNN's first-layer
-  // kernels read it directly). Measured with bench/ops_bench and README's table: LeNet's
-  // layers run 1.5-2.8x faster forward + backward than in oneDNN's choice.
+  // NHWC, or where NHWC lacks a jit kernel and the input has at most 4 channels, a plain
+  // NCHW source (oneDNN's first-layer kernels read it directly). NHWC wins for first layers
+  // too because their weight gradient has a jit kernel there, where a plain source gets the
+  // gemm one (LeNet's 1->20: 0.8 ms against 4.4). README's table has the measurements.
   kAvoidChannelPadding,
 };
 
@@ -280,6 +281,30 @@ class ConvOp : public DnnlOperator {
     return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
   }
 
+  // Whether every direction has a jit kernel with src / dst in `src_md` / `dst_md`; if so,
+  // e->fwd_pd and e->src_md / dst_md become those. Throws nothing.
+  bool TryLayouts(Entry* e, const dnnl::memory::desc& src_md,
+                  const dnnl::memory::desc& dst_md) const {
+    Entry candidate;
+    candidate.d = e->d;
+    candidate.src_md = src_md;
+    candidate.dst_md = dst_md;
+    try {
+      candidate.fwd_pd = ForwardDesc(e->d, src_md, dst_md);
+      // The backward primitives are built later, in EnsureBackward, from the same layouts.
+      if (IsReference(candidate.fwd_pd) || IsReference(BackwardDataDesc(candidate)) ||
+          IsReference(BackwardWeightsDesc(candidate))) {
+        return false;
+      }
+    } catch (const dnnl::error&) {
+      return false;  // no kernel for these layouts here
+    }
+    e->fwd_pd = candidate.fwd_pd;
+    e->src_md = src_md;
+    e->dst_md = dst_md;
+    return true;
+  }
+
   // Creates e->fwd_pd in the layouts of policy_ and records them in e->src_md / dst_md.
   // Throws dnnl::error.
   void ChooseLayouts(Entry* e) const {
@@ -290,25 +315,9 @@ class ConvOp : public DnnlOperator {
     // Grouped convolutions keep oneDNN's choice: the rule was measured on dense ones.
     if (policy_ != ConvLayoutPolicy::kAvoidChannelPadding || d.weights.dims().size() != 4) return;
     if (!PadsChannels(e->fwd_pd.src_desc()) && !PadsChannels(e->fwd_pd.dst_desc())) return;
-    const bool few_inputs = d.src.dims()[1] <= kFewInputChannels;
-    Entry candidate;
-    candidate.d = d;
-    candidate.src_md = few_inputs ? d.src : WithTag(d.src, dnnl::memory::format_tag::nhwc);
-    candidate.dst_md = few_inputs ? Any(d.dst) : WithTag(d.dst, dnnl::memory::format_tag::nhwc);
-    try {
-      candidate.fwd_pd = ForwardDesc(d, candidate.src_md, candidate.dst_md);
-      // All three directions must have a real kernel in these layouts (the backward ones
-      // are built later, in EnsureBackward, from the same layouts).
-      if (IsReference(candidate.fwd_pd) || IsReference(BackwardDataDesc(candidate)) ||
-          IsReference(BackwardWeightsDesc(candidate))) {
-        return;
-      }
-    } catch (const dnnl::error&) {
-      return;  // no kernel for these layouts here: oneDNN's own choice stands
-    }
-    e->fwd_pd = candidate.fwd_pd;
-    e->src_md = candidate.src_md;
-    e->dst_md = candidate.dst_md;
+    using tag = dnnl::memory::format_tag;
+    if (TryLayouts(e, WithTag(d.src, tag::nhwc), WithTag(d.dst, tag::nhwc))) return;
+    if (d.src.dims()[1] <= kFewInputChannels) TryLayouts(e, d.src, Any(d.dst));
   }
 
   // The floating-point operations of one forward call, 2 per multiply-add (each backward
@@ -363,7 +372,7 @@ class ConvOp : public DnnlOperator {
     return absl::OkStatus();
   }
 
-  // Inputs with at most this many channels stay NCHW under kAvoidChannelPadding.
+  // Inputs with at most this many channels may stay NCHW under kAvoidChannelPadding.
   static constexpr int64_t kFewInputChannels = 4;
 
   const dnnl::algorithm alg_;

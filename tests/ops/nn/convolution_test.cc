@@ -239,9 +239,9 @@ TEST(ConvolutionTest, Depthwise) {
              .groups = 3});
 }
 
-// The layouts ConvOp picks (ConvLayoutPolicy::kAvoidChannelPadding): at most 4 input
-// channels keep a plain source (the cases above); channels that oneDNN's blocks would pad
-// run in NHWC; multiples of the block run in oneDNN's blocked layout, where a training
+// The layouts ConvOp picks (ConvLayoutPolicy::kAvoidChannelPadding): channels that oneDNN's
+// blocks would pad run in NHWC (also the cases above with 1-4 input channels, or on a plain
+// source where NHWC has no jit kernel); multiples of the block run in oneDNN's blocked layout, where a training
 // Forward keeps its reordered input for Backward.
 TEST(ConvolutionTest, ChannelsThatBlocksWouldPadRunInNhwc) {
   CheckConv({.n = 2, .c = 20, .h = 5, .w = 4, .filters = 6, .kh = 3, .kw = 3, .pad = 1});

@@ -123,6 +123,51 @@ TEST(PoolingTest, MaxWhole2x2OddPlanes) { Check({.h = 7, .w = 5, .k = 2, .stride
 TEST(PoolingTest, Max2x2FullOddPlanes) {
   Check({.h = 7, .w = 5, .k = 2, .stride = 2, .full = true});
 }
+// After a ReLU most 2x2 windows hold ties. The gradient goes to the window's first input
+// (row by row) equal to its output, as MXNet's CPU kernel, and the output is std::max's in
+// that order, signed zeros included: the vectorized kernel must give the same bits. Width 22:
+// 11 windows a row, so both the vector loops and their scalar tails run.
+TEST(PoolingTest, MaxWhole2x2TiesGoToTheFirstMaximum) {
+  const int64_t n = 2, c = 3, h = 6, w = 22, oh = h / 2, ow = w / 2;
+  auto checker =
+      OpChecker::Create("Pooling", {{"kernel", "(2,2)"}, {"stride", "(2,2)"}}, {Shape{n, c, h, w}});
+  ASSERT_THAT(checker, IsOk());
+  const std::vector<double> pool = {0.0, -0.0, 0.0, 1.0, 2.0, -1.0, 2.0};
+  Values x(n * c * h * w);
+  for (double& v : x) v = pool[(*checker)->rng()() % pool.size()];
+  (*checker)->SetInput(0, x);
+  Values dy(n * c * oh * ow);
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0 + static_cast<double>(i);
+  Values want_y(dy.size()), want_dx(x.size(), 0.0);
+  for (int64_t plane = 0; plane < n * c; ++plane) {
+    for (int64_t r = 0; r < oh; ++r) {
+      for (int64_t k = 0; k < ow; ++k) {
+        const int64_t top = (plane * h + 2 * r) * w + 2 * k;
+        const int64_t window[4] = {top, top + 1, top + w, top + w + 1};
+        float y = std::numeric_limits<float>::lowest();
+        for (int64_t i : window) y = std::max(y, static_cast<float>(x[i]));
+        const int64_t o = (plane * oh + r) * ow + k;
+        want_y[o] = y;
+        for (int64_t i : window) {
+          if (static_cast<float>(x[i]) == y) {
+            want_dx[i] = dy[o];
+            break;
+          }
+        }
+      }
+    }
+  }
+  auto y = (*checker)->Forward();
+  ASSERT_THAT(y, IsOk());
+  ASSERT_EQ((*y)[0].size(), want_y.size());
+  for (size_t i = 0; i < want_y.size(); ++i) {
+    ASSERT_EQ((*y)[0][i], want_y[i]) << "output " << i;
+    ASSERT_EQ(std::signbit((*y)[0][i]), std::signbit(want_y[i])) << "output " << i;
+  }
+  auto dx = (*checker)->Backward({dy});
+  ASSERT_THAT(dx, IsOk());
+  for (size_t i = 0; i < want_dx.size(); ++i) ASSERT_EQ((*dx)[0][i], want_dx[i]) << "input " << i;
+}
 TEST(PoolingTest, MaxPadFull) {
   Check({.h = 8, .w = 7, .k = 3, .stride = 2, .pad = 1, .full = true});
 }
