@@ -4,7 +4,9 @@
 // python/mxnet/optimizer.py. MXNet casts every hyperparameter to the weight's dtype before
 // the kernel, so they are floats here too; a clip bound < 0 means no clipping.
 //
-// Plain loops that the compiler vectorizes; run them inside an engine function. Stateless.
+// Plain elementwise loops that the compiler vectorizes (with the cost model of the BUILD's
+// copts: no reassociation, so the same bits as scalar code); run them inside an engine
+// function. Stateless.
 #ifndef TESSERA_KVSTORE_INTERNAL_UPDATE_KERNELS_H_
 #define TESSERA_KVSTORE_INTERNAL_UPDATE_KERNELS_H_
 
