@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "kvstore/internal/update_kernels.h"
 #include "kvstore/kvstore_metrics.h"
 
 namespace tessera::kvstore {
@@ -39,7 +40,7 @@ void AddPieces(const std::vector<std::string>& pieces, float* out) {
   for (const std::string& p : pieces) {
     const float* in = reinterpret_cast<const float*>(p.data());
     const size_t n = p.size() / sizeof(float);
-    for (size_t i = 0; i < n; ++i) out[i] += in[i];
+    internal::AddTo(static_cast<int64_t>(n), in, out);
     out += n;
   }
 }

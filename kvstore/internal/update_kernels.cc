@@ -26,6 +26,10 @@ void ForEach(int64_t n, bool clip, Body body) {
 
 }  // namespace
 
+void AddTo(int64_t n, const float* in, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+}
+
 void SgdUpdate(int64_t n, const SgdHyper& h, const float* grad, float* weight) {
   ForEach(n, h.clip_gradient >= 0.0f, [&](int64_t i, auto clip) {
     if constexpr (decltype(clip)::value) {

@@ -2,7 +2,8 @@
 // of MXNet 1.x's src/operator/optimizer_op-inl.h (SGDKernel, SGDMomKernel, AdamUpdateKernel,
 // RMSPropUpdateKernel, RMSPropAlexUpdateKernel) and of the AdaGrad update in its
 // python/mxnet/optimizer.py. MXNet casts every hyperparameter to the weight's dtype before
-// the kernel, so they are floats here too; a clip bound < 0 means no clipping.
+// the kernel, so they are floats here too; a clip bound < 0 means no clipping. Also the sum
+// a parameter server merges a round's pushes with.
 //
 // Plain elementwise loops that the compiler vectorizes (with the cost model of the BUILD's
 // copts: no reassociation, so the same bits as scalar code); run them inside an engine
@@ -13,6 +14,9 @@
 #include <cstdint>
 
 namespace tessera::kvstore::internal {
+
+// out += in, elementwise: a parameter server summing a round's pushes.
+void AddTo(int64_t n, const float* in, float* out);
 
 struct SgdHyper {
   float lr = 0, wd = 0, rescale_grad = 1, clip_gradient = -1, momentum = 0;
