@@ -108,6 +108,8 @@ ThreadedEngine::ThreadedEngine(const EngineOptions& options) : EngineBase(option
   const int cpu_priority_workers = std::max(1, options.cpu_priority_workers);
   const int gpu_workers = std::max(1, options.gpu_workers_per_device);
   const int gpu_copy_workers = std::max(1, options.gpu_copy_workers_per_device);
+  num_compute_workers_ = cpu_workers;
+  compute_running_ = std::make_unique<WorkerRunning[]>(cpu_workers);
   cpu_queue_ = std::make_unique<Queue>(options.spin_us, cpu_workers);
   cpu_priority_queue_ = std::make_unique<Queue>(options.spin_us, cpu_priority_workers);
   StartPool(cpu_queue_.get(), cpu_workers, Context::CPU(), false);
@@ -165,8 +167,12 @@ void ThreadedEngine::WorkerLoop(Queue* queue, int index, Context ctx, bool owns_
     }
     if (!stream_status.ok()) {
       Complete(b, stream_status, nullptr);
+    } else if (compute) {
+      std::atomic<bool>& running = compute_running_[index].running;
+      running.store(true, std::memory_order_relaxed);
+      Execute(b, stream, std::max(omp_threads, cpu_threads_per_function()), &running);
     } else {
-      Execute(b, stream, compute ? std::max(omp_threads, cpu_threads_per_function()) : 1);
+      Execute(b, stream, 1);
     }
   }
   DestroyStream(stream);
@@ -294,16 +300,24 @@ void ThreadedEngine::Schedule(OprBlock* b, bool is_deletion) {
   if (b->wait.fetch_sub(granted, std::memory_order_acq_rel) == granted) Dispatch(b);
 }
 
-void ThreadedEngine::Execute(OprBlock* b, void* stream, int cpu_threads) {
+void ThreadedEngine::Execute(OprBlock* b, void* stream, int cpu_threads,
+                             std::atomic<bool>* running) {
+  // Cleared before the completion, which may make WaitForAll return and a caller push more:
+  // the flag must not outlast the body (AllComputeWorkersBusy).
+  const auto done_running = [running] {
+    if (running != nullptr) running->store(false, std::memory_order_relaxed);
+  };
   const Opr& opr = *b->opr;
   std::shared_ptr<ErrorRecord> inherited = b->rejected;
   if (inherited == nullptr && !opr.runs_despite_errors) inherited = InheritedError(opr);
   if (inherited != nullptr) {
+    done_running();
     Complete(b, absl::OkStatus(), std::move(inherited));
     return;
   }
   if (stream != nullptr) b->stream = stream;  // null already: see OprBlock
   if (absl::Status s = WaitForGpuInputs(b, stream); !s.ok()) {
+    done_running();
     Complete(b, s, nullptr);
     return;
   }
@@ -316,13 +330,16 @@ void ThreadedEngine::Execute(OprBlock* b, void* stream, int cpu_threads) {
       BodyScope body;
       status = RunSync(opr.sync_fn, rctx);
     }
+    done_running();
     Complete(b, std::move(status), nullptr);
     return;
   }
   try {
     BodyScope body;
     opr.async_fn(rctx, CreateCallback(&ThreadedEngine::OnAsyncComplete, b));
+    done_running();
   } catch (const std::exception& e) {
+    done_running();
     // By contract an asynchronous function that throws has not called its callback.
     Complete(b, absl::InternalError(absl::StrCat("exception: ", e.what())), nullptr);
   }
@@ -440,12 +457,15 @@ absl::Status ThreadedEngine::WaitForAll() {
     return absl::FailedPreconditionError(
         "WaitForAll called from inside an engine function (it would deadlock)");
   }
-  // Help while waiting, as oneTBB's waiting thread does: the caller runs queued CPU work
-  // instead of sleeping while a worker would have to get to it, on one OpenMP thread: the
-  // workers' teams already have the cores.
+  // Help while waiting, as oneTBB's waiting thread does: while every compute worker is
+  // busy, the caller runs queued CPU work instead of sleeping, on one OpenMP thread: the
+  // workers' teams already have the cores. Not while a worker is free: it runs a large
+  // kernel on its team (ops_bench: conv64 and fc4096 took 1.7-1.9x as long on the caller's
+  // one thread), and a team of the caller's own would be a second OpenMP pool, which makes
+  // libgomp throttle every pool's spin-waits.
   {
     ScopedOmpThreads one_thread(1);
-    while (!Idle()) {
+    while (!Idle() && AllComputeWorkersBusy()) {
       OprBlock* b = cpu_queue_->TryPopNow();
       if (b == nullptr) break;
       Execute(b, nullptr, 1);
@@ -472,6 +492,13 @@ absl::Status ThreadedEngine::WaitForAll() {
 #endif
   absl::Status failure = TakeUnreportedFailure();
   return failure.ok() ? gpu_status : failure;
+}
+
+bool ThreadedEngine::AllComputeWorkersBusy() const {
+  for (int i = 0; i < num_compute_workers_; ++i) {
+    if (!compute_running_[i].running.load(std::memory_order_relaxed)) return false;
+  }
+  return true;
 }
 
 absl::Status ThreadedEngine::WaitForGpuInputs(OprBlock* b, void* stream) {

@@ -68,8 +68,9 @@ class ThreadedEngine final : public EngineBase {
   void Dispatch(OprBlock* b);
   Queue* QueueFor(const OprBlock& b);
   // Runs `b` on the calling thread; `stream` is the worker's CUDA stream (null on CPU),
-  // `cpu_threads` its RunContext::cpu_threads.
-  void Execute(OprBlock* b, void* stream, int cpu_threads);
+  // `cpu_threads` its RunContext::cpu_threads. A compute worker passes its `running` flag,
+  // set, and Execute clears it when the body is over, before the completion.
+  void Execute(OprBlock* b, void* stream, int cpu_threads, std::atomic<bool>* running = nullptr);
   static void OnAsyncComplete(Engine* engine, void* param, absl::Status status);
   // Stores the outcome, releases the variables, and dispatches what became ready.
   void Complete(OprBlock* b, absl::Status status, std::shared_ptr<ErrorRecord> inherited);
@@ -81,8 +82,19 @@ class ThreadedEngine final : public EngineBase {
   absl::Status WaitForGpuInputs(OprBlock* b, void* stream);
   absl::Status RecordGpuOutputs(OprBlock* b);
 
+  // Whether every compute worker is running a function now. WaitForAll's caller helps
+  // only then: an idle worker takes a function with its OpenMP team, where the caller would
+  // run it on one thread.
+  bool AllComputeWorkersBusy() const;
+
   std::unique_ptr<Queue> cpu_queue_;
   std::unique_ptr<Queue> cpu_priority_queue_;
+  // Compute worker i is running a function. One line each: a worker writes only its own.
+  struct alignas(64) WorkerRunning {
+    std::atomic<bool> running{false};
+  };
+  std::unique_ptr<WorkerRunning[]> compute_running_;
+  int num_compute_workers_ = 0;
   std::vector<std::unique_ptr<Queue>> gpu_queues_;       // per device
   std::vector<std::unique_ptr<Queue>> gpu_copy_queues_;  // per device
   std::vector<std::thread> threads_;

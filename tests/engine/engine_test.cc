@@ -582,7 +582,8 @@ TEST(ThreadedEngineTest, OmpThreadsDefaultToTheCpusLeftByThePusher) {
 
 // Unset, one function's large kernels may use every CPU the compute workers share, the
 // pusher's included (it waits while they run); a function that a caller runs while it helps
-// in WaitForAll gets one thread, as the compute workers' teams already hold the CPUs.
+// in WaitForAll (every compute worker busy) gets one thread, as the workers' teams already
+// hold the CPUs.
 TEST(ThreadedEngineTest, FunctionsMayUseTheWorkersShareOfAllCpus) {
   EngineOptions o;
   o.kind = EngineOptions::Kind::kThreaded;
@@ -620,6 +621,36 @@ TEST(ThreadedEngineTest, FunctionsMayUseTheWorkersShareOfAllCpus) {
   EXPECT_EQ(worker_threads.load(), expected);
   EXPECT_TRUE(helped_on_caller.load());
   EXPECT_EQ(helped_threads.load(), 1);
+}
+
+// While a compute worker is free, WaitForAll's caller leaves the queue to it: the function
+// runs on the worker with the workers' share of the CPUs, not on the caller's one thread
+// (large kernels took 1.7-1.9x as long there).
+TEST(ThreadedEngineTest, WaitForAllLeavesWorkToAFreeWorker) {
+  EngineOptions o;
+  o.kind = EngineOptions::Kind::kThreaded;
+  o.cpu_workers = 1;
+  auto made = CreateEngine(o);
+  ASSERT_THAT(made, IsOk());
+  Engine& engine = **made;
+  const int expected =
+      std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads() : AvailableCpus();
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<bool> on_caller{true};
+    std::atomic<int> threads{0};
+    ASSERT_THAT(engine.PushSync(
+                    [&](RunContext rctx) {
+                      on_caller = std::this_thread::get_id() == caller;
+                      threads = rctx.cpu_threads;
+                      return Ok();
+                    },
+                    Context::CPU(), {}, {}),
+                IsOk());
+    ASSERT_THAT(engine.WaitForAll(), IsOk());
+    EXPECT_FALSE(on_caller.load()) << "round " << round;
+    EXPECT_EQ(threads.load(), expected) << "round " << round;
+  }
 }
 
 // A kernel wakes one more thread per kFlopsPerThread of work, never more than it may use.
