@@ -580,19 +580,20 @@ TEST(ThreadedEngineTest, OmpThreadsDefaultToTheCpusLeftByThePusher) {
   EXPECT_EQ(engine->num_omp_threads_per_worker(), expected);
 }
 
+// RunContext::cpu_threads on the one compute worker of an engine with default OpenMP
+// settings: every CPU, or OMP_NUM_THREADS where it is set (the tsan config sets it).
+int OneWorkersCpuThreads() {
+  return std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads() : AvailableCpus();
+}
+
 // Unset, one function's large kernels may use every CPU the compute workers share, the
 // pusher's included (it waits while they run); a function that a caller runs while it helps
 // in WaitForAll (every compute worker busy) gets one thread, as the workers' teams already
 // hold the CPUs.
 TEST(ThreadedEngineTest, FunctionsMayUseTheWorkersShareOfAllCpus) {
-  EngineOptions o;
-  o.kind = EngineOptions::Kind::kThreaded;
-  o.cpu_workers = 1;
-  auto made = CreateEngine(o);
-  ASSERT_THAT(made, IsOk());
-  Engine& engine = **made;
-  const int expected =
-      std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads() : AvailableCpus();
+  auto made = MakeEngine(EngineOptions::Kind::kThreaded, 1);
+  Engine& engine = *made;
+  const int expected = OneWorkersCpuThreads();
   Gate first_running, release;
   std::atomic<int> worker_threads{0}, helped_threads{0};
   std::atomic<bool> helped_on_caller{false};
@@ -627,14 +628,9 @@ TEST(ThreadedEngineTest, FunctionsMayUseTheWorkersShareOfAllCpus) {
 // runs on the worker with the workers' share of the CPUs, not on the caller's one thread
 // (large kernels took 1.7-1.9x as long there).
 TEST(ThreadedEngineTest, WaitForAllLeavesWorkToAFreeWorker) {
-  EngineOptions o;
-  o.kind = EngineOptions::Kind::kThreaded;
-  o.cpu_workers = 1;
-  auto made = CreateEngine(o);
-  ASSERT_THAT(made, IsOk());
-  Engine& engine = **made;
-  const int expected =
-      std::getenv("OMP_NUM_THREADS") != nullptr ? omp_get_max_threads() : AvailableCpus();
+  auto made = MakeEngine(EngineOptions::Kind::kThreaded, 1);
+  Engine& engine = *made;
+  const int expected = OneWorkersCpuThreads();
   const std::thread::id caller = std::this_thread::get_id();
   for (int round = 0; round < 20; ++round) {
     std::atomic<bool> on_caller{true};
