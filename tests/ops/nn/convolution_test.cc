@@ -241,8 +241,8 @@ TEST(ConvolutionTest, Depthwise) {
 
 // The layouts ConvOp picks (ConvLayoutPolicy::kAvoidChannelPadding): channels that oneDNN's
 // blocks would pad run in NHWC (also the cases above with 1-4 input channels, or on a plain
-// source where NHWC has no jit kernel); multiples of the block run in oneDNN's blocked layout, where a training
-// Forward keeps its reordered input for Backward.
+// source where NHWC has no jit kernel); multiples of the block run in oneDNN's blocked
+// layout, where a training Forward keeps its reordered input for Backward.
 TEST(ConvolutionTest, ChannelsThatBlocksWouldPadRunInNhwc) {
   CheckConv({.n = 2, .c = 20, .h = 5, .w = 4, .filters = 6, .kh = 3, .kw = 3, .pad = 1});
 }
