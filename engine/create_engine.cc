@@ -1,10 +1,13 @@
 #include "engine/create_engine.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "core/status_macros.h"
 #include "engine/internal/naive_engine.h"
 #include "engine/internal/threaded_engine.h"
@@ -47,7 +50,11 @@ absl::StatusOr<EngineOptions> EngineOptions::FromEnv() {
   RETURN_IF_ERROR(ReadIntEnv("TESSERA_GPU_COPY_NTHREADS", 1, 64, &o.gpu_copy_workers_per_device));
   RETURN_IF_ERROR(ReadIntEnv("TESSERA_ENGINE_SPIN_US", 0, 1000000, &o.spin_us));
   RETURN_IF_ERROR(ReadIntEnv("TESSERA_OMP_THREADS_PER_WORKER", 1, 1024, &o.omp_threads_per_worker));
-  if (const char* path = std::getenv("TESSERA_PROFILER"); path != nullptr) o.profile_path = path;
+  if (const char* path = std::getenv("TESSERA_PROFILER"); path != nullptr) {
+    // "%p" becomes the process id, so the daemons of one local cluster, which share the
+    // variable, write a trace each.
+    o.profile_path = absl::StrReplaceAll(path, {{"%p", absl::StrCat(getpid())}});
+  }
   return o;
 }
 

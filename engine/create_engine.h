@@ -13,6 +13,7 @@
 //                                  use but one, shared among the workers; priority and GPU
 //                                  workers 1)
 //   TESSERA_PROFILER               path of a Chrome trace to record every function into
+//                                  ("%p" in it: the process id)
 #ifndef TESSERA_ENGINE_CREATE_ENGINE_H_
 #define TESSERA_ENGINE_CREATE_ENGINE_H_
 

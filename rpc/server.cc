@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "grpc/grpc.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -44,9 +45,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
 
 }  // namespace
 
-void KeepGrpcUntilExit() {
+void SetUpGrpcForDaemon() {
   static std::once_flag once;
-  std::call_once(once, [] { grpc_init(); });  // never shut down: the process exit ends it
+  std::call_once(once, [] {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    grpc_init();  // never shut down: the process exit ends it
+  });
 }
 
 absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {

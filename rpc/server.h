@@ -45,12 +45,16 @@ struct RunningServer {
 // UNAVAILABLE when the address cannot be bound; both name the server and the address.
 absl::StatusOr<RunningServer> StartServer(const ServerConfig& config);
 
-// Keeps gRPC initialized until the process exits. Without it, destroying a daemon's server
-// runs gRPC's library shutdown, which joins gRPC's executor threads; one parked in a poll on
-// a reconnect or keepalive timer holds the exit for up to 10 s after the daemon has stopped.
-// Daemons call it once before serving, after OnTerminationSignal (core/daemon.h): the
-// threads gRPC starts must inherit its signal mask.
-void KeepGrpcUntilExit();
+// A daemon's gRPC set-up, called once before serving, after OnTerminationSignal
+// (core/daemon.h): the threads gRPC starts must inherit its signal mask.
+//   - gRPC stays initialized until the process exits. Without it, destroying a daemon's
+//     server runs gRPC's library shutdown, which joins gRPC's executor threads; one parked in
+//     a poll on a reconnect or keepalive timer holds the exit for up to 10 s after the daemon
+//     has stopped.
+//   - absl::Mutex, which gRPC locks on every call, skips its deadlock detection. Debian's
+//     Abseil is built without NDEBUG, so every lock would otherwise update a global lock
+//     graph under a global lock.
+void SetUpGrpcForDaemon();
 
 // Keepalive settings of every server and channel: pings every 5 s both ways, a peer
 // silent for 10 s more is dropped, so a hung or vanished peer is noticed within 15 s.

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(serving_mu);
     if (serving != nullptr) serving->Shutdown();
   });
-  tessera::rpc::KeepGrpcUntilExit();  // after the signal mask: gRPC starts threads
+  tessera::rpc::SetUpGrpcForDaemon();  // after the signal mask: gRPC starts threads
   absl::StatusOr<tessera::rpc::TransportSecurity> security =
       tessera::rpc::TransportSecurityFromFlags();
   if (!security.ok()) return Fail(security.status());

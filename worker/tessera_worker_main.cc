@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     stop = true;
     cv.notify_all();
   });
-  tessera::rpc::KeepGrpcUntilExit();  // after the signal mask: gRPC starts threads
+  tessera::rpc::SetUpGrpcForDaemon();  // after the signal mask: gRPC starts threads
 
   absl::StatusOr<tessera::rpc::TransportSecurity> security =
       tessera::rpc::TransportSecurityFromFlags();

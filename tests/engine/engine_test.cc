@@ -1,6 +1,7 @@
 // Behaviour of both engines beyond the ordering rule (see engine_oracle_test.cc):
 // asynchronous completion, deletion while pending, priorities, errors, misuse.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -688,6 +689,14 @@ TEST(EngineOptionsTest, FromEnvNamesTheBadVariable) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TESSERA_ENGINE='turbo'")));
   unsetenv("TESSERA_ENGINE");
   unsetenv("TESSERA_CPU_WORKER_NTHREADS");
+}
+
+TEST(EngineOptionsTest, ProfilerPathTakesTheProcessId) {
+  setenv("TESSERA_PROFILER", "/tmp/trace-%p.json", 1);
+  auto o = EngineOptions::FromEnv();
+  unsetenv("TESSERA_PROFILER");
+  ASSERT_THAT(o, IsOk());
+  EXPECT_EQ(o->profile_path, absl::StrCat("/tmp/trace-", getpid(), ".json"));
 }
 
 TEST(EngineOptionsTest, ProfilerEnvWritesATraceAtExit) {
