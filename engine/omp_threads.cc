@@ -31,9 +31,21 @@ int ResolveCpuThreadsPerFunction(int requested, int workers) {
   return std::max(1, AvailableCpus() / std::max(1, workers));
 }
 
-int ThreadsForWork(double flops, int cpu_threads) {
-  const double useful = std::max(1.0, flops / kFlopsPerThread);
+namespace {
+
+int ThreadsFor(double work, double work_per_thread, int cpu_threads) {
+  const double useful = std::max(1.0, work / work_per_thread);
   return std::max(1, std::min(cpu_threads, static_cast<int>(std::min(useful, 1e6))));
+}
+
+}  // namespace
+
+int ThreadsForWork(double flops, int cpu_threads) {
+  return ThreadsFor(flops, kFlopsPerThread, cpu_threads);
+}
+
+int ThreadsForBytes(double bytes, int cpu_threads) {
+  return ThreadsFor(bytes, kBytesPerThread, cpu_threads);
 }
 
 void SetOmpThreadsOfThisThread(int threads) { omp_set_num_threads(std::max(1, threads)); }

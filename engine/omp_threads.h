@@ -34,6 +34,11 @@ int ResolveCpuThreadsPerFunction(int requested, int workers);
 // to give it. Small kernels stay on the calling thread and never start a team.
 inline constexpr double kFlopsPerThread = 4e6;
 int ThreadsForWork(double flops, int cpu_threads);
+// The same for a kernel bound by memory rather than arithmetic (element-wise, softmax,
+// batch norm), from the bytes its tensors hold: one more thread per kBytesPerThread, about
+// 100 us of one core's memory bandwidth.
+inline constexpr double kBytesPerThread = 1e6;
+int ThreadsForBytes(double bytes, int cpu_threads);
 
 // Sets the calling thread's OpenMP threads for the parallel regions it starts.
 void SetOmpThreadsOfThisThread(int threads);

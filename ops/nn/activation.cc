@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "engine/omp_threads.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
 
@@ -89,8 +90,10 @@ class ActivationOp : public DnnlOperator {
       }
       return absl::OkStatus();
     }
+    const int threads = MemoryBoundThreads(ctx, in[0].Size());
+    engine::ScopedOmpThreads omp(threads);
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[0].Size(), &e));
+    RETURN_IF_ERROR(GetEntry(in[0].Size(), threads, &e));
     return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0]);
   }
 
@@ -117,15 +120,18 @@ class ActivationOp : public DnnlOperator {
       }
       return absl::OkStatus();
     }
+    const int threads = MemoryBoundThreads(ctx, n);
+    engine::ScopedOmpThreads omp(threads);
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(n, &e));
+    RETURN_IF_ERROR(GetEntry(n, threads, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
     return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0], out_grad[0],
                           in_grad[0], req[0]);
   }
 
  private:
-  // Element-wise, so the primitives depend only on the element count (a 1-D view).
+  // Element-wise, so the primitives depend only on the element count (a 1-D view) and the
+  // threads they were created for (MemoryBoundThreads).
   struct Entry {
     dnnl::memory::desc md;
     dnnl::eltwise_forward::primitive_desc fwd_pd;
@@ -135,8 +141,8 @@ class ActivationOp : public DnnlOperator {
     dnnl::eltwise_backward bwd;
   };
 
-  absl::Status GetEntry(int64_t n, Entry** out) {
-    return cache_.Get(n, out, [&](Entry* e) -> absl::Status {
+  absl::Status GetEntry(int64_t n, int threads, Entry** out) {
+    return cache_.Get({n, threads}, out, [&](Entry* e) -> absl::Status {
       e->md = PlainDesc(dnnl::memory::dims{n});
       DNNL_RETURN_IF_ERROR(
           e->fwd_pd = dnnl::eltwise_forward::primitive_desc(
@@ -164,7 +170,7 @@ class ActivationOp : public DnnlOperator {
   }
 
   const ActivationParam param_;
-  PrimitiveCache<int64_t, Entry> cache_;
+  PrimitiveCache<std::pair<int64_t, int>, Entry> cache_;
 };
 
 class ActivationProp : public DnnlProperty<ActivationProp, ActivationParam, ActivationOp> {

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "engine/omp_threads.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
 
@@ -86,8 +87,10 @@ class BatchNormOp : public DnnlOperator {
                            const std::vector<TBlob>& aux) override {
     const bool batch_stats = ctx.is_train && !param_.use_global_stats;
     const int64_t channels = Channels(param_, in[kData].shape);
+    const int threads = MemoryBoundThreads(ctx, in[kData].Size());
+    engine::ScopedOmpThreads omp(threads);
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[kData].shape, &e));
+    RETURN_IF_ERROR(GetEntry(in[kData].shape, threads, &e));
     if (batch_stats && req[kOut] == OpReqType::kNullOp) {
       return ForwardStatsOnly(ctx, in, req, out, aux, e);
     }
@@ -138,8 +141,10 @@ class BatchNormOp : public DnnlOperator {
                             const std::vector<TBlob>&) override {
     if (AllNull(req)) return absl::OkStatus();
     const int64_t channels = Channels(param_, in[kData].shape);
+    const int threads = MemoryBoundThreads(ctx, in[kData].Size());
+    engine::ScopedOmpThreads omp(threads);
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[kData].shape, &e));
+    RETURN_IF_ERROR(GetEntry(in[kData].shape, threads, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
     CallBuffers buf;
     const int dsrc = buf.Output(in_grad[kData], req[kData]);
@@ -237,8 +242,9 @@ class BatchNormOp : public DnnlOperator {
     }
   }
 
-  absl::Status GetEntry(const Shape& data, Entry** out) {
-    return cache_.Get(data.ToString(), out, [&](Entry* e) -> absl::Status {
+  // Per data shape and threads (MemoryBoundThreads).
+  absl::Status GetEntry(const Shape& data, int threads, Entry** out) {
+    return cache_.Get({data.ToString(), threads}, out, [&](Entry* e) -> absl::Status {
       // oneDNN's optimized kernels take 2-D to 5-D data as it is (its reference kernel is the
       // one left for a collapsed 3-D view), so view as 4-D only beyond 5-D or for another axis.
       const int axis = param_.axis < 0 ? param_.axis + data.ndim() : param_.axis;
@@ -278,7 +284,7 @@ class BatchNormOp : public DnnlOperator {
   }
 
   const BatchNormParam param_;
-  PrimitiveCache<std::string, Entry> cache_;
+  PrimitiveCache<std::pair<std::string, int>, Entry> cache_;
 };
 
 class BatchNormProp : public DnnlProperty<BatchNormProp, BatchNormParam, BatchNormOp> {

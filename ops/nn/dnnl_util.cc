@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "engine/omp_threads.h"
 
 namespace tessera::ops::nn {
 
@@ -200,6 +201,11 @@ absl::Status CheckCpu(const OperatorProperty& prop, Context ctx) {
   if (ctx.type == DeviceType::kCPU || ctx.type == DeviceType::kCPUPinned) return absl::OkStatus();
   return absl::UnimplementedError(
       absl::StrCat(prop.TypeString(), ": no kernel for ", ctx.ToString(), " (oneDNN CPU only)"));
+}
+
+int MemoryBoundThreads(const OpContext& ctx, int64_t elements) {
+  return engine::ThreadsForBytes(3.0 * sizeof(float) * static_cast<double>(elements),
+                                 ctx.run_ctx.cpu_threads);
 }
 
 bool AllNull(const std::vector<OpReqType>& req) {

@@ -232,6 +232,13 @@ class DnnlProperty : public DnnlPropertyBase<Derived, Param> {
   }
 };
 
+// The OpenMP threads for a memory-bound primitive (element-wise, softmax, batch norm) over
+// float32 tensors of `elements` each, a pass reading up to two and writing one: up to the
+// function's RunContext::cpu_threads, by engine::ThreadsForBytes. oneDNN sizes per-thread
+// scratch when it creates a primitive, so operators create and run their primitives under
+// this count (engine::ScopedOmpThreads) and key their PrimitiveCache by it.
+int MemoryBoundThreads(const OpContext& ctx, int64_t elements);
+
 // True when every req is kNullOp (the call has nothing to do).
 bool AllNull(const std::vector<OpReqType>& req);
 

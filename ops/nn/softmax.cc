@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "engine/omp_threads.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
 
@@ -68,8 +69,10 @@ class SoftmaxOp : public DnnlOperator {
                            const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
                            const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    const int threads = MemoryBoundThreads(ctx, in[0].Size());
+    engine::ScopedOmpThreads omp(threads);
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[0].shape, &e));
+    RETURN_IF_ERROR(GetEntry(in[0].shape, threads, &e));
     return RunSrcToDst(ctx, e->fwd, e->fwd_pd.scratchpad_desc(), e->md, in[0], out[0], req[0],
                        InverseTemperature());
   }
@@ -79,8 +82,10 @@ class SoftmaxOp : public DnnlOperator {
                             const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                             const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    const int threads = MemoryBoundThreads(ctx, out_data[0].Size());
+    engine::ScopedOmpThreads omp(threads);
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(out_data[0].shape, &e));
+    RETURN_IF_ERROR(GetEntry(out_data[0].shape, threads, &e));
     RETURN_IF_ERROR(EnsureBackward(e));
     return RunDstBackward(ctx, e->bwd, e->bwd_pd.scratchpad_desc(), e->md, out_data[0],
                           out_grad[0], in_grad[0], req[0], InverseTemperature());
@@ -99,11 +104,12 @@ class SoftmaxOp : public DnnlOperator {
     Bwd bwd;
   };
 
-  absl::Status GetEntry(const Shape& shape, Entry** out) {
+  // Per softmax view and threads (MemoryBoundThreads).
+  absl::Status GetEntry(const Shape& shape, int threads, Entry** out) {
     ASSIGN_OR_RETURN(const int axis, NormalizeAxis(axis_, shape.ndim()));
     const dnnl::memory::dims dims = {shape.ProdRange(0, axis), shape[axis],
                                      shape.ProdRange(axis + 1, shape.ndim())};
-    return cache_.Get(dims, out, [&](Entry* e) -> absl::Status {
+    return cache_.Get({dims, threads}, out, [&](Entry* e) -> absl::Status {
       e->md = PlainDesc(dims);
       DNNL_RETURN_IF_ERROR(e->fwd_pd = typename Fwd::primitive_desc(
                                typename Fwd::desc(dnnl::prop_kind::forward_training, e->md, 1),
@@ -125,7 +131,7 @@ class SoftmaxOp : public DnnlOperator {
 
   const int axis_;
   const double temperature_;
-  PrimitiveCache<dnnl::memory::dims, Entry> cache_;
+  PrimitiveCache<std::pair<dnnl::memory::dims, int>, Entry> cache_;
 };
 
 template <typename Fwd, typename Bwd, bool kLog>

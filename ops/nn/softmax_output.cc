@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "engine/omp_threads.h"
 #include "ops/nn/dnnl_util.h"
 #include "ops/registry.h"
 
@@ -97,8 +98,10 @@ class SoftmaxOutputOp : public DnnlOperator {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     const auto v = View(param_, in[kData].shape);
     const dnnl::memory::dims dims = {v[0], v[1], v[2]};
+    const int threads = MemoryBoundThreads(ctx, in[kData].Size());
+    engine::ScopedOmpThreads omp(threads);
     Entry* entry;
-    RETURN_IF_ERROR(cache_.Get(dims, &entry, [&](Entry* e) -> absl::Status {
+    RETURN_IF_ERROR(cache_.Get({dims, threads}, &entry, [&](Entry* e) -> absl::Status {
       e->md = PlainDesc(dims);
       DNNL_RETURN_IF_ERROR(
           e->pd = dnnl::softmax_forward::primitive_desc(
@@ -177,7 +180,8 @@ class SoftmaxOutputOp : public DnnlOperator {
     dnnl::softmax_forward fwd;
   };
   const SoftmaxOutputParam param_;
-  PrimitiveCache<dnnl::memory::dims, Entry> cache_;
+  // Per softmax view and threads (MemoryBoundThreads).
+  PrimitiveCache<std::pair<dnnl::memory::dims, int>, Entry> cache_;
 };
 
 class SoftmaxOutputProp

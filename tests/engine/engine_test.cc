@@ -661,6 +661,14 @@ TEST(OmpThreadsTest, ThreadsForWorkGrowWithTheWork) {
   EXPECT_EQ(ThreadsForWork(1e15, 0), 1);
 }
 
+TEST(OmpThreadsTest, ThreadsForBytesGrowWithTheBytes) {
+  EXPECT_EQ(ThreadsForBytes(0, 8), 1);
+  EXPECT_EQ(ThreadsForBytes(1.9 * kBytesPerThread, 8), 1);
+  EXPECT_EQ(ThreadsForBytes(3 * kBytesPerThread, 8), 3);
+  EXPECT_EQ(ThreadsForBytes(1e15, 4), 4);
+  EXPECT_EQ(ThreadsForBytes(1e15, 0), 1);
+}
+
 TEST(ThreadedEngineTest, WaitForVarWaitsForEarlierReadersToo) {
   auto engine = MakeEngine(EngineOptions::Kind::kThreaded, 2);
   VarHandle v = engine->NewVariable();

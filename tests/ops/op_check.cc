@@ -122,6 +122,7 @@ absl::Status OpChecker::RunForward(bool is_train, OpReqType req, std::vector<Val
   OpContext ctx;
   ctx.is_train = is_train;
   ctx.run_ctx.ctx = Context::CPU();
+  ctx.run_ctx.cpu_threads = cpu_threads_;
   for (const ResourceRequest& r : prop_->ForwardResource(in_shapes_)) {
     ASSIGN_OR_RETURN(Resource res, runtime_->get().resources->Request(Context::CPU(), r));
     ctx.requested.push_back(res);
@@ -179,6 +180,7 @@ absl::Status OpChecker::RunBackward(const std::vector<Values>& out_grads, OpReqT
   OpContext ctx;
   ctx.is_train = true;
   ctx.run_ctx.ctx = Context::CPU();
+  ctx.run_ctx.cpu_threads = cpu_threads_;
   for (const ResourceRequest& r : prop_->BackwardResource(in_shapes_)) {
     ASSIGN_OR_RETURN(Resource res, runtime_->get().resources->Request(Context::CPU(), r));
     ctx.requested.push_back(res);

@@ -67,6 +67,8 @@ class OpChecker {
   const Values& aux(int i) const { return aux_.at(i); }
   // Excludes argument i from gradient checks (labels, indices).
   void SkipGradient(int i) { skip_grad_.push_back(i); }
+  // RunContext::cpu_threads of the calls from now on (1 by default).
+  void set_cpu_threads(int threads) { cpu_threads_ = threads; }
 
   // Runs Forward once with kWriteTo on every output; aux states are updated in place.
   absl::StatusOr<std::vector<Values>> Forward(bool is_train = true);
@@ -97,6 +99,7 @@ class OpChecker {
   std::vector<Values> inputs_, aux_;
   std::vector<Values> last_outputs_;  // every output (hidden ones too) of the last forward
   std::vector<int> skip_grad_;
+  int cpu_threads_ = 1;
   std::mt19937_64 rng_;
 };
 

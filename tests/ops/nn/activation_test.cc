@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,6 +59,33 @@ TEST(ActivationTest, SoftRelu) {
 TEST(ActivationTest, SoftSign) {
   Check(
       "softsign", [](double x) { return x / (1 + std::abs(x)); }, Shape{4, 6});
+}
+
+// A tensor this large runs on the threads its call may use (RunContext::cpu_threads), with
+// primitives made for each thread count; every count computes the same.
+TEST(ActivationTest, LargeTensorOnEveryThreadCount) {
+  const Shape shape{8, 16, 40, 40};  // 204,800 floats: two threads and more
+  auto checker = OpChecker::Create("Activation", {{"act_type", "tanh"}}, {shape});
+  ASSERT_THAT(checker, IsOk());
+  OpChecker& c = **checker;
+  const Values out_grad = testing::RandomValues(shape.Size(), c.rng());
+  for (int threads : {1, 2, 4, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat(threads, " threads"));
+    c.set_cpu_threads(threads);
+    c.CheckForward(
+        [](const std::vector<Values>& in, const std::vector<Shape>&) {
+          Values out(in[0].size());
+          for (size_t i = 0; i < out.size(); ++i) out[i] = std::tanh(in[0][i]);
+          return std::vector<Values>{out};
+        },
+        Tolerance{.rtol = 1e-5, .atol = 1e-6});
+    auto grads = c.Backward({out_grad});
+    ASSERT_THAT(grads, IsOk());
+    for (size_t i = 0; i < out_grad.size(); ++i) {
+      const double y = std::tanh(c.input(0)[i]);
+      ASSERT_NEAR((*grads)[0][i], out_grad[i] * (1 - y * y), 1e-5) << "element " << i;
+    }
+  }
 }
 
 TEST(ActivationTest, InPlaceOptionsAsMxnet) {

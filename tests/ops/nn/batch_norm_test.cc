@@ -131,6 +131,38 @@ TEST(BatchNormTest, OutputMeanVar) {
   CheckTrainAndInference({.shape = Shape{3, 2, 4}, .output_mean_var = true});
 }
 
+// A batch this large runs on the threads its call may use (RunContext::cpu_threads), with
+// primitives made for each thread count: oneDNN sizes its per-thread statistics scratch
+// when it makes one. Every count computes the same.
+TEST(BatchNormTest, LargeBatchOnEveryThreadCount) {
+  const BnCase b{.shape = Shape{8, 16, 40, 40}};  // 204,800 floats: two threads and more
+  auto checker = Make(b);
+  ASSERT_NE(checker, nullptr);
+  const Values out_grad = testing::RandomValues(b.shape.Size(), checker->rng());
+  std::vector<Values> first_grads;
+  for (int threads : {1, 2, 4, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat(threads, " threads"));
+    checker->set_cpu_threads(threads);
+    checker->CheckForward(
+        [&](const std::vector<Values>& in, const std::vector<Shape>& shapes) {
+          return Reference(in, shapes, /*batch_stats=*/true, false, false);
+        },
+        kForwardTol, /*is_train=*/true);
+    auto grads = checker->Backward({out_grad});
+    ASSERT_THAT(grads, IsOk());
+    if (first_grads.empty()) {
+      first_grads = *grads;
+      continue;
+    }
+    for (size_t g = 0; g < first_grads.size(); ++g) {
+      for (size_t i = 0; i < first_grads[g].size(); ++i) {
+        ASSERT_NEAR((*grads)[g][i], first_grads[g][i], 1e-4 * (1 + std::abs(first_grads[g][i])))
+            << "gradient " << g << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(BatchNormTest, FixGammaHasZeroGammaGradient) {
   auto checker = Make({.shape = Shape{2, 3, 2, 2}, .fix_gamma = true});
   ASSERT_NE(checker, nullptr);

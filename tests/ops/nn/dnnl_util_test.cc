@@ -90,6 +90,16 @@ TEST(DnnlUtilTest, CallBuffersNeedTempSpace) {
   EXPECT_THAT(none.Allocate(OpContext{}), IsOk());
 }
 
+TEST(DnnlUtilTest, MemoryBoundThreadsGrowWithTheTensorsUpToTheCallsThreads) {
+  OpContext ctx;
+  ctx.run_ctx.cpu_threads = 4;
+  EXPECT_EQ(MemoryBoundThreads(ctx, 1000), 1);
+  EXPECT_EQ(MemoryBoundThreads(ctx, 200'000), 2);  // 2.4 MB in three passes
+  EXPECT_EQ(MemoryBoundThreads(ctx, 10'000'000), 4);
+  ctx.run_ctx.cpu_threads = 1;
+  EXPECT_EQ(MemoryBoundThreads(ctx, 10'000'000), 1);
+}
+
 TEST(DnnlUtilTest, GpuNeedsTheCudaKernels) {
   auto prop = OpRegistry::Global().Create("Activation", {{"act_type", "relu"}});
   ASSERT_THAT(prop, IsOk());

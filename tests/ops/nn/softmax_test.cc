@@ -55,6 +55,38 @@ void Check(const std::string& op, const Shape& shape, int axis) {
   (*checker)->CheckBackward(Tolerance{.rtol = 2e-2, .atol = 1e-3}, 1e-2);
 }
 
+// A tensor this large runs on the threads its call may use (RunContext::cpu_threads), with
+// primitives made for each thread count; every count computes the same.
+TEST(SoftmaxTest, LargeTensorOnEveryThreadCount) {
+  const Shape shape{2048, 100};  // 204,800 floats: two threads and more
+  auto checker = OpChecker::Create("softmax", {}, {shape});
+  ASSERT_THAT(checker, IsOk());
+  OpChecker& c = **checker;
+  const Values out_grad = testing::RandomValues(shape.Size(), c.rng());
+  for (int threads : {1, 2, 4, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat(threads, " threads"));
+    c.set_cpu_threads(threads);
+    c.CheckForward(
+        [&](const std::vector<Values>& in, const std::vector<Shape>&) {
+          return std::vector<Values>{Reference(in[0], shape, -1, false)};
+        },
+        Tolerance{.rtol = 1e-5, .atol = 1e-6});
+    auto grads = c.Backward({out_grad});
+    ASSERT_THAT(grads, IsOk());
+    // d softmax: dx = y * (dy - sum(dy * y)) per row.
+    const Values y = Reference(c.input(0), shape, -1, false);
+    const int64_t n = shape[1];
+    for (int64_t row = 0; row < shape[0]; ++row) {
+      double dot = 0;
+      for (int64_t k = 0; k < n; ++k) dot += out_grad[row * n + k] * y[row * n + k];
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = row * n + k;
+        ASSERT_NEAR((*grads)[0][i], y[i] * (out_grad[i] - dot), 1e-5) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST(SoftmaxTest, LastAxisByDefault) {
   auto checker = OpChecker::Create("softmax", {}, {Shape{3, 5}});
   ASSERT_THAT(checker, IsOk());
