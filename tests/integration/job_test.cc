@@ -70,7 +70,8 @@ struct Job {
   int epochs = 2;
   int workers = 2, servers = 1;
   std::string kvstore = "dist_sync";
-  std::string extra;  // more YAML lines
+  std::string extra;    // more YAML lines
+  std::string run_dir;  // empty: RunDir(name)
 };
 
 // Writes NAME.yaml for the synthetic digits (its run folder: RunDir(NAME)); returns its path.
@@ -92,7 +93,8 @@ std::string WriteJob(const Job& job) {
                       << "cluster: {workers: " << job.workers << ", servers: " << job.servers
                       << "}\n"
                       << "seed: 1\n"
-                      << "run_dir: " << RunDir(job.name) << "\n"
+                      << "run_dir: " << (job.run_dir.empty() ? RunDir(job.name) : job.run_dir)
+                      << "\n"
                       << job.extra;
   return path;
 }
@@ -324,6 +326,24 @@ TEST_F(JobTest, TrainRunsTheJobOnItsOwnClusterAndLeavesItsResults) {
                            "train-mlp-final.params"}) {
     EXPECT_TRUE(fs::exists(run + "/" + file)) << file;
   }
+  ExpectDaemonsGone(run, 3);
+}
+
+// A relative run_dir is relative to the working directory of `tessera train`, and the
+// checkpoints land in it, not one run folder deeper under the embedded workers' run root
+// (which is that same folder).
+TEST_F(JobTest, ARelativeRunDirHoldsTheCheckpoints) {
+  const std::string run = RunDir("relative-mlp");
+  const fs::path relative = fs::relative(run, fs::current_path());
+  ASSERT_TRUE(relative.is_relative()) << relative;
+  const Command c = Tessera(
+      {"train", WriteJob({.name = "relative-mlp", .epochs = 1, .run_dir = relative.string()})});
+  ASSERT_EQ(c.code, 0) << c.out << c.err << Logs(run);
+  for (const char* file : {"relative-mlp-0001.params", "relative-mlp-final.params", "metrics.csv",
+                           "logs/worker-0.log"}) {
+    EXPECT_TRUE(fs::exists(run + "/" + file)) << file;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(run) / relative)) << "a run folder inside the run folder";
   ExpectDaemonsGone(run, 3);
 }
 
