@@ -3,6 +3,7 @@ a tls_dir folder (ca.pem, and cert.pem / key.pem for mutual TLS), local credenti
 loopback target, plaintext elsewhere only with `insecure`; the cluster token on every call
 ("authorization: Bearer ..."); keepalive; the service's message limit."""
 import pathlib
+import time
 
 import grpc
 
@@ -56,3 +57,41 @@ def new_channel(target, tls_dir, token, insecure, max_message, own_connection=Fa
         credentials = grpc.composite_channel_credentials(
             credentials, grpc.access_token_call_credentials(token))
     return grpc.secure_channel(target, credentials, options)
+
+
+def _last_connect_error(channel):
+    """Why `channel`'s last connection attempt failed, as gRPC tells the next call that fails
+    fast: a health check asks (every daemon serves it; no token needed)."""
+    check = channel.unary_unary("/grpc.health.v1.Health/Check")
+    try:
+        check(b"", timeout=1, wait_for_ready=False)  # HealthCheckRequest{}: no bytes
+        return ""
+    except grpc.RpcError as e:
+        return e.details() or ""
+
+
+def wait_until_connected(channel, peer, timeout):
+    """Waits up to `timeout` seconds for `channel` to connect, as rpc::WaitUntilConnected
+    (rpc/channel.h): a peer that is not up yet refuses connections and is waited for; one
+    whose TLS settings differ from ours fails every handshake, or closes every connection
+    when one end speaks plaintext, which waiting cannot mend: UNAVAILABLE at once, naming
+    `peer` and the reason."""
+    deadline = time.monotonic() + timeout
+    closed_in_a_row, why = 0, ""
+    while True:
+        try:
+            grpc.channel_ready_future(channel).result(
+                timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+            return
+        except grpc.FutureTimeoutError:
+            pass
+        why = _last_connect_error(channel)
+        if "andshake" in why or "certificate" in why:
+            raise TesseraError("UNAVAILABLE", f"{peer}: TLS handshake failed ({why})")
+        closed_in_a_row = closed_in_a_row + 1 if "Socket closed" in why else 0
+        if closed_in_a_row >= 3:
+            raise TesseraError("UNAVAILABLE", f"{peer}: closes every connection as it is set up "
+                               f"- does one end use TLS (tls_dir) and the other not? ({why})")
+        if time.monotonic() >= deadline:
+            suffix = f" ({why})" if why else ""
+            raise TesseraError("UNAVAILABLE", f"{peer}: not reachable within {timeout} s{suffix}")

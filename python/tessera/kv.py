@@ -39,7 +39,7 @@ import threading
 import grpc
 import numpy as np
 
-from tessera._channel import load_token, new_channel
+from tessera._channel import load_token, new_channel, wait_until_connected
 from tessera.errors import TesseraError, from_rpc_error
 from tessera._wire.proto import kvstore_pb2, kvstore_pb2_grpc, tensor_pb2
 
@@ -87,11 +87,10 @@ class _Server:
         self.max_chunk_bytes = _CHUNK_BYTES  # until the Hello reply
         self._channel = channel
         try:
-            grpc.channel_ready_future(channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
+            wait_until_connected(channel, self.name, connect_timeout)
+        except TesseraError:
             channel.close()
-            raise TesseraError("UNAVAILABLE", f"{self.name}: not reachable within "
-                               f"{connect_timeout} s") from None
+            raise
         self.stub = kvstore_pb2_grpc.KVStoreServiceStub(channel)
         self._outbox = queue.SimpleQueue()
         self._replies = self.stub.Session(iter(self._outbox.get, None))

@@ -1,11 +1,12 @@
 """The SDK over TLS: a parameter server and two workers with certificates from `tessera certs`
 (TESSERA_BIN) and a cluster token; a job trained through tessera.Client and a KVStore rank on
-a TLS parameter server, and the refusals: no TLS, another CA, a wrong token. MNIST from
-TESSERA_MNIST_DIR (skipped without it)."""
+a TLS parameter server, and the refusals: no TLS, another CA (a KVStore rank's at once, not
+after its connect_timeout), a wrong token. MNIST from TESSERA_MNIST_DIR (skipped without it)."""
 import os
 import pathlib
 import subprocess
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -71,6 +72,20 @@ class TlsTest(unittest.TestCase):
             store.init("w", np.ones((2, 3), np.float32))
             store.push("w", np.full((2, 3), 4, np.float32))
             np.testing.assert_array_equal(store.pull("w"), np.full((2, 3), 4, np.float32))
+
+    def test_a_kvstore_rank_without_tls_or_with_another_ca_fails_at_once(self):
+        other_ca = make_certs(self.dir / "other-certs-kv")
+        for tls_dir, why in ((other_ca, "TLS handshake failed"), (None, "closes every connection")):
+            with self.subTest(tls_dir=tls_dir):
+                start = time.monotonic()
+                with self.assertRaises(tessera.TesseraError) as raised:
+                    tessera.kv.create("dist_sync", servers=[self.kv_server], rank=0,
+                                      num_workers=1, job_id="tls-kv-refused", tls_dir=tls_dir,
+                                      token_file=self.token_file, connect_timeout=60)
+                self.assertEqual(raised.exception.code, "UNAVAILABLE")
+                self.assertIn(f"parameter server {self.kv_server}", raised.exception.message)
+                self.assertIn(why, raised.exception.message)
+                self.assertLess(time.monotonic() - start, 30, "it waited for connect_timeout")
 
     def test_a_client_without_tls_or_with_another_ca_cannot_connect(self):
         other_ca = make_certs(self.dir / "other-certs")
