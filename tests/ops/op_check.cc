@@ -304,6 +304,15 @@ double OpChecker::Loss(const std::vector<Values>& out_grads) {
   return loss;
 }
 
+void OpChecker::ForEachThreadCount(const std::function<void()>& check) {
+  for (int threads : {1, 2, 4, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat("cpu_threads ", threads));
+    set_cpu_threads(threads);
+    check();
+  }
+  set_cpu_threads(1);
+}
+
 void OpChecker::CheckBackward(Tolerance tol, double eps) {
   if (eps == 0) eps = dtype_ == DType::kFloat64 ? 1e-6 : 1e-2;
   const std::string op = prop_->TypeString();

@@ -69,6 +69,9 @@ class OpChecker {
   void SkipGradient(int i) { skip_grad_.push_back(i); }
   // RunContext::cpu_threads of the calls from now on (1 by default).
   void set_cpu_threads(int threads) { cpu_threads_ = threads; }
+  // Runs `check` with cpu_threads 1, 2, 4, 1, 2 in turn (traced): an operator that keeps
+  // primitives per thread count must compute the same on each, also when it goes back to one.
+  void ForEachThreadCount(const std::function<void()>& check);
 
   // Runs Forward once with kWriteTo on every output; aux states are updated in place.
   absl::StatusOr<std::vector<Values>> Forward(bool is_train = true);

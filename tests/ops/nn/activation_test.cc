@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -69,9 +68,7 @@ TEST(ActivationTest, LargeTensorOnEveryThreadCount) {
   ASSERT_THAT(checker, IsOk());
   OpChecker& c = **checker;
   const Values out_grad = testing::RandomValues(shape.Size(), c.rng());
-  for (int threads : {1, 2, 4, 1, 2}) {
-    SCOPED_TRACE(absl::StrCat(threads, " threads"));
-    c.set_cpu_threads(threads);
+  c.ForEachThreadCount([&] {
     c.CheckForward(
         [](const std::vector<Values>& in, const std::vector<Shape>&) {
           Values out(in[0].size());
@@ -85,7 +82,7 @@ TEST(ActivationTest, LargeTensorOnEveryThreadCount) {
       const double y = std::tanh(c.input(0)[i]);
       ASSERT_NEAR((*grads)[0][i], out_grad[i] * (1 - y * y), 1e-5) << "element " << i;
     }
-  }
+  });
 }
 
 TEST(ActivationTest, InPlaceOptionsAsMxnet) {

@@ -63,9 +63,7 @@ TEST(SoftmaxTest, LargeTensorOnEveryThreadCount) {
   ASSERT_THAT(checker, IsOk());
   OpChecker& c = **checker;
   const Values out_grad = testing::RandomValues(shape.Size(), c.rng());
-  for (int threads : {1, 2, 4, 1, 2}) {
-    SCOPED_TRACE(absl::StrCat(threads, " threads"));
-    c.set_cpu_threads(threads);
+  c.ForEachThreadCount([&] {
     c.CheckForward(
         [&](const std::vector<Values>& in, const std::vector<Shape>&) {
           return std::vector<Values>{Reference(in[0], shape, -1, false)};
@@ -84,7 +82,7 @@ TEST(SoftmaxTest, LargeTensorOnEveryThreadCount) {
         ASSERT_NEAR((*grads)[0][i], y[i] * (out_grad[i] - dot), 1e-5) << "element " << i;
       }
     }
-  }
+  });
 }
 
 TEST(SoftmaxTest, LastAxisByDefault) {
