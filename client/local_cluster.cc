@@ -3,15 +3,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "core/cpu_count.h"
 #include "core/file.h"
 #include "core/status_macros.h"
+#include "rpc/address.h"
 #include "rpc/transport_security.h"
 
 namespace tessera::client {
@@ -21,6 +24,26 @@ std::string SiblingBinary(const std::string& relative) {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   return (self.parent_path().parent_path() / relative).string();
 }
+
+namespace {
+
+// A new folder for the daemons' sockets, readable by this user only (mkdtemp's mode 0700):
+// under TMPDIR when a socket's path there fits a sockaddr_un, else under /tmp (a test
+// runner's TMPDIR can be longer).
+absl::StatusOr<std::string> NewSocketFolder() {
+  constexpr absl::string_view kLongestSocket = "/tessera-sockets-XXXXXX/worker-9999.sock";
+  std::error_code ec;
+  std::string parent = std::filesystem::temp_directory_path(ec).string();
+  if (ec || parent.size() + kLongestSocket.size() > rpc::kMaxUnixSocketPath) parent = "/tmp";
+  std::string folder = parent + "/tessera-sockets-XXXXXX";
+  if (mkdtemp(folder.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create a folder for the daemons' sockets in ",
+                                            parent, ": ", std::strerror(errno)));
+  }
+  return folder;
+}
+
+}  // namespace
 
 std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int parts) {
   std::vector<std::vector<int>> shares(std::max(parts, 0));
@@ -56,6 +79,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", logs.string(), ": ", ec.message()));
 
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  ASSIGN_OR_RETURN(cluster->socket_dir_, NewSocketFolder());
   ASSIGN_OR_RETURN(cluster->cluster_.security.token, rpc::NewToken());
   const std::string token_file = cluster->token_file_ = (logs / "cluster.token").string();
   RETURN_IF_ERROR(WriteStringToFile(token_file, cluster->cluster_.security.token, kOwnerOnly));
@@ -66,9 +90,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     Daemon d;
     d.name = name;
     d.log = (logs / (name + ".log")).string();
+    // The port file says the daemon serves (its port is 0 on a socket).
     const std::string port_file = (logs / (name + ".port")).string();
     std::filesystem::remove(port_file, ec);
-    argv.push_back("--address=127.0.0.1:0");
+    const std::string address = absl::StrCat("unix:", cluster->socket_dir_, "/", name, ".sock");
+    argv.push_back("--address=" + address);
     argv.push_back("--port_file=" + port_file);
     argv.push_back("--token_file=" + token_file);
     absl::StatusOr<std::unique_ptr<Subprocess>> p =
@@ -84,7 +110,6 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
       return absl::UnavailableError(absl::StrCat(name, " did not start (see ", cluster->daemons_.back().log,
                                                  "): ", port.status().message()));
     }
-    const std::string address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port));
     (name.rfind("ps", 0) == 0 ? cluster->cluster_.servers : cluster->cluster_.workers).push_back(address);
     return absl::OkStatus();
   };
@@ -118,6 +143,8 @@ LocalCluster::~LocalCluster() {
   for (Daemon& d : daemons_) {
     if (!d.process->Wait(absl::Seconds(10)).ok()) (void)d.process->Signal(SIGKILL);
   }
+  std::error_code ec;
+  if (!socket_dir_.empty()) std::filesystem::remove_all(socket_dir_, ec);
 }
 
 absl::Status LocalCluster::CheckAlive() {

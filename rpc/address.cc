@@ -30,6 +30,8 @@ bool IsLoopbackHost(absl::string_view host) {
   return false;
 }
 
+bool IsUnixSocketAddress(absl::string_view address) { return absl::StartsWith(address, "unix:"); }
+
 std::string BoundAddress(absl::string_view host, int port) {
   if (host.empty()) host = "0.0.0.0";
   return host.find(':') != absl::string_view::npos ? absl::StrCat("[", host, "]:", port)

@@ -1,5 +1,6 @@
-// Host:port strings as Tessera's flags and cluster specs write them ("10.0.0.2:9000",
-// "tessera-ps-0.tessera-ps:9000", "[::1]:9000", ":9000").
+// Addresses as Tessera's flags and cluster specs write them: host:port ("10.0.0.2:9000",
+// "tessera-ps-0.tessera-ps:9000", "[::1]:9000", ":9000"), or a Unix socket in gRPC's syntax
+// ("unix:/tmp/tessera-sockets-x1Yz/ps-0.sock").
 #ifndef TESSERA_RPC_ADDRESS_H_
 #define TESSERA_RPC_ADDRESS_H_
 
@@ -15,6 +16,14 @@ std::string HostOf(absl::string_view address);
 // Whether `host` names this machine's loopback interface only: localhost, 127.0.0.0/8,
 // ::1. "", 0.0.0.0 and :: (every interface) are not.
 bool IsLoopbackHost(absl::string_view host);
+
+// Whether `address` is a Unix socket ("unix:PATH"): only processes of this machine that may
+// open PATH's folder can connect. (gRPC's abstract sockets, "unix-abstract:", are not: any
+// process of the machine can reach them.)
+bool IsUnixSocketAddress(absl::string_view address);
+
+// The longest PATH a Unix socket address may have (sockaddr_un's sun_path, less its NUL).
+inline constexpr size_t kMaxUnixSocketPath = 107;
 
 // "host:port", brackets around an IPv6 host, 0.0.0.0 for an empty one: an address as bound,
 // for logs ("0.0.0.0:7000", "[::1]:9100").

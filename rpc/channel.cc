@@ -20,7 +20,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const ChannelConfig& c
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // The level of protection the token asks of the connection that carries it.
   std::optional<grpc_security_level> token_level;
-  if (s.tls()) {
+  if (IsUnixSocketAddress(config.target)) {  // as the server: TLS adds nothing there
+    credentials = grpc::experimental::LocalCredentials(UDS);
+    token_level = GRPC_SECURITY_NONE;
+  } else if (s.tls()) {
     token_level = GRPC_PRIVACY_AND_INTEGRITY;
     grpc::SslCredentialsOptions options;
     options.pem_root_certs = s.ca_pem;

@@ -1,7 +1,8 @@
 // The one place Tessera builds a gRPC channel, mirroring rpc/server.h: TLS when the
 // settings hold a CA (presenting cert.pem/key.pem for mutual TLS when given), local
-// credentials to a loopback target, plaintext elsewhere only with `insecure`; the cluster
-// token on every call when one is given; keepalive; the service's message limits.
+// credentials to a loopback target or a Unix socket, plaintext elsewhere only with
+// `insecure`; the cluster token on every call when one is given; keepalive; the service's
+// message limits.
 #ifndef TESSERA_RPC_CHANNEL_H_
 #define TESSERA_RPC_CHANNEL_H_
 
@@ -18,7 +19,7 @@
 namespace tessera::rpc {
 
 struct ChannelConfig {
-  std::string target;  // host:port
+  std::string target;  // host:port, or "unix:PATH" (rpc/address.h)
   TransportSecurity security;
   MessageLimits limits;  // this end's: MessageLimits::Peer() of the server's
   // A TCP connection of its own, even when this process already has one to `target`

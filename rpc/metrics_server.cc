@@ -21,6 +21,11 @@ namespace {
 
 // The socket address to bind for `address`: a wildcard for an empty host.
 absl::StatusOr<sockaddr_storage> BindAddress(const MetricsServerConfig& config) {
+  if (IsUnixSocketAddress(config.address)) {
+    return absl::InvalidArgumentError(absl::StrCat(config.name, ": metrics address '",
+                                                   config.address,
+                                                   "': the endpoint serves host:port only"));
+  }
   const size_t colon = config.address.rfind(':');
   if (colon == std::string::npos || colon + 1 == config.address.size()) {
     return absl::InvalidArgumentError(

@@ -36,6 +36,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
     case ServingTransport::kLoopback:
       credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
       break;
+    case ServingTransport::kUnixSocket:
+      credentials = grpc::experimental::LocalServerCredentials(UDS);
+      break;
     case ServingTransport::kPlaintext:
       return grpc::InsecureServerCredentials();  // no token checks: it would cross in clear
   }
@@ -82,6 +85,11 @@ absl::StatusOr<RunningServer> StartServer(const ServerConfig& config) {
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat(config.name, ": cannot listen on ", config.address));
+  }
+  if (IsUnixSocketAddress(config.address)) {  // gRPC reports port 1 for a bound socket
+    running.port = 0;
+    running.address = running.listening = config.address;
+    return running;
   }
   const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
   running.address = BoundAddress(wildcard ? "127.0.0.1" : host, running.port);

@@ -20,7 +20,9 @@ namespace tessera::rpc {
 
 struct ServerConfig {
   std::string name;     // for messages: "parameter server 0", "tessera-worker"
-  std::string address;  // host:port; port 0 picks a free one
+  // host:port (port 0 picks a free one), or a Unix socket "unix:PATH" (rpc/address.h):
+  // PATH's folder decides who may connect, so keep it private to the cluster's owner.
+  std::string address;
   TransportSecurity security;
   MessageLimits limits;
   // gRPC's resource quota, so no flood of clients exhausts the daemon: what gRPC's buffers
@@ -34,7 +36,7 @@ struct ServerConfig {
 
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;
-  int port = 0;
+  int port = 0;  // 0 on a Unix socket
   // An address clients can dial: the bound host, or 127.0.0.1 for a wildcard one.
   std::string address;
   // The address as bound, with the port gRPC picked ("0.0.0.0:7000"): what logs show.

@@ -21,6 +21,9 @@ absl::StatusOr<ServingTransport> ChooseServingTransport(const std::string& name,
     return absl::PermissionDeniedError(
         absl::StrCat(name, ": will not serve ", address, " ", why, ": ", kHowToSecure));
   };
+  // A Unix socket never leaves the machine: TLS would add nothing (channels to one use
+  // local credentials too), and the token is still checked.
+  if (IsUnixSocketAddress(address)) return ServingTransport::kUnixSocket;
   const bool loopback = IsLoopbackHost(HostOf(address));
   ServingTransport transport;
   if (security.tls()) {

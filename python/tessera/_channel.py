@@ -1,7 +1,7 @@
 """The one place the SDK builds a gRPC channel, as rpc/channel.h does for the C++ side: TLS with
 a tls_dir folder (ca.pem, and cert.pem / key.pem for mutual TLS), local credentials to a
-loopback target, plaintext elsewhere only with `insecure`; the cluster token on every call
-("authorization: Bearer ..."); keepalive; the service's message limit."""
+loopback target or a Unix socket, plaintext elsewhere only with `insecure`; the cluster token
+on every call ("authorization: Bearer ..."); keepalive; the service's message limit."""
 import pathlib
 import time
 
@@ -26,7 +26,7 @@ def _is_loopback(target):
 
 
 def new_channel(target, tls_dir, token, insecure, max_message, own_connection=False):
-    """A channel to `target` (host:port). `max_message`: the largest message either way, in
+    """A channel to `target` (host:port, or unix:PATH). `max_message`: the largest message either way, in
     bytes (rpc/message_limits.h's bound of the service). `own_connection`: a TCP connection
     of its own even when the process already has one to `target`."""
     options = [("grpc.max_receive_message_length", max_message),
@@ -38,7 +38,9 @@ def new_channel(target, tls_dir, token, insecure, max_message, own_connection=Fa
                ("grpc.http2.max_pings_without_data", 0)]
     if own_connection:
         options.append(("grpc.use_local_subchannel_pool", 1))
-    if tls_dir:
+    if target.startswith("unix:"):  # as rpc/channel.cc: TLS adds nothing on a Unix socket
+        credentials = grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)
+    elif tls_dir:
         folder = pathlib.Path(tls_dir)
         read = lambda name: (folder / name).read_bytes() if (folder / name).exists() else None
         if read("ca.pem") is None:

@@ -1,11 +1,11 @@
-"""LocalCluster: parameter servers and worker daemons on loopback, for notebooks and tests.
+"""LocalCluster: parameter servers and worker daemons on this machine, for notebooks and tests.
 
     with tessera.LocalCluster(workers=2, servers=1) as cluster:
         result = cluster.client().submit(tessera.Job("examples/mnist/mlp.yaml")).wait()
 
 The daemons are started by the command line's `tessera cluster` (the launcher `tessera train`
-uses: free ports, a token of the cluster's own, logs under run_dir/logs), which this object
-keeps as a child process. They stop on close(), when this object is collected, when Python
+uses: Unix sockets in a folder only this user may open, a token of the cluster's own, logs
+under run_dir/logs), which this object keeps as a child process. They stop on close(), when this object is collected, when Python
 exits, and when this process dies: `tessera cluster` stops them when its standard input, a
 pipe from here, ends."""
 import json

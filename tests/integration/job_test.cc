@@ -52,10 +52,11 @@ namespace {
 namespace fs = std::filesystem;
 using tessera::testing::IsOk;
 using tessera::testing::StatusIs;
+using tessera::testing::WriteDigits;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using tessera::testing::WriteDigits;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 const absl::Duration kCommandTimeout = absl::Seconds(180);
 const absl::Duration kJobTimeout = absl::Seconds(120);
@@ -374,6 +375,23 @@ TEST_F(JobTest, ALocalKVStoreJobRunsWithoutServers) {
   EXPECT_GT(JsonNumber(c.lines.back(), "test_accuracy"), 0.5) << c.out;
   EXPECT_FALSE(fs::exists(run + "/logs/ps-0.log"));
   ExpectDaemonsGone(run, 1);
+}
+
+TEST_F(JobTest, ALocalClusterServesUnixSocketsInAFolderOnlyItsOwnerMayOpen) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  std::vector<std::string> addresses = daemons_->cluster().workers;
+  addresses.push_back(daemons_->cluster().servers[0]);
+  const fs::path folder = fs::path(addresses[0].substr(std::string("unix:").size())).parent_path();
+  for (const std::string& address : addresses) {
+    ASSERT_THAT(address, StartsWith("unix:"));
+    const fs::path socket = address.substr(std::string("unix:").size());
+    EXPECT_EQ(socket.parent_path(), folder) << address;
+    EXPECT_TRUE(fs::is_socket(socket)) << address;
+  }
+  EXPECT_EQ(fs::status(folder).permissions() & fs::perms::all, fs::perms::owner_all);
+  client_.reset();
+  daemons_.reset();
+  EXPECT_FALSE(fs::exists(folder)) << folder;
 }
 
 TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {

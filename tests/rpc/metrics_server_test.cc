@@ -210,6 +210,8 @@ TEST_F(MetricsServerTest, AnAddressItCannotBindIsAnErrorNamingIt) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has no port")));
   EXPECT_THAT(Start("no-such-host.invalid:0", {.insecure = true}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no-such-host.invalid")));
+  EXPECT_THAT(Start("unix:/tmp/metrics.sock", {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("serves host:port only")));
 }
 
 TEST(RuntimeMetricsTest, ReportsPendingFunctionsAndMemoryPerDevice) {

@@ -250,6 +250,31 @@ TEST_F(TransportTest, UnreachableTargetsAreNamedWithTheReason) {
   EXPECT_THAT(status.message(), HasSubstr("worker 3: not reachable within 300ms"));
 }
 
+TEST_F(TransportTest, UnixSocketsServeThisMachineAndCheckTheToken) {
+  // A folder of its own under /tmp: the test's TempDir may exceed a socket path's bound.
+  std::string folder = "/tmp/tessera-transport-test-XXXXXX";
+  ASSERT_NE(mkdtemp(folder.data()), nullptr);
+  const std::string address = "unix:" + folder + "/echo.sock";
+  {
+    // TLS settings change nothing on a Unix socket, on either end.
+    auto server = EchoServer::Start(address, Tls("127.0.0.1", "t"));
+    ASSERT_THAT(server, IsOk());
+    EXPECT_EQ((*server)->address(), address);
+    EXPECT_EQ((*server)->listening(), address);
+    EXPECT_TRUE(std::filesystem::exists(folder + "/echo.sock"));
+    EXPECT_TRUE(Call(Dial(address, {.token = "t"}), kEcho).ok());
+    EXPECT_TRUE(Call(Dial(address, Tls("client", "t")), kEcho).ok());
+    const grpc::Status missing = Call(Dial(address, {}), kEcho);
+    EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(missing.error_message(), HasSubstr("no cluster token"));
+  }
+  const absl::Status gone =
+      WaitUntilConnected(*Dial(address, {.token = "t"}), "worker 0", absl::Milliseconds(300));
+  EXPECT_EQ(gone.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(gone.message(), HasSubstr("worker 0"));
+  std::filesystem::remove_all(folder);
+}
+
 TEST(AddressTest, LoopbackHostsAreThoseOfThisMachineOnly) {
   for (const char* host : {"localhost", "LocalHost", "127.0.0.1", "127.3.2.1", "::1"}) {
     EXPECT_TRUE(IsLoopbackHost(host)) << host;
@@ -263,6 +288,15 @@ TEST(AddressTest, LoopbackHostsAreThoseOfThisMachineOnly) {
   EXPECT_EQ(HostOf(":9000"), "");
   EXPECT_EQ(HostOf("ps-0.ps:9000"), "ps-0.ps");
   EXPECT_EQ(HostOf("::1"), "::1");
+}
+
+TEST(AddressTest, UnixSocketsAreThoseWithAPath) {
+  EXPECT_TRUE(IsUnixSocketAddress("unix:/tmp/x/ps-0.sock"));
+  EXPECT_TRUE(IsUnixSocketAddress("unix:///tmp/x/ps-0.sock"));
+  // An abstract socket has no file to guard it: any process of the machine reaches it.
+  EXPECT_FALSE(IsUnixSocketAddress("unix-abstract:tessera"));
+  EXPECT_FALSE(IsUnixSocketAddress("127.0.0.1:9000"));
+  EXPECT_FALSE(IsUnixSocketAddress("unixhost:9000"));
 }
 
 TEST(TokenTest, TokensCompareByContent) {
