@@ -179,6 +179,11 @@ void ServerStore::Session::Handle(WorkerMessage message) {
           static_cast<double>(message.push().data().size()));
       staged(*message.mutable_push(), &ServerStore::Push);
       break;
+    case WorkerMessage::kPushPull:
+      KVStoreServerMetrics().push_bytes.Increment(
+          static_cast<double>(message.push_pull().data().size()));
+      staged(*message.mutable_push_pull(), &ServerStore::PushPull);
+      break;
     case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
     case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
     default:
@@ -283,6 +288,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   reply.mutable_hello()->set_server_index(options_.server_index);
   reply.mutable_hello()->set_num_servers(options_.num_servers);
   reply.mutable_hello()->set_max_chunk_bytes(options_.max_chunk_bytes);
+  reply.mutable_hello()->set_serves_push_pull(true);
   s->send_({std::move(reply)});
 }
 
@@ -356,6 +362,16 @@ static absl::Status RoundBlocked(int key_id, int64_t round, const std::vector<ch
 
 void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header,
                        std::vector<std::string> pieces) {
+  AcceptPush(s, id, header, std::move(pieces), /*then_pull=*/false);
+}
+
+void ServerStore::PushPull(Session* s, uint64_t id, const ArrayChunk& header,
+                           std::vector<std::string> pieces) {
+  AcceptPush(s, id, header, std::move(pieces), /*then_pull=*/true);
+}
+
+void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
+                             std::vector<std::string> pieces, bool then_pull) {
   std::shared_lock<SharedMutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
@@ -366,8 +382,9 @@ void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header,
   const int rank = s->rank_;
   if (!sync()) {
     CopyPieces(pieces, static_cast<char*>(key.merged.data().dptr));
-    absl::Status st = Apply(header.key(), key, key.merged);
-    return s->send_({st.ok() ? OkReply(id) : ErrorReply(id, st)});
+    if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
+    return s->send_(then_pull ? PullReply(id, header.key(), key)
+                              : std::vector<ServerMessage>{OkReply(id)});
   }
   std::vector<char> joined = key.pushed;  // barrier waiters count as pushed
   for (int r = 0; r < options_.num_workers; ++r) joined[r] |= barrier_[r].session != nullptr;
@@ -381,11 +398,19 @@ void ServerStore::Push(Session* s, uint64_t id, const ArrayChunk& header,
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, bytes); !st.ok()) return fail(st);
     ++s->waiting_;
     s->parked_bytes_ += bytes;
-    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces), bytes});
+    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces), bytes, then_pull});
     return;
   }
+  if (then_pull) {
+    if (absl::Status st = CheckWaitingBound(s, header.key(), id, 0); !st.ok()) return fail(st);
+  }
   if (absl::Status st = AcceptSyncPush(header.key(), key, rank, pieces); !st.ok()) return fail(st);
-  s->send_({OkReply(id)});
+  if (then_pull) {
+    ++s->waiting_;
+    key.pulls.push_back({Waiter{s, id}, rank, key.pushes[rank]});
+  } else {
+    s->send_({OkReply(id)});
+  }
   if (absl::Status st = MaybeCompleteRound(header.key(), key); !st.ok()) {
     // Not this push's fault: the round's pulls get the error (MaybeCompleteRound sent it).
   }
@@ -437,7 +462,12 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       continue;
     }
     RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, p.pieces));
-    Answer(p, {OkReply(p.waiter.id)});
+    if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
+      p.waiter.session->parked_bytes_ -= p.bytes;
+      key.pulls.push_back({p.waiter, p.rank, key.pushes[p.rank]});
+    } else {
+      Answer(p, {OkReply(p.waiter.id)});
+    }
   }
   return MaybeCompleteRound(key_id, key);
 }

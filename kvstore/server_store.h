@@ -18,6 +18,9 @@
 //             round waits (unacknowledged) until that round completes.
 //   dist_async each push is applied on arrival (optimizer, or the push becomes the value);
 //             pulls are answered at once.
+//   PushPull  a push whose answer is the pull the worker would send right after it: the
+//             value once the push's round is applied (dist_sync), or at once (dist_async);
+//             a push parked for the next round is answered after that one.
 //   Barrier   answered when every worker waits in it. In dist_sync a waiting worker counts
 //             as having pushed zeros for the rounds the others complete meanwhile (Horovod's
 //             "join"): workers with fewer batches in an epoch meet the others at the epoch's
@@ -168,6 +171,7 @@ class ServerStore {
     int rank = 0;
     std::vector<std::string> pieces;
     uint64_t bytes = 0;  // in pieces
+    bool then_pull = false;  // a PushPull: becomes a pending pull once accepted
   };
   // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
   // lock is held shared, and by the store's lock alone when it is held exclusively.
@@ -189,6 +193,10 @@ class ServerStore {
   // `pieces`: the request's payload in chunk order, exactly the header's size in all.
   void Init(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
   void Push(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
+  void PushPull(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
+  // Push and PushPull: `then_pull` answers with the value instead of an acknowledgement.
+  void AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
+                  std::vector<std::string> pieces, bool then_pull);
   void Pull(Session* s, uint64_t id, const PullRequest& pull);
   void Barrier(Session* s, uint64_t id);
   void Leave(Session* s, const absl::Status& why);

@@ -66,6 +66,31 @@ grpc::Slice MoveIntoSlice(std::string* data) {
                      owned);
 }
 
+// The field number of a WorkerMessage's array chunk (init, push or push_pull), 0 for none.
+int ChunkField(const WorkerMessage& message) {
+  switch (message.body_case()) {
+    case WorkerMessage::kInit:
+      return WorkerMessage::kInitFieldNumber;
+    case WorkerMessage::kPush:
+      return WorkerMessage::kPushFieldNumber;
+    case WorkerMessage::kPushPull:
+      return WorkerMessage::kPushPullFieldNumber;
+    default:
+      return 0;
+  }
+}
+
+ArrayChunk* MutableChunk(WorkerMessage& message) {
+  switch (message.body_case()) {
+    case WorkerMessage::kInit:
+      return message.mutable_init();
+    case WorkerMessage::kPush:
+      return message.mutable_push();
+    default:
+      return message.mutable_push_pull();
+  }
+}
+
 template <typename Message>
 grpc::ByteBuffer Plain(const Message& message) {
   grpc::Slice slice(message.SerializeAsString());
@@ -75,9 +100,8 @@ grpc::ByteBuffer Plain(const Message& message) {
 }  // namespace
 
 grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message) {
-  if (message.has_init() || message.has_push()) {
-    const int field = message.has_init() ? WorkerMessage::kInitFieldNumber : WorkerMessage::kPushFieldNumber;
-    ArrayChunk chunk = std::move(message.has_init() ? *message.mutable_init() : *message.mutable_push());
+  if (const int field = ChunkField(message); field != 0) {
+    ArrayChunk chunk = std::move(*MutableChunk(message));
     grpc::Slice payload = MoveIntoSlice(chunk.mutable_data());
     return WithPayload(message, chunk, field, std::move(payload));
   }
@@ -86,8 +110,8 @@ grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message) {
 
 grpc::ByteBuffer EncodeWorkerChunk(WorkerMessage message, const char* data, size_t size,
                                    std::shared_ptr<const void> owner) {
-  const int field = message.has_init() ? WorkerMessage::kInitFieldNumber : WorkerMessage::kPushFieldNumber;
-  const ArrayChunk chunk = message.has_init() ? message.init() : message.push();
+  const int field = ChunkField(message);
+  const ArrayChunk chunk = *MutableChunk(message);
   auto* hold = new std::shared_ptr<const void>(std::move(owner));
   grpc::Slice payload(const_cast<char*>(data), size,
                       [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);

@@ -302,13 +302,13 @@ absl::Status Module::Update() {
       grads.push_back(exec->grad_arrays()[at]);
       weights.push_back(exec->arg_arrays()[at]);
     }
-    RETURN_IF_ERROR(kvstore_->Push({i}, {grads}, i));
+    // One request per key: a parameter server answers the push with the pulled value.
     if (update_on_kvstore_) {
-      RETURN_IF_ERROR(kvstore_->Pull({i}, {weights}, i));
+      RETURN_IF_ERROR(kvstore_->PushPull({i}, {grads}, {weights}, i));
       continue;
     }
     // The store only sums: every device updates its copy with the summed gradient.
-    RETURN_IF_ERROR(kvstore_->Pull({i}, {grads}, i));
+    RETURN_IF_ERROR(kvstore_->PushPull({i}, {grads}, {grads}, i));
     for (size_t d = 0; d < execs_.size(); ++d) RETURN_IF_ERROR(optimizer_->Update(i, weights[d], grads[d], i));
   }
   return absl::OkStatus();

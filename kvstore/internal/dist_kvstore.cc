@@ -95,12 +95,7 @@ class DistKVStore : public KVStore {
                     int priority) override;
   absl::Status PushPull(const std::vector<int>& keys,
                         const std::vector<std::vector<NDArray>>& values,
-                        const std::vector<std::vector<NDArray>>& outs, int priority) override {
-    RETURN_IF_ERROR(Check("push", keys, values));
-    RETURN_IF_ERROR(Check("pull", keys, outs));
-    RETURN_IF_ERROR(Push(keys, values, priority));
-    return Pull(keys, outs, priority);
-  }
+                        const std::vector<std::vector<NDArray>>& outs, int priority) override;
   void SetUpdater(Updater updater) override {
     std::lock_guard<std::mutex> lock(mu_);
     updater_ = std::move(updater);
@@ -136,11 +131,26 @@ class DistKVStore : public KVStore {
   absl::Status Check(const char* what, const std::vector<int>& keys,
                      const std::vector<std::vector<NDArray>>& arrays);
   std::vector<Part> Place(int key, int64_t size) const;
-  // Sends `part` of the key's `data` as Init or Push chunks whose payloads point into `data`
-  // (kept alive by `owner`); `done` hears the reply.
-  void SendPart(int key, const Shape& shape, const Part& part, const char* data, bool init,
+  enum class ChunkKind { kInit, kPush, kPushPull };
+  // Sends `part` of the key's `data` as chunks of `kind` whose payloads point into `data`
+  // (kept alive by `owner`); `on_reply` hears the replies.
+  void SendPart(int key, const Shape& shape, const Part& part, const char* data, ChunkKind kind,
                 std::shared_ptr<const void> owner, int priority,
-                std::shared_ptr<Completion> done) const;
+                ServerConnection::OnReply on_reply) const;
+  // The host array a push of `arrays` (one key's, one per device) sends: the one array as it
+  // is, or this worker's devices copied to the host and summed (engine pushes at
+  // `priority`). Needs mu_.
+  absl::StatusOr<NDArray> PushSource(Key& key, const std::vector<NDArray>& arrays, int priority);
+  // The reply handler of a pull (or push-pull) of key `k`'s part of `bytes` bytes, which
+  // copies the value's chunks to `base` and reports the part to `done`.
+  static ServerConnection::OnReply PullInto(char* base, uint64_t bytes, int k,
+                                            std::shared_ptr<Completion> done);
+  // The completion of one push, pull or push-pull of `parts` parts: records the metrics
+  // (pushed and pulled bytes) and any UNAVAILABLE, then tells the engine.
+  std::shared_ptr<Completion> EngineCompletion(size_t parts, double push_bytes, double pull_bytes,
+                                               engine::CallbackOnComplete on_complete);
+  // Whether every server of the job takes push-pull requests (HelloReply).
+  bool ServersPushPull() const;
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
   void NoteFailure(const absl::Status& status) {
     if (status.code() != absl::StatusCode::kUnavailable) return;
@@ -176,8 +186,8 @@ std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
 }
 
 void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const char* data,
-                           bool init, std::shared_ptr<const void> owner, int priority,
-                           std::shared_ptr<Completion> done) const {
+                           ChunkKind kind, std::shared_ptr<const void> owner, int priority,
+                           ServerConnection::OnReply on_reply) const {
   const uint64_t total = static_cast<uint64_t>(part.size) * sizeof(float);
   const uint64_t step = std::min<uint64_t>(kChunkBytes, servers_[part.server]->hello().max_chunk_bytes());
   std::vector<WorkerMessage> messages;
@@ -186,7 +196,9 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
   do {
     const uint64_t n = std::min(step, total - offset);
     WorkerMessage& m = messages.emplace_back();
-    ArrayChunk* chunk = init ? m.mutable_init() : m.mutable_push();
+    ArrayChunk* chunk = kind == ChunkKind::kInit   ? m.mutable_init()
+                        : kind == ChunkKind::kPush ? m.mutable_push()
+                                                   : m.mutable_push_pull();
     chunk->set_key(key);
     chunk->set_dtype(DT_FLOAT32);
     if (part.size == shape.Size()) {
@@ -200,9 +212,50 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
     chunk->set_last(offset == total);
   } while (offset < total);
   servers_[part.server]->SendChunks(std::move(messages), std::move(payloads), std::move(owner),
-                                    priority, [done](const ServerMessage& reply, bool) {
-                                      done->PartDone(ReplyStatus(reply));
-                                    });
+                                    priority, std::move(on_reply));
+}
+
+ServerConnection::OnReply DistKVStore::PullInto(char* base, uint64_t bytes, int k,
+                                                std::shared_ptr<Completion> done) {
+  return [base, bytes, k, done = std::move(done)](const ServerMessage& reply, bool last) {
+    absl::Status status = ReplyStatus(reply);
+    if (status.ok() && !reply.has_pull()) {
+      status = absl::DataLossError(
+          absl::StrCat("pull of key ", k, ": the server answered without the value"));
+    } else if (status.ok()) {
+      const ArrayChunk& c = reply.pull();
+      if (c.offset() > bytes || c.data().size() > bytes - c.offset() ||
+          (last && c.offset() + c.data().size() != bytes)) {
+        status = absl::DataLossError(absl::StrCat("pull of key ", k, ": the server sent bytes [",
+                                                  c.offset(), ", ", c.offset() + c.data().size(),
+                                                  ") of a ", bytes, "-byte part"));
+      } else {
+        std::memcpy(base + c.offset(), c.data().data(), c.data().size());
+      }
+    }
+    if (last) done->PartDone(status);
+  };
+}
+
+std::shared_ptr<Completion> DistKVStore::EngineCompletion(size_t parts, double push_bytes,
+                                                          double pull_bytes,
+                                                          engine::CallbackOnComplete on_complete) {
+  return std::make_shared<Completion>(
+      static_cast<int>(parts),
+      [this, on_complete, start = absl::Now(), push_bytes, pull_bytes](absl::Status status) {
+        if (status.ok()) {
+          ClientMetrics& metrics = KVStoreClientMetrics();
+          if (push_bytes > 0) Record(metrics.push_bytes, metrics.push_seconds, start, push_bytes);
+          if (pull_bytes > 0) Record(metrics.pull_bytes, metrics.pull_seconds, start, pull_bytes);
+        }
+        NoteFailure(status);
+        on_complete(std::move(status));
+      });
+}
+
+bool DistKVStore::ServersPushPull() const {
+  return std::all_of(servers_.begin(), servers_.end(),
+                     [](const auto& s) { return s->hello().serves_push_pull(); });
 }
 
 absl::Status DistKVStore::Check(const char* what, const std::vector<int>& keys,
@@ -273,7 +326,10 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   for (size_t i = 0; i < keys.size(); ++i) {
     for (const Part& part : placed[i]) {
       SendPart(keys[i], values[i].shape(), part, reinterpret_cast<const char*>((*hosts)[i].data()),
-               /*init=*/true, hosts, 0, waiter.completion());
+               ChunkKind::kInit, hosts, 0,
+               [done = waiter.completion()](const ServerMessage& reply, bool) {
+                 done->PartDone(ReplyStatus(reply));
+               });
     }
   }
   absl::Status status = waiter.Wait();
@@ -296,18 +352,49 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   return absl::OkStatus();
 }
 
+absl::StatusOr<NDArray> DistKVStore::PushSource(Key& key, const std::vector<NDArray>& arrays,
+                                                int priority) {
+  if (arrays.size() == 1 && OnHost(arrays[0])) return arrays[0];
+  std::vector<NDArray> host;
+  for (size_t d = 0; d < arrays.size(); ++d) {
+    if (OnHost(arrays[d])) {
+      host.push_back(arrays[d]);
+      continue;
+    }
+    NDArray& stage = key.staged[static_cast<int>(d)];
+    if (stage.is_none()) {
+      // Pinned: the device-to-host copy is a DMA transfer on the copy stream, pushed at
+      // the key's priority, so it overlaps the rest of the backward pass.
+      ASSIGN_OR_RETURN(stage,
+                       NDArray::Empty(arrays[d].runtime(), key.shape, Context::CPUPinned(0)));
+    }
+    RETURN_IF_ERROR(Copy(arrays[d], stage, priority));
+    host.push_back(stage);
+  }
+  RETURN_IF_ERROR(SumInto(host, key.merged, priority));
+  return key.merged;
+}
+
+// Repeated keys grouped, as the local stores do: their arrays are summed together. The keys
+// in first-seen order.
+static std::vector<int> GroupByKey(const std::vector<int>& keys,
+                                   const std::vector<std::vector<NDArray>>& values,
+                                   std::map<int, std::vector<NDArray>>* grouped) {
+  std::vector<int> order;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!grouped->count(keys[i])) order.push_back(keys[i]);
+    auto& list = (*grouped)[keys[i]];
+    list.insert(list.end(), values[i].begin(), values[i].end());
+  }
+  return order;
+}
+
 absl::Status DistKVStore::Push(const std::vector<int>& keys,
                                const std::vector<std::vector<NDArray>>& values, int priority) {
   RETURN_IF_ERROR(broken());
   RETURN_IF_ERROR(Check("push", keys, values));
-  // Repeated keys are grouped, as the local stores do: their arrays are summed together.
   std::map<int, std::vector<NDArray>> grouped;
-  std::vector<int> order;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!grouped.count(keys[i])) order.push_back(keys[i]);
-    auto& list = grouped[keys[i]];
-    list.insert(list.end(), values[i].begin(), values[i].end());
-  }
+  const std::vector<int> order = GroupByKey(keys, values, &grouped);
   std::lock_guard<std::mutex> lock(mu_);
   if (updater_) {
     return absl::UnimplementedError(
@@ -315,49 +402,20 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
   }
   for (int k : order) {
     Key& key = keys_.at(k);
-    const std::vector<NDArray>& arrays = grouped[k];
-    // The host arrays to send: the one array as it is, or this worker's devices summed.
-    NDArray source = arrays[0];
-    if (arrays.size() > 1 || !OnHost(arrays[0])) {
-      std::vector<NDArray> host;
-      for (size_t d = 0; d < arrays.size(); ++d) {
-        if (OnHost(arrays[d])) {
-          host.push_back(arrays[d]);
-          continue;
-        }
-        NDArray& stage = key.staged[static_cast<int>(d)];
-        if (stage.is_none()) {
-          // Pinned: the device-to-host copy is a DMA transfer on the copy stream, pushed at
-          // the key's priority, so it overlaps the rest of the backward pass.
-          ASSIGN_OR_RETURN(stage,
-                           NDArray::Empty(arrays[d].runtime(), key.shape, Context::CPUPinned(0)));
-        }
-        RETURN_IF_ERROR(Copy(arrays[d], stage, priority));
-        host.push_back(stage);
-      }
-      RETURN_IF_ERROR(SumInto(host, key.merged, priority));
-      source = key.merged;
-    }
+    ASSIGN_OR_RETURN(const NDArray source, PushSource(key, grouped[k], priority));
     auto send = [this, k, shape = key.shape, parts = key.parts, source, priority](
                     engine::RunContext, engine::CallbackOnComplete on_complete) {
-      const absl::Time start = absl::Now();
-      const double bytes = static_cast<double>(shape.Size()) * sizeof(float);
-      auto done = std::make_shared<Completion>(
-          static_cast<int>(parts.size()), [this, on_complete, start, bytes](absl::Status status) {
-            if (status.ok()) {
-              ClientMetrics& metrics = KVStoreClientMetrics();
-              Record(metrics.push_bytes, metrics.push_seconds, start, bytes);
-            }
-            NoteFailure(status);
-            on_complete(std::move(status));
-          });
+      std::shared_ptr<Completion> done = EngineCompletion(
+          parts.size(), static_cast<double>(shape.Size()) * sizeof(float), 0, on_complete);
       // The payload is the array's own memory: the engine keeps it unchanged until this
       // push completes (the servers' replies), and `owner` keeps it allocated while gRPC
       // may still hold it.
       const char* data = static_cast<const char*>(source.data().dptr);
       auto owner = std::make_shared<NDArray>(source);
-      for (const Part& part : parts)
-        SendPart(k, shape, part, data, /*init=*/false, owner, priority, done);
+      for (const Part& part : parts) {
+        SendPart(k, shape, part, data, ChunkKind::kPush, owner, priority,
+                 [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); });
+      }
     };
     RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), {source.var()}, {key.var},
                                           engine::FnProperty::kNormal, priority, "kvstore_push"));
@@ -378,44 +436,73 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
     const NDArray target = direct ? outs[i][0] : key.received;
     auto fetch = [this, k, parts = key.parts, target, priority](
                      engine::RunContext, engine::CallbackOnComplete on_complete) {
-      const absl::Time start = absl::Now();
-      const double bytes = static_cast<double>(target.shape().Size()) * sizeof(float);
-      auto done = std::make_shared<Completion>(
-          static_cast<int>(parts.size()), [this, on_complete, start, bytes](absl::Status status) {
-            if (status.ok()) {
-              ClientMetrics& metrics = KVStoreClientMetrics();
-              Record(metrics.pull_bytes, metrics.pull_seconds, start, bytes);
-            }
-            NoteFailure(status);
-            on_complete(std::move(status));
-          });
+      std::shared_ptr<Completion> done = EngineCompletion(
+          parts.size(), 0, static_cast<double>(target.shape().Size()) * sizeof(float), on_complete);
       char* data = static_cast<char*>(target.data().dptr);
       for (const Part& part : parts) {
         WorkerMessage m;
         m.mutable_pull()->set_key(k);
-        const uint64_t bytes = static_cast<uint64_t>(part.size) * sizeof(float);
-        char* base = data + part.begin * sizeof(float);
-        servers_[part.server]->Send({std::move(m)}, priority,
-                                    [done, base, bytes, k](const ServerMessage& reply, bool last) {
-          absl::Status status = ReplyStatus(reply);
-          if (status.ok()) {
-            const ArrayChunk& c = reply.pull();
-            if (c.offset() > bytes || c.data().size() > bytes - c.offset() ||
-                (last && c.offset() + c.data().size() != bytes)) {
-              status = absl::DataLossError(absl::StrCat(
-                  "pull of key ", k, ": the server sent bytes [", c.offset(), ", ",
-                  c.offset() + c.data().size(), ") of a ", bytes, "-byte part"));
-            } else {
-              std::memcpy(base + c.offset(), c.data().data(), c.data().size());
-            }
-          }
-          if (last) done->PartDone(status);
-        });
+        servers_[part.server]->Send(
+            {std::move(m)}, priority,
+            PullInto(data + part.begin * sizeof(float),
+                     static_cast<uint64_t>(part.size) * sizeof(float), k, done));
       }
     };
     std::vector<engine::VarHandle> mutated = {key.var, target.var()};
     RETURN_IF_ERROR(key.engine->PushAsync(fetch, Context::CPU(), {}, mutated,
                                           engine::FnProperty::kNormal, priority, "kvstore_pull"));
+    if (!direct) {
+      for (const NDArray& out : outs[i]) RETURN_IF_ERROR(Copy(key.received, out, priority));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
+                                   const std::vector<std::vector<NDArray>>& values,
+                                   const std::vector<std::vector<NDArray>>& outs, int priority) {
+  RETURN_IF_ERROR(broken());
+  RETURN_IF_ERROR(Check("push", keys, values));
+  RETURN_IF_ERROR(Check("pull", keys, outs));
+  std::map<int, std::vector<NDArray>> grouped;
+  const std::vector<int> order = GroupByKey(keys, values, &grouped);
+  // One request per key and server needs servers that take it, and a key pushed once (a
+  // repeated key's pulls come after its one summed push).
+  if (!ServersPushPull() || order.size() != keys.size()) {
+    RETURN_IF_ERROR(Push(keys, values, priority));
+    return Pull(keys, outs, priority);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (updater_) {
+    return absl::UnimplementedError(
+        "pushpull: a custom updater cannot run on the parameter servers (use SetOptimizer)");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int k = keys[i];
+    Key& key = keys_.at(k);
+    ASSIGN_OR_RETURN(const NDArray source, PushSource(key, grouped[k], priority));
+    const bool direct = outs[i].size() == 1 && OnHost(outs[i][0]);
+    const NDArray target = direct ? outs[i][0] : key.received;
+    auto exchange = [this, k, shape = key.shape, parts = key.parts, source, target, priority](
+                        engine::RunContext, engine::CallbackOnComplete on_complete) {
+      const double bytes = static_cast<double>(shape.Size()) * sizeof(float);
+      std::shared_ptr<Completion> done = EngineCompletion(parts.size(), bytes, bytes, on_complete);
+      // The value may land where the payload came from (a pushpull in place): a server
+      // answers only once it has received the whole push.
+      const char* data = static_cast<const char*>(source.data().dptr);
+      char* out = static_cast<char*>(target.data().dptr);
+      auto owner = std::make_shared<NDArray>(source);
+      for (const Part& part : parts) {
+        SendPart(k, shape, part, data, ChunkKind::kPushPull, owner, priority,
+                 PullInto(out + part.begin * sizeof(float),
+                          static_cast<uint64_t>(part.size) * sizeof(float), k, done));
+      }
+    };
+    std::vector<engine::VarHandle> read;
+    if (source.var() != target.var()) read.push_back(source.var());
+    RETURN_IF_ERROR(key.engine->PushAsync(exchange, Context::CPU(), read, {key.var, target.var()},
+                                          engine::FnProperty::kNormal, priority,
+                                          "kvstore_pushpull"));
     if (!direct) {
       for (const NDArray& out : outs[i]) RETURN_IF_ERROR(Copy(key.received, out, priority));
     }

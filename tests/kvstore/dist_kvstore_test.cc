@@ -247,6 +247,37 @@ TEST_F(DistKVStoreTest, AWorkerInTheBarrierCountsAsPushingZeros) {
 // Randomized against an oracle: each worker pushes every key `rounds` times, in its own
 // random key order and with random pauses, pulling after each push; in dist_sync the value
 // after round r must be the sum of every worker's r-th push of that key (no optimizer).
+TEST_F(DistKVStoreTest, PushPullIsOneRequestAnsweredWithTheRoundsValue) {
+  StartCluster("dist_sync", 2, 2, /*bigarray_bound=*/4);  // key 1 is split across both
+  for (auto& w : workers_)
+    ASSERT_THAT(w->Init({0, 1}, {Arr({0, 0}), Arr({0, 0, 0, 0, 0})}), IsOk());
+  for (int round = 1; round <= 3; ++round) {
+    // Worker 0's answer waits for worker 1's push. Key 0 in place, as a trainer that
+    // updates its own weights pulls the summed gradient back into it.
+    NDArray grad0 = Arr({1.f * round, 0}), out1 = Arr(std::vector<float>(5, -1));
+    ASSERT_THAT(workers_[0]->PushPull({0, 1}, {{grad0}, {Arr({1, 1, 1, 1, 1.f * round})}},
+                                      {{grad0}, {out1}}),
+                IsOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Worker 1 gets key 0's value on two devices (through its host buffer).
+    NDArray a = Arr({-1, -1}, 1), b = Arr({-1, -1}, 2), out = Arr(std::vector<float>(5, -1));
+    ASSERT_THAT(workers_[1]->PushPull({0, 1}, {{Arr({0, 10.f * round})}, {Arr({2, 2, 2, 2, 2})}},
+                                      {{a, b}, {out}}),
+                IsOk());
+    EXPECT_THAT(Get(grad0), ElementsAre(round, 10 * round)) << "round " << round;
+    EXPECT_THAT(Get(a), ElementsAre(round, 10 * round));
+    EXPECT_THAT(Get(b), ElementsAre(round, 10 * round));
+    EXPECT_THAT(Get(out1), ElementsAre(3, 3, 3, 3, 2 + round));
+    EXPECT_THAT(Get(out), ElementsAre(3, 3, 3, 3, 2 + round));
+  }
+  // A key given twice is pushed once, summed, then pulled into both outputs.
+  NDArray x = Arr({0, 0}), y = Arr({0, 0});
+  ASSERT_THAT(workers_[1]->Push({0}, {{Arr({5, 5})}}), IsOk());
+  ASSERT_THAT(workers_[0]->PushPull({0, 0}, {{Arr({1, 0})}, {Arr({0, 1})}}, {{x}, {y}}), IsOk());
+  EXPECT_THAT(Get(x), ElementsAre(6, 6));
+  EXPECT_THAT(Get(y), ElementsAre(6, 6));
+}
+
 TEST_F(DistKVStoreTest, RandomInterleavingsMatchTheRoundOracle) {
   constexpr int kWorkers = 3, kKeys = 4, kRounds = 6;
   StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/8);
@@ -270,9 +301,14 @@ TEST_F(DistKVStoreTest, RandomInterleavingsMatchTheRoundOracle) {
         std::shuffle(order.begin(), order.end(), rng);
         std::vector<NDArray> outs;
         for (int k : order) {
-          ASSERT_THAT(workers_[w]->Push({k}, {{Arr(std::vector<float>(sizes[k], push_value(w, k, round)))}}), IsOk());
-          if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+          NDArray grad = Arr(std::vector<float>(sizes[k], push_value(w, k, round)));
           outs.push_back(Arr(std::vector<float>(sizes[k], -1)));
+          if (rng() % 2) {  // one request per key and server
+            ASSERT_THAT(workers_[w]->PushPull({k}, {{grad}}, {{outs.back()}}), IsOk());
+            continue;
+          }
+          ASSERT_THAT(workers_[w]->Push({k}, {{grad}}), IsOk());
+          if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
           ASSERT_THAT(workers_[w]->Pull({k}, {{outs.back()}}), IsOk());
         }
         for (size_t i = 0; i < order.size(); ++i) {

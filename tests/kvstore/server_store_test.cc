@@ -7,9 +7,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -55,11 +57,20 @@ class Worker {
 
   // Sends `values` as Init or Push in chunks of `chunk` floats; returns the request id.
   uint64_t Send(bool init, int key, const std::vector<float>& values, size_t chunk = 1 << 20) {
+    return SendAs(init ? &WorkerMessage::mutable_init : &WorkerMessage::mutable_push, key, values,
+                  chunk);
+  }
+  // The same as a PushPull, answered with the value.
+  uint64_t PushPull(int key, const std::vector<float>& values, size_t chunk = 1 << 20) {
+    return SendAs(&WorkerMessage::mutable_push_pull, key, values, chunk);
+  }
+  uint64_t SendAs(ArrayChunk* (WorkerMessage::*body)(), int key, const std::vector<float>& values,
+                  size_t chunk) {
     const uint64_t id = next_id_++;
     for (size_t at = 0; at < values.size() || at == 0; at += chunk) {
       WorkerMessage m;
       m.set_id(id);
-      ArrayChunk* c = init ? m.mutable_init() : m.mutable_push();
+      ArrayChunk* c = (m.*body)();
       c->set_key(key);
       c->set_dtype(DT_FLOAT32);
       c->add_shape(static_cast<int64_t>(values.size()));
@@ -138,19 +149,39 @@ class Worker {
   }
   uint64_t next_id() const { return next_id_; }
   // A pull's value, from its (possibly several) chunks.
-  std::vector<float> PullValue(int key) {
-    const uint64_t id = Pull(key);
-    std::vector<float> out;
-    while (true) {
+  std::vector<float> PullValue(int key) { return ValueOf(Pull(key)); }
+  // The value that answers request `id` (a pull or push-pull), the next replies.
+  std::vector<float> ValueOf(uint64_t id) {
+    std::map<uint64_t, Answer> answers = Collect({id});
+    EXPECT_EQ(answers[id].code, 0) << answers[id].message;
+    return answers[id].value;
+  }
+  // The answers to requests `ids`, from the next replies, however they interleave: a value,
+  // or none for an acknowledgement.
+  struct Answer {
+    int code = 0;
+    std::string message;
+    std::vector<float> value;
+  };
+  std::map<uint64_t, Answer> Collect(std::set<uint64_t> ids) {
+    std::map<uint64_t, Answer> answers;
+    while (!ids.empty()) {
       ServerMessage r = Next();
-      EXPECT_EQ(r.id(), id);
-      EXPECT_EQ(r.code(), 0) << r.message();
-      if (r.code() != 0) return out;
-      out.resize((r.pull().offset() + r.pull().data().size()) / sizeof(float));
-      std::memcpy(reinterpret_cast<char*>(out.data()) + r.pull().offset(), r.pull().data().data(),
-                  r.pull().data().size());
-      if (r.pull().last()) return out;
+      if (!ids.count(r.id())) {
+        ADD_FAILURE() << "a reply to request " << r.id() << ", which is not awaited";
+        break;
+      }
+      Answer& a = answers[r.id()];
+      a.code = r.code();
+      a.message = r.message();
+      if (r.has_pull()) {
+        a.value.resize((r.pull().offset() + r.pull().data().size()) / sizeof(float));
+        std::memcpy(reinterpret_cast<char*>(a.value.data()) + r.pull().offset(),
+                    r.pull().data().data(), r.pull().data().size());
+      }
+      if (r.code() != 0 || !r.has_pull() || r.pull().last()) ids.erase(r.id());
     }
+    return answers;
   }
   void Close() { session_->Close(absl::UnavailableError("test closed it")); }
 
@@ -308,6 +339,46 @@ TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
   EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>{120});
 }
 
+TEST_F(ServerStoreTest, APushPullIsAnsweredWithTheValueOfTheRoundItPushedInto) {
+  Start(2, SYNC_MODE_SYNC, /*max_chunk_bytes=*/8);  // 3 floats answer in 2 chunks
+  InitEverywhere(0, {0, 0, 0});
+  const uint64_t first = workers_[0]->PushPull(0, {1, 2, 3}, /*chunk=*/2);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50)));  // round 1 is open
+  const uint64_t second = workers_[1]->PushPull(0, {10, 20, 30});
+  EXPECT_EQ(workers_[0]->ValueOf(first), std::vector<float>({11, 22, 33}));
+  EXPECT_EQ(workers_[1]->ValueOf(second), std::vector<float>({11, 22, 33}));
+
+  // A push-pull into a round its worker already pushed into waits for the next round.
+  workers_[0]->Send(false, 0, {1, 1, 1});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  const uint64_t parked = workers_[0]->PushPull(0, {5, 5, 5});
+  workers_[1]->Send(false, 0, {2, 2, 2});
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50)));  // now in round 3
+  EXPECT_EQ(workers_[1]->PullValue(0), std::vector<float>({3, 3, 3}));
+  const uint64_t last = workers_[1]->PushPull(0, {7, 7, 7});
+  EXPECT_EQ(workers_[0]->ValueOf(parked), std::vector<float>({12, 12, 12}));
+  EXPECT_EQ(workers_[1]->ValueOf(last), std::vector<float>({12, 12, 12}));
+
+  // Bad input is refused naming the key, and the session goes on.
+  workers_[0]->PushPull(9, {1});
+  const ServerMessage refused = workers_[0]->Next();
+  EXPECT_NE(refused.code(), 0);
+  EXPECT_THAT(refused.message(), HasSubstr("key 9"));
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({12, 12, 12}));
+}
+
+TEST_F(ServerStoreTest, AnAsyncPushPullIsAnsweredWithTheValueAfterItsPush) {
+  Start(2, SYNC_MODE_ASYNC);
+  InitEverywhere(0, {0, 0});
+  CommandRequest sgd;
+  sgd.mutable_set_optimizer()->set_name("sgd");
+  (*sgd.mutable_set_optimizer()->mutable_params())["learning_rate"] = "1";
+  ASSERT_THAT(store_->Command(sgd), IsOk());
+  EXPECT_EQ(workers_[0]->ValueOf(workers_[0]->PushPull(0, {1, 2})), std::vector<float>({-1, -2}));
+  EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->PushPull(0, {1, 0})), std::vector<float>({-2, -2}));
+}
+
 TEST_F(ServerStoreTest, ANewJobStartsAfreshOnceTheOldOnesWorkersLeft) {
   Start(1, SYNC_MODE_SYNC);  // job "" (the fixture's Hello names none)
   InitEverywhere(0, {5});
@@ -438,17 +509,35 @@ TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
       for (int round = 1; round <= kRounds; ++round) {
         std::vector<int> keys = {0, 1, 2, 3, 4};
         std::shuffle(keys.begin(), keys.end(), rng);
-        // Push everything first: a worker blocking on a pull before pushing the rest would
-        // hold back the others' rounds (the engine's asynchronous pulls avoid that).
+        auto expect = [&](int k) {
+          float sum = 0;
+          for (int o = 0; o < kWorkers; ++o) sum += value(o, k, round);
+          return sum;
+        };
+        // Push everything first (some keys as push-pulls, answered with the value): a worker
+        // blocking on a pull before pushing the rest would hold back the others' rounds (the
+        // engine's asynchronous pulls avoid that).
+        std::map<uint64_t, std::pair<int, bool>> sent;  // request id -> key, push-pull
+        std::vector<int> pull_later;
         for (int k : keys) {
-          workers_[w]->Send(false, k, std::vector<float>(k + 1, value(w, k, round)), 1 + rng() % 3);
-          if (workers_[w]->Next().code() != 0) ++mismatches[w];
+          const std::vector<float> grad(k + 1, value(w, k, round));
+          const bool push_pull = rng() % 2;
+          const uint64_t id = push_pull ? workers_[w]->PushPull(k, grad, 1 + rng() % 3)
+                                        : workers_[w]->Send(false, k, grad, 1 + rng() % 3);
+          sent[id] = {k, push_pull};
+          if (!push_pull) pull_later.push_back(k);
         }
-        std::shuffle(keys.begin(), keys.end(), rng);
-        for (int k : keys) {
-          float expect = 0;
-          for (int o = 0; o < kWorkers; ++o) expect += value(o, k, round);
-          for (float v : workers_[w]->PullValue(k)) mismatches[w] += v != expect;
+        std::set<uint64_t> ids;
+        for (const auto& [id, what] : sent) ids.insert(id);
+        for (const auto& [id, answer] : workers_[w]->Collect(ids)) {
+          const auto [k, push_pull] = sent[id];
+          if (answer.code != 0) ++mismatches[w];
+          if (answer.value.size() != (push_pull ? k + 1 : 0)) ++mismatches[w];
+          for (float v : answer.value) mismatches[w] += v != expect(k);
+        }
+        std::shuffle(pull_later.begin(), pull_later.end(), rng);
+        for (int k : pull_later) {
+          for (float v : workers_[w]->PullValue(k)) mismatches[w] += v != expect(k);
         }
       }
     });
