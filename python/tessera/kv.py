@@ -8,6 +8,7 @@ KVStoreService protocol of proto/kvstore.proto exactly as the C++ workers' dist 
     store.set_optimizer("sgd", learning_rate=0.1)
     store.push(3, grad)        # a list of arrays (one per device) is summed here first
     weight = store.pull(3)     # dist_sync: once every worker's push of the round is in
+    weight = store.pushpull(3, grad)  # both, in one request per key and server
 
 As the C++ client, so that the servers see no difference:
   - Keys travel as int32. A str key gets the next number at its init, as MXNet numbers them,
@@ -19,7 +20,7 @@ As the C++ client, so that the servers see no difference:
     They travel in chunks of at most 1 MiB (less if a server's Hello reply says so).
   - Every worker sends Init; the first value of a key wins. set_optimizer sends the optimizer
     to every server; identical copies from the other workers change nothing.
-Unlike MXNet's, init, push, pull and barrier wait for the servers' replies, so an error is
+Unlike MXNet's, init, push, pull, pushpull and barrier wait for the servers' replies, so an error is
 raised by the call that caused it. In dist_sync a second push of a key before the others have
 pushed theirs waits for them (the server parks it until the round completes).
 
@@ -85,6 +86,7 @@ class _Server:
     def __init__(self, address, channel, connect_timeout):
         self.name = f"parameter server {address}"
         self.max_chunk_bytes = _CHUNK_BYTES  # until the Hello reply
+        self.serves_push_pull = False
         self._channel = channel
         try:
             wait_until_connected(channel, self.name, connect_timeout)
@@ -185,6 +187,7 @@ class KVStore:
                                f"of the {len(self._servers)} servers given")
         # 0: a server that sets no bound of its own.
         server.max_chunk_bytes = min(_CHUNK_BYTES, hello.max_chunk_bytes) or _CHUNK_BYTES
+        server.serves_push_pull = hello.serves_push_pull
 
     # ---- the MXNet API
 
@@ -219,22 +222,7 @@ class KVStore:
         arrays summed together."""
         with self._lock:
             self._check_usable()
-            grouped = {}  # wire key -> [float32 arrays], in call order
-            for k, arrays in _per_key(key, value, "push"):
-                wire, shape = self._initialized(k, "push")
-                for array in arrays:
-                    array = _as_float32(array, f"push of key {k!r}")
-                    if array.shape != shape:
-                        raise TesseraError("INVALID_ARGUMENT", f"push of key {k!r}: array of "
-                                           f"shape {array.shape} does not match the key's "
-                                           f"shape {shape}")
-                    grouped.setdefault(wire, []).append(array)
-            requests = []
-            for wire, arrays in grouped.items():
-                total = functools.reduce(np.add, arrays)
-                requests += [(part[0], self._chunks("push", wire, self._keys[wire], part, total))
-                             for part in self._keys[wire].parts]
-            self._exchange(requests)
+            self._exchange(self._push_requests("push", self._grouped(key, value, "push")))
 
     def pull(self, key, out=None):
         """The value of `key` (a new float32 array), or of each of a list of keys (a list).
@@ -243,41 +231,30 @@ class KVStore:
         In dist_sync the value includes every round this worker has pushed into."""
         with self._lock:
             self._check_usable()
-            if out is None:
-                keys = key if isinstance(key, (list, tuple)) else [key]
-                targets = [(k, []) for k in keys]
-            else:
-                targets = _per_key(key, out, "pull")
-            wires = []
-            for k, outs in targets:
-                wire, shape = self._initialized(k, "pull")
-                for o in outs:
-                    if not isinstance(o, np.ndarray) or o.shape != shape:
-                        raise TesseraError("INVALID_ARGUMENT", f"pull of key {k!r}: out "
-                                           f"{_describe(o)} does not match the key's shape "
-                                           f"{shape}")
-                wires.append(wire)
+            targets, wires = self._pull_targets(key, out, "pull")
             unique = list(dict.fromkeys(wires))
             requests = [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(
                 key=wire))]) for wire in unique for part in self._keys[wire].parts]
-            replies = iter(self._exchange(requests))
-            values = {}
-            for wire in unique:
-                key_info = self._keys[wire]
-                flat = np.empty(int(np.prod(key_info.shape)), _FLOAT32)
-                for part in key_info.parts:
-                    self._assemble(wire, part, next(replies), flat)
-                values[wire] = flat.reshape(key_info.shape)
-            for (_, outs), wire in zip(targets, wires):
-                for o in outs:
-                    o[...] = values[wire]
-            if out is not None:
-                return out
-            pulled, handed_out = [], set()
-            for wire in wires:  # a key repeated gets an array of its own each time
-                pulled.append(values[wire].copy() if wire in handed_out else values[wire])
-                handed_out.add(wire)
-            return pulled if isinstance(key, (list, tuple)) else pulled[0]
+            return self._deliver(key, out, targets, wires, self._exchange(requests))
+
+    def pushpull(self, key, value, out=None):
+        """push(key, value), then pull(key, out), as MXNet's pushpull: the same arguments and
+        result. Sent as one request per key and server, answered with the value, where every
+        server serves those and no key repeats; as a push and a pull otherwise."""
+        with self._lock:
+            self._check_usable()
+            grouped = self._grouped(key, value, "pushpull")
+            targets, wires = self._pull_targets(key, out, "pushpull")
+            combined = (len(set(wires)) == len(wires) and
+                        all(s.serves_push_pull for s in self._servers))
+            if combined:
+                replies = self._exchange(self._push_requests("push_pull", grouped))
+                return self._deliver(key, out, targets, wires, replies)
+            self._exchange(self._push_requests("push", grouped))
+            unique = list(dict.fromkeys(wires))
+            requests = [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(
+                key=wire))]) for wire in unique for part in self._keys[wire].parts]
+            return self._deliver(key, out, targets, wires, self._exchange(requests))
 
     def set_optimizer(self, name, lr_mult=None, wd_mult=None, lr_scheduler=None,
                       lr_scheduler_params=None, **params):
@@ -364,6 +341,68 @@ class KVStore:
                                f"{what} of key {key!r}: the key is not initialized")
         return wire, self._keys[wire].shape
 
+    def _grouped(self, key, value, what):
+        """{wire key: [float32 arrays]} of a push's arguments, checked, in call order."""
+        grouped = {}
+        for k, arrays in _per_key(key, value, what):
+            wire, shape = self._initialized(k, what)
+            for array in arrays:
+                array = _as_float32(array, f"{what} of key {k!r}")
+                if array.shape != shape:
+                    raise TesseraError("INVALID_ARGUMENT", f"{what} of key {k!r}: array of "
+                                       f"shape {array.shape} does not match the key's "
+                                       f"shape {shape}")
+                grouped.setdefault(wire, []).append(array)
+        return grouped
+
+    def _push_requests(self, kind, grouped):
+        """The Push (or PushPull: `kind`) requests of `grouped`, each key's arrays summed: one
+        per key and part, in key order."""
+        requests = []
+        for wire, arrays in grouped.items():
+            total = functools.reduce(np.add, arrays)
+            requests += [(part[0], self._chunks(kind, wire, self._keys[wire], part, total))
+                         for part in self._keys[wire].parts]
+        return requests
+
+    def _pull_targets(self, key, out, what):
+        """A pull's [(key, [out arrays])], checked, and the wire key of each."""
+        if out is None:
+            keys = key if isinstance(key, (list, tuple)) else [key]
+            targets = [(k, []) for k in keys]
+        else:
+            targets = _per_key(key, out, what)
+        wires = []
+        for k, outs in targets:
+            wire, shape = self._initialized(k, what)
+            for o in outs:
+                if not isinstance(o, np.ndarray) or o.shape != shape:
+                    raise TesseraError("INVALID_ARGUMENT", f"{what} of key {k!r}: out "
+                                       f"{_describe(o)} does not match the key's shape {shape}")
+            wires.append(wire)
+        return targets, wires
+
+    def _deliver(self, key, out, targets, wires, replies):
+        """pull's result from `replies`, one request per distinct key of `wires` and part."""
+        replies = iter(replies)
+        values = {}
+        for wire in dict.fromkeys(wires):
+            key_info = self._keys[wire]
+            flat = np.empty(int(np.prod(key_info.shape)), _FLOAT32)
+            for part in key_info.parts:
+                self._assemble(wire, part, next(replies), flat)
+            values[wire] = flat.reshape(key_info.shape)
+        for (_, outs), wire in zip(targets, wires):
+            for o in outs:
+                o[...] = values[wire]
+        if out is not None:
+            return out
+        pulled, handed_out = [], set()
+        for wire in wires:  # a key repeated gets an array of its own each time
+            pulled.append(values[wire].copy() if wire in handed_out else values[wire])
+            handed_out.add(wire)
+        return pulled if isinstance(key, (list, tuple)) else pulled[0]
+
     def _place(self, wire, size):
         """kvstore/dist_kvstore.h's placement: [(server, first element, elements)]."""
         n = len(self._servers)
@@ -374,7 +413,7 @@ class KVStore:
                 if bounds[s + 1] > bounds[s]]
 
     def _chunks(self, kind, wire, key, part, array):
-        """One Init or Push request (`kind`): `part` of float32 `array` in chunks."""
+        """One Init, Push or PushPull request (`kind`): `part` of float32 `array` in chunks."""
         server, first, size = part
         shape = key.shape if size == array.size else (size,)  # a big array's part is 1-D
         data = memoryview(array).cast("B")[first * 4:(first + size) * 4]

@@ -90,9 +90,11 @@ class KVStoreTest(unittest.TestCase):
         self.assertEqual((store.type, store.rank, store.num_workers), ("dist_sync", 1, 2))
         store.init(list(keys), [initial(n) for n in keys.values()])
         store.barrier()
-        for round_ in (1, 2):
-            store.push(list(keys), [gradient(1, round_, n) for n in keys.values()])
-            pulled = store.pull(list(keys))
+        store.push(list(keys), [gradient(1, 1, n) for n in keys.values()])
+        store.pull(list(keys))
+        # Round 2 in one request per key and server, answered with the value.
+        pulled = store.pushpull(list(keys), [gradient(1, 2, n) for n in keys.values()])
+        self.assertTrue(all(s.serves_push_pull for s in store._servers))
         cpp = self.peer_pulls(peer)
         for (key, size), mine in zip(keys.items(), pulled):
             # No optimizer: the value is the last round's sum.
@@ -135,8 +137,14 @@ class KVStoreTest(unittest.TestCase):
             store.set_optimizer("sgd", lr_mult={"bias": 2.0}, **sgd)  # the same from both
             pulls = []
             for round_grads in grads[rank]:
-                store.push(list(shapes), [round_grads[k] for k in shapes])
-                pulls.append(dict(zip(shapes, store.pull(list(shapes)))))
+                if rank == 0:
+                    store.push(list(shapes), [round_grads[k] for k in shapes])
+                    pulls.append(dict(zip(shapes, store.pull(list(shapes)))))
+                else:  # the same in one request per key, into arrays of its own
+                    out = [np.zeros(s, np.float32) for s in shapes.values()]
+                    self.assertIs(store.pushpull(list(shapes), [round_grads[k] for k in shapes],
+                                                 out=out), out)
+                    pulls.append(dict(zip(shapes, out)))
             return pulls
 
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -164,6 +172,10 @@ class KVStoreTest(unittest.TestCase):
             store.push(2, np.ones(4, np.float32))
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertEqual(caught.exception.message, "push of key 2: array of shape (4,) does "
+                         "not match the key's shape (3,)")
+        with self.assertRaises(tessera.TesseraError) as caught:
+            store.pushpull(2, np.ones(3, np.float32), out=np.zeros(4, np.float32))
+        self.assertEqual(caught.exception.message, "pushpull of key 2: out of shape (4,) does "
                          "not match the key's shape (3,)")
         # Nothing was sent: no round is open, the value is the initial one.
         np.testing.assert_array_equal(store.pull(2), [1, 2, 3])
