@@ -232,10 +232,8 @@ class KVStore:
         with self._lock:
             self._check_usable()
             targets, wires = self._pull_targets(key, out, "pull")
-            unique = list(dict.fromkeys(wires))
-            requests = [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(
-                key=wire))]) for wire in unique for part in self._keys[wire].parts]
-            return self._deliver(key, out, targets, wires, self._exchange(requests))
+            replies = self._exchange(self._pull_requests(wires))
+            return self._deliver(key, out, targets, wires, replies)
 
     def pushpull(self, key, value, out=None):
         """push(key, value), then pull(key, out), as MXNet's pushpull: the same arguments and
@@ -251,10 +249,8 @@ class KVStore:
                 replies = self._exchange(self._push_requests("push_pull", grouped))
                 return self._deliver(key, out, targets, wires, replies)
             self._exchange(self._push_requests("push", grouped))
-            unique = list(dict.fromkeys(wires))
-            requests = [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(
-                key=wire))]) for wire in unique for part in self._keys[wire].parts]
-            return self._deliver(key, out, targets, wires, self._exchange(requests))
+            replies = self._exchange(self._pull_requests(wires))
+            return self._deliver(key, out, targets, wires, replies)
 
     def set_optimizer(self, name, lr_mult=None, wd_mult=None, lr_scheduler=None,
                       lr_scheduler_params=None, **params):
@@ -381,6 +377,11 @@ class KVStore:
                                        f"{_describe(o)} does not match the key's shape {shape}")
             wires.append(wire)
         return targets, wires
+
+    def _pull_requests(self, wires):
+        """One Pull request per distinct key of `wires` and part."""
+        return [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(key=wire))])
+                for wire in dict.fromkeys(wires) for part in self._keys[wire].parts]
 
     def _deliver(self, key, out, targets, wires, replies):
         """pull's result from `replies`, one request per distinct key of `wires` and part."""
