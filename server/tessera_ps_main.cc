@@ -34,8 +34,10 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, address, "",
-          "host:port to listen on; default: 127.0.0.1 and this server's port in --ps_hosts");
-ABSL_FLAG(std::string, port_file, "", "write the bound port (and a newline) to this file");
+          "host:port (or unix:PATH) to listen on; default: 127.0.0.1 and this server's port "
+          "in --ps_hosts");
+ABSL_FLAG(std::string, port_file, "",
+          "write the bound port (0 on a Unix socket) and a newline to this file, once serving");
 ABSL_FLAG(std::optional<int>, index, std::nullopt, "this server's index (TESSERA_INDEX)");
 ABSL_FLAG(std::optional<std::string>, ps_hosts, std::nullopt,
           "comma-separated host:port of every server (TESSERA_PS_HOSTS)");

@@ -30,8 +30,10 @@
 #include "worker/job_manager.h"
 #include "worker/worker_service.h"
 
-ABSL_FLAG(std::string, address, "127.0.0.1:0", "host:port to serve on (port 0: a free one)");
-ABSL_FLAG(std::string, port_file, "", "write the bound port (and a newline) to this file");
+ABSL_FLAG(std::string, address, "127.0.0.1:0",
+          "host:port to serve on (port 0: a free one), or unix:PATH");
+ABSL_FLAG(std::string, port_file, "",
+          "write the bound port (0 on a Unix socket) and a newline to this file, once serving");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the engine's random generators");
 ABSL_FLAG(std::string, data_root, "",
           "jobs read data files only under this folder (TESSERA_DATA_ROOT; default: the working "
