@@ -4,6 +4,8 @@
 #ifndef TESSERA_RPC_ADDRESS_H_
 #define TESSERA_RPC_ADDRESS_H_
 
+#include <sys/un.h>
+
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -23,7 +25,7 @@ bool IsLoopbackHost(absl::string_view host);
 bool IsUnixSocketAddress(absl::string_view address);
 
 // The longest PATH a Unix socket address may have (sockaddr_un's sun_path, less its NUL).
-inline constexpr size_t kMaxUnixSocketPath = 107;
+inline constexpr size_t kMaxUnixSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;
 
 // "host:port", brackets around an IPv6 host, 0.0.0.0 for an empty one: an address as bound,
 // for logs ("0.0.0.0:7000", "[::1]:9100").

@@ -26,9 +26,9 @@ def _is_loopback(target):
 
 
 def new_channel(target, tls_dir, token, insecure, max_message, own_connection=False):
-    """A channel to `target` (host:port, or unix:PATH). `max_message`: the largest message either way, in
-    bytes (rpc/message_limits.h's bound of the service). `own_connection`: a TCP connection
-    of its own even when the process already has one to `target`."""
+    """A channel to `target` (host:port, or unix:PATH). `max_message`: the largest message
+    either way, in bytes (rpc/message_limits.h's bound of the service). `own_connection`: a
+    connection of its own even when the process already has one to `target`."""
     options = [("grpc.max_receive_message_length", max_message),
                ("grpc.max_send_message_length", max_message),
                ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
