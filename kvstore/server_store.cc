@@ -12,6 +12,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "kvstore/internal/update_kernels.h"
 #include "kvstore/kvstore_metrics.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -22,8 +23,8 @@ std::string ShapeString(DataType dtype, const google::protobuf::RepeatedField<in
 }
 
 // A request's payload, in pieces, into contiguous memory.
-void CopyPieces(const std::vector<std::string>& pieces, char* out) {
-  for (const std::string& p : pieces) {
+void CopyPieces(const std::vector<std::string_view>& pieces, char* out) {
+  for (std::string_view p : pieces) {
     std::memcpy(out, p.data(), p.size());
     out += p.size();
   }
@@ -31,13 +32,14 @@ void CopyPieces(const std::vector<std::string>& pieces, char* out) {
 
 // out[i] += the payload's i-th float. Chunks normally split at float boundaries; a client's
 // odd split is joined first.
-void AddPieces(const std::vector<std::string>& pieces, float* out) {
-  if (std::any_of(pieces.begin(), pieces.end(), [](const std::string& p) { return p.size() % sizeof(float); })) {
+void AddPieces(const std::vector<std::string_view>& pieces, float* out) {
+  if (std::any_of(pieces.begin(), pieces.end(),
+                  [](std::string_view p) { return p.size() % sizeof(float); })) {
     std::string joined;
-    for (const std::string& p : pieces) joined += p;
+    for (std::string_view p : pieces) joined += p;
     return AddPieces({joined}, out);
   }
-  for (const std::string& p : pieces) {
+  for (std::string_view p : pieces) {
     const float* in = reinterpret_cast<const float*>(p.data());
     const size_t n = p.size() / sizeof(float);
     internal::AddTo(static_cast<int64_t>(n), in, out);
@@ -164,6 +166,14 @@ void ServerStore::Session::Handle(WorkerMessage message) {
   if (closed_) return;
   const uint64_t id = message.id();
   auto staged = [&](ArrayChunk& chunk, auto handler) {
+    if (chunk.in_shared_memory()) {  // nothing to stage: the payload is in the worker's slot
+      if (chunk.offset() != 0 || !chunk.last() || !chunk.data().empty()) {
+        return send_({ErrorReply(id, absl::InvalidArgumentError(absl::StrCat(
+                                         "key ", chunk.key(), ": request ", id,
+                                         " in shared memory must be one chunk without data")))});
+      }
+      return (store_->*handler)(this, id, chunk, {});
+    }
     absl::StatusOr<std::optional<Staged>> done = Stage(id, chunk);
     if (!done.ok()) {
       send_({ErrorReply(id, done.status())});
@@ -186,6 +196,9 @@ void ServerStore::Session::Handle(WorkerMessage message) {
       break;
     case WorkerMessage::kPull: store_->Pull(this, id, message.pull()); break;
     case WorkerMessage::kBarrier: store_->Barrier(this, id); break;
+    case WorkerMessage::kMapKey:
+      store_->MapKey(this, id, message.map_key());
+      break;
     default:
       send_({ErrorReply(
           id, absl::InvalidArgumentError(absl::StrCat("request ", id, " carries no request")))});
@@ -262,6 +275,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
       (void)key.merged.WaitToWrite();
     }
     keys_.clear();
+    shared_bytes_ = 0;
     optimizer_.reset();
     optimizer_spec_.Clear();
     mode_ = SYNC_MODE_UNSET;
@@ -289,6 +303,9 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   reply.mutable_hello()->set_num_servers(options_.num_servers);
   reply.mutable_hello()->set_max_chunk_bytes(options_.max_chunk_bytes);
   reply.mutable_hello()->set_serves_push_pull(true);
+  if (options_.shared_memory) {
+    reply.mutable_hello()->set_shared_memory_min_bytes(options_.shared_memory_min_bytes);
+  }
   s->send_({std::move(reply)});
 }
 
@@ -313,6 +330,10 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
   std::unique_lock<SharedMutex> lock(mu_);
   auto status = [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckSession(s));
+    if (header.in_shared_memory()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Init of key ", header.key(), ": an Init carries its value (no shared memory yet)"));
+    }
     if (keys_.count(header.key())) return FindKey("Init", header).status();  // first value wins
     if (header.dtype() != DT_FLOAT32) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -323,16 +344,71 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     ASSIGN_OR_RETURN(NDArray value, NDArray::Empty(rt_, shape));
     ASSIGN_OR_RETURN(NDArray merged, NDArray::Empty(rt_, shape));
     RETURN_IF_ERROR(value.WaitToWrite());
-    CopyPieces(pieces, static_cast<char*>(value.data().dptr));
+    CopyPieces({pieces.begin(), pieces.end()}, static_cast<char*>(value.data().dptr));
     Key& key = keys_[header.key()];  // a Key holds a mutex: made in place
     key.shape = shape;
     key.value = std::move(value);
     key.merged = std::move(merged);
     key.pushed.assign(options_.num_workers, 0);
     key.pushes.assign(options_.num_workers, 0);
+    Share(header.key(), key);
     return absl::OkStatus();
   }();
   s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
+}
+
+void ServerStore::Share(int key_id, Key& key) {
+  const uint64_t bytes = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
+  if (!options_.shared_memory || bytes < options_.shared_memory_min_bytes) return;
+  constexpr uint64_t kPage = 4096;  // slots start on pages of their own
+  const uint64_t stride = (bytes + kPage - 1) / kPage * kPage;
+  const uint64_t total = stride * static_cast<uint64_t>(options_.num_workers);
+  if (total > options_.max_shared_memory_bytes -
+                  std::min(shared_bytes_, options_.max_shared_memory_bytes)) {
+    return;  // over the budget: this key travels on the stream
+  }
+  absl::StatusOr<SharedMemory> region = SharedMemory::Create(absl::StrCat("key-", key_id), total);
+  if (!region.ok()) {
+    spdlog::warn("server {}: key {} is not shared with same-host workers: {}",
+                 options_.server_index, key_id, region.status().ToString());
+    return;
+  }
+  key.shared = std::move(*region);
+  key.slot_stride = stride;
+  shared_bytes_ += total;
+}
+
+std::vector<std::string_view> ServerStore::Payload(const Key& key, int rank,
+                                                   const std::vector<std::string>& pieces,
+                                                   bool shared) {
+  if (shared) {
+    return {std::string_view(key.shared->data() + key.slot_stride * rank,
+                             static_cast<size_t>(key.shape.Size()) * sizeof(float))};
+  }
+  return std::vector<std::string_view>(pieces.begin(), pieces.end());
+}
+
+void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) {
+  std::shared_lock<SharedMutex> lock(mu_);
+  auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
+  if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
+  auto it = keys_.find(request.key());
+  if (it == keys_.end()) {
+    return fail(absl::NotFoundError(absl::StrCat("MapKey of key ", request.key(),
+                                                 ": the key is not initialized (Init it first)")));
+  }
+  const Key& key = it->second;  // `shared` is set at Init, under the store's lock
+  if (!key.shared.has_value()) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "MapKey of key ", request.key(), ": server ", options_.server_index,
+        " does not share it (it shares keys of at least ", options_.shared_memory_min_bytes,
+        " bytes with workers on its host, when serving a Unix socket)")));
+  }
+  ServerMessage reply = OkReply(id);
+  reply.mutable_slot()->set_path(key.shared->path());
+  reply.mutable_slot()->set_offset(key.slot_stride * static_cast<uint64_t>(s->rank_));
+  reply.mutable_slot()->set_size(static_cast<uint64_t>(key.shape.Size()) * sizeof(float));
+  s->send_({std::move(reply)});
 }
 
 absl::Status ServerStore::Apply(int key_id, Key& key, const NDArray& grad) {
@@ -380,10 +456,20 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   Key& key = **found;
   std::lock_guard<std::mutex> key_lock(key.mu);
   const int rank = s->rank_;
+  const bool shared = header.in_shared_memory();
+  if (shared && !key.shared.has_value()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "push of key ", header.key(), " in shared memory: server ", options_.server_index,
+        " does not share the key (MapKey says which it does)")));
+  }
+  if (shared) {
+    KVStoreServerMetrics().push_bytes.Increment(static_cast<double>(key.shape.Size()) *
+                                                sizeof(float));
+  }
   if (!sync()) {
-    CopyPieces(pieces, static_cast<char*>(key.merged.data().dptr));
+    CopyPieces(Payload(key, rank, pieces, shared), static_cast<char*>(key.merged.data().dptr));
     if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
-    return s->send_(then_pull ? PullReply(id, header.key(), key)
+    return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
                               : std::vector<ServerMessage>{OkReply(id)});
   }
   std::vector<char> joined = key.pushed;  // barrier waiters count as pushed
@@ -394,20 +480,23 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     return fail(st);
   }
   if (key.pushed[rank]) {  // already in this round: waits for the next
-    const uint64_t bytes = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
+    const uint64_t bytes = shared ? 0 : static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, bytes); !st.ok()) return fail(st);
     ++s->waiting_;
     s->parked_bytes_ += bytes;
-    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces), bytes, then_pull});
+    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces), bytes, then_pull, shared});
     return;
   }
   if (then_pull) {
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, 0); !st.ok()) return fail(st);
   }
-  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, pieces); !st.ok()) return fail(st);
+  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, Payload(key, rank, pieces, shared));
+      !st.ok()) {
+    return fail(st);
+  }
   if (then_pull) {
     ++s->waiting_;
-    key.pulls.push_back({Waiter{s, id}, rank, key.pushes[rank]});
+    key.pulls.push_back({Waiter{s, id}, rank, key.pushes[rank], shared});
   } else {
     s->send_({OkReply(id)});
   }
@@ -417,7 +506,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
 }
 
 absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
-                                         const std::vector<std::string>& pieces) {
+                                         const std::vector<std::string_view>& pieces) {
   char* merged = static_cast<char*>(key.merged.data().dptr);
   if (key.pushed_count == 0) {
     CopyPieces(pieces, merged);
@@ -461,10 +550,10 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       key.parked.push_back(std::move(p));
       continue;
     }
-    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, p.pieces));
+    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, Payload(key, p.rank, p.pieces, p.shared)));
     if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
       p.waiter.session->parked_bytes_ -= p.bytes;
-      key.pulls.push_back({p.waiter, p.rank, key.pushes[p.rank]});
+      key.pulls.push_back({p.waiter, p.rank, key.pushes[p.rank], p.shared});
     } else {
       Answer(p, {OkReply(p.waiter.id)});
     }
@@ -472,9 +561,22 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   return MaybeCompleteRound(key_id, key);
 }
 
-std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const Key& key) {
+std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const Key& key, int rank,
+                                                  bool shared) {
   const char* data = static_cast<const char*>(key.value.data().dptr);
   const uint64_t total = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
+  KVStoreServerMetrics().pull_bytes.Increment(static_cast<double>(total));
+  if (shared) {
+    std::memcpy(key.shared->data() + key.slot_stride * rank, data, total);
+    ServerMessage reply = OkReply(id);
+    ArrayChunk* chunk = reply.mutable_pull();
+    chunk->set_key(key_id);
+    chunk->set_dtype(DT_FLOAT32);
+    for (int64_t d : key.shape.dims()) chunk->add_shape(d);
+    chunk->set_last(true);
+    chunk->set_in_shared_memory(true);
+    return {std::move(reply)};
+  }
   std::vector<ServerMessage> replies;
   uint64_t offset = 0;
   do {
@@ -489,7 +591,6 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
     offset += n;
     chunk->set_last(offset == total);
   } while (offset < total);
-  KVStoreServerMetrics().pull_bytes.Increment(static_cast<double>(total));
   return replies;
 }
 
@@ -502,7 +603,7 @@ void ServerStore::ServePulls(int key_id, Key& key) {
   std::vector<PendingPull> waiting;
   for (PendingPull& p : key.pulls) {
     if (key.rounds_done >= p.round) {
-      Answer(p, PullReply(p.waiter.id, key_id, key));
+      Answer(p, PullReply(p.waiter.id, key_id, key, p.rank, p.shared));
     } else if (!blocked.ok()) {
       Answer(p, {ErrorReply(p.waiter.id, blocked)});
     } else {
@@ -523,11 +624,17 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
   }
   Key& key = it->second;
   std::lock_guard<std::mutex> key_lock(key.mu);
+  const bool shared = pull.into_shared_memory();
+  if (shared && !key.shared.has_value()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "pull of key ", pull.key(), " into shared memory: server ", options_.server_index,
+        " does not share the key (MapKey says which it does)")));
+  }
   const int64_t round = sync() ? key.pushes[s->rank_] : 0;
-  if (key.rounds_done >= round) return s->send_(PullReply(id, pull.key(), key));
+  if (key.rounds_done >= round) return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
   if (absl::Status st = CheckWaitingBound(s, pull.key(), id, 0); !st.ok()) return fail(st);
   ++s->waiting_;
-  key.pulls.push_back({Waiter{s, id}, s->rank_, round});
+  key.pulls.push_back({Waiter{s, id}, s->rank_, round, shared});
   ServePulls(pull.key(), key);  // fails it at once if a departed worker blocks its round
 }
 

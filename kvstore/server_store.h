@@ -21,6 +21,13 @@
 //   PushPull  a push whose answer is the pull the worker would send right after it: the
 //             value once the push's round is applied (dist_sync), or at once (dist_async);
 //             a push parked for the next round is answered after that one.
+//   Shared memory  a server whose workers are on its host (it serves a Unix socket) keeps
+//             each key of at least shared_memory_min_bytes in a SharedMemory region with a
+//             slot per worker rank; a worker that maps its slot (MapKey) pushes by writing
+//             there and is answered there, and the stream carries only the headers. A slot is
+//             one worker's: written by it for a push and read by the server before that push
+//             is answered; written by the server for a pull's answer and read by the worker
+//             before its next request of the key (a worker's requests of one key are ordered).
 //   Barrier   answered when every worker waits in it. In dist_sync a waiting worker counts
 //             as having pushed zeros for the rounds the others complete meanwhile (Horovod's
 //             "join"): workers with fewer batches in an epoch meet the others at the epoch's
@@ -55,6 +62,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -62,6 +70,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/shared_memory.h"
 #include "core/shared_mutex.h"
 #include "kvstore/optimizer.h"
 #include "kvstore/transport.h"
@@ -93,6 +102,12 @@ struct ServerStoreOptions {
   // never connected, or connected and stopped sending, fails its waiting requests with
   // DEADLINE_EXCEEDED naming those ranks (departed ranks fail them at once).
   absl::Duration round_timeout = absl::Seconds(120);
+  // Share keys through memory with same-host workers (ParameterServer sets it when serving a
+  // Unix socket): keys of at least shared_memory_min_bytes, while the regions stay within
+  // max_shared_memory_bytes in all.
+  bool shared_memory = false;
+  uint64_t shared_memory_min_bytes = uint64_t{64} << 10;
+  uint64_t max_shared_memory_bytes = uint64_t{4} << 30;
 };
 
 class ServerStore {
@@ -165,13 +180,15 @@ class ServerStore {
     Waiter waiter;
     int rank = 0;
     int64_t round = 0;  // answered once rounds_done >= round
+    bool shared = false;  // answered in the worker's slot
   };
   struct ParkedPush {
     Waiter waiter;
     int rank = 0;
-    std::vector<std::string> pieces;
+    std::vector<std::string> pieces;  // empty when the push is in the worker's slot
     uint64_t bytes = 0;  // in pieces
     bool then_pull = false;  // a PushPull: becomes a pending pull once accepted
+    bool shared = false;     // the push is in the worker's slot (and so is the answer)
   };
   // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
   // lock is held shared, and by the store's lock alone when it is held exclusively.
@@ -187,6 +204,8 @@ class ServerStore {
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
     absl::Time round_opened;  // when the open round's first push came
+    std::optional<SharedMemory> shared;  // one slot per rank, `slot_stride` apart
+    uint64_t slot_stride = 0;
   };
 
   void Greet(Session* s, uint64_t id, const Hello& hello);
@@ -198,6 +217,9 @@ class ServerStore {
   void AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
                   std::vector<std::string> pieces, bool then_pull);
   void Pull(Session* s, uint64_t id, const PullRequest& pull);
+  void MapKey(Session* s, uint64_t id, const MapKeyRequest& request);
+  // Gives a new key a region in shared memory if the options and the budget allow.
+  void Share(int key_id, Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Barrier(Session* s, uint64_t id);
   void Leave(Session* s, const absl::Status& why);
 
@@ -207,17 +229,21 @@ class ServerStore {
   absl::Status CheckSession(const Session* s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // The helpers below that take a Key need mu_ shared and key.mu, or mu_ exclusively.
+  // A push's bytes, in order: its received pieces, or (`shared`) the rank's slot.
+  static std::vector<std::string_view> Payload(const Key& key, int rank,
+                                               const std::vector<std::string>& pieces, bool shared);
   // Sums a push into the open round (dist_sync) and completes the round when it is whole.
   absl::Status AcceptSyncPush(int key_id, Key& key, int rank,
-                              const std::vector<std::string>& pieces)
+                              const std::vector<std::string_view>& payload)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
   absl::Status MaybeCompleteRound(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies `grad` to the key's value: the optimizer, or a copy.
   absl::Status Apply(int key_id, Key& key, const NDArray& grad) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The key's value as pull reply chunks for request `id`.
-  std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The key's value as pull reply chunks for request `id`, or (`shared`) written to `rank`'s
+  // slot and answered by a header.
+  std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key, int rank,
+                                       bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answers ready pulls; fails the ones a departed worker blocks.
   void ServePulls(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -262,6 +288,7 @@ class ServerStore {
   std::thread watchdog_;  // WatchDeadlines; last member: starts after the others exist
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
+  uint64_t shared_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // in the keys' regions
 };
 
 }  // namespace tessera::kvstore

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "rpc/address.h"
 #include "rpc/server.h"
 
 namespace tessera::server {
@@ -13,7 +14,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     const rpc::TransportSecurity& security) {
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ASSIGN_OR_RETURN(ps->runtime_, OwnedRuntime::Create());
-  ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), options);
+  kvstore::ServerStoreOptions store_options = options;
+  // A Unix socket's workers are on this host: bulk payloads can skip the socket.
+  store_options.shared_memory = rpc::IsUnixSocketAddress(address);
+  ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), store_options);
   ParameterServer* raw = ps.get();
   ps->service_ = std::make_unique<KVStoreServiceImpl>(ps->store_.get(), [raw] {
     std::lock_guard<std::mutex> lock(raw->mu_);

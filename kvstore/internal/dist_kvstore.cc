@@ -11,12 +11,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/shared_memory.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
 #include "kvstore/internal/comm.h"
 #include "kvstore/internal/server_connection.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera::kvstore {
 namespace internal {
@@ -117,6 +119,9 @@ class DistKVStore : public KVStore {
     int server = 0;
     int64_t begin = 0;  // elements
     int64_t size = 0;
+    // This worker's slot for the part in its server's shared memory; null where the server
+    // does not share the key or this process cannot map it (the part travels on the stream).
+    std::shared_ptr<const SharedMemory> slot;
   };
   struct Key {
     Shape shape;
@@ -131,9 +136,12 @@ class DistKVStore : public KVStore {
   absl::Status Check(const char* what, const std::vector<int>& keys,
                      const std::vector<std::vector<NDArray>>& arrays);
   std::vector<Part> Place(int key, int64_t size) const;
+  // Maps this worker's slot of every part of `keys` whose server shares it (MapKeyRequest).
+  void MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed);
   enum class ChunkKind { kInit, kPush, kPushPull };
   // Sends `part` of the key's `data` as chunks of `kind` whose payloads point into `data`
-  // (kept alive by `owner`); `on_reply` hears the replies.
+  // (kept alive by `owner`), or, for a push into a part with a slot, copies it there and
+  // sends the header; `on_reply` hears the replies.
   void SendPart(int key, const Shape& shape, const Part& part, const char* data, ChunkKind kind,
                 std::shared_ptr<const void> owner, int priority,
                 ServerConnection::OnReply on_reply) const;
@@ -141,9 +149,9 @@ class DistKVStore : public KVStore {
   // is, or this worker's devices copied to the host and summed (engine pushes at
   // `priority`). Needs mu_.
   absl::StatusOr<NDArray> PushSource(Key& key, const std::vector<NDArray>& arrays, int priority);
-  // The reply handler of a pull (or push-pull) of key `k`'s part of `bytes` bytes, which
-  // copies the value's chunks to `base` and reports the part to `done`.
-  static ServerConnection::OnReply PullInto(char* base, uint64_t bytes, int k,
+  // The reply handler of a pull (or push-pull) of key `k`'s `part`, which copies the value's
+  // chunks (or the part's slot) to `base` and reports the part to `done`.
+  static ServerConnection::OnReply PullInto(char* base, const Part& part, int k,
                                             std::shared_ptr<Completion> done);
   // The completion of one push, pull or push-pull of `parts` parts: records the metrics
   // (pushed and pulled bytes) and any UNAVAILABLE, then tells the engine.
@@ -172,6 +180,7 @@ class DistKVStore : public KVStore {
   std::mutex broken_mu_;
   absl::Status broken_;
   std::unique_ptr<Cancellation::Registration> cancelled_;  // aborts servers_
+  std::once_flag unmappable_;  // warned that a server's shared memory cannot be mapped here
 };
 
 std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
@@ -189,6 +198,22 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
                            ChunkKind kind, std::shared_ptr<const void> owner, int priority,
                            ServerConnection::OnReply on_reply) const {
   const uint64_t total = static_cast<uint64_t>(part.size) * sizeof(float);
+  if (part.slot != nullptr && kind != ChunkKind::kInit) {
+    std::memcpy(part.slot->data(), data + part.begin * sizeof(float), total);
+    WorkerMessage m;
+    ArrayChunk* chunk = kind == ChunkKind::kPush ? m.mutable_push() : m.mutable_push_pull();
+    chunk->set_key(key);
+    chunk->set_dtype(DT_FLOAT32);
+    if (part.size == shape.Size()) {
+      for (int64_t d : shape.dims()) chunk->add_shape(d);
+    } else {
+      chunk->add_shape(part.size);
+    }
+    chunk->set_last(true);
+    chunk->set_in_shared_memory(true);
+    servers_[part.server]->Send({std::move(m)}, priority, std::move(on_reply));
+    return;
+  }
   const uint64_t step = std::min<uint64_t>(kChunkBytes, servers_[part.server]->hello().max_chunk_bytes());
   std::vector<WorkerMessage> messages;
   std::vector<std::pair<const char*, size_t>> payloads;
@@ -215,13 +240,22 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
                                     priority, std::move(on_reply));
 }
 
-ServerConnection::OnReply DistKVStore::PullInto(char* base, uint64_t bytes, int k,
+ServerConnection::OnReply DistKVStore::PullInto(char* base, const Part& part, int k,
                                                 std::shared_ptr<Completion> done) {
-  return [base, bytes, k, done = std::move(done)](const ServerMessage& reply, bool last) {
+  const uint64_t bytes = static_cast<uint64_t>(part.size) * sizeof(float);
+  return [base, bytes, slot = part.slot, k, done = std::move(done)](const ServerMessage& reply,
+                                                                    bool last) {
     absl::Status status = ReplyStatus(reply);
     if (status.ok() && !reply.has_pull()) {
       status = absl::DataLossError(
           absl::StrCat("pull of key ", k, ": the server answered without the value"));
+    } else if (status.ok() && reply.pull().in_shared_memory()) {
+      if (slot == nullptr || !last) {
+        status = absl::DataLossError(absl::StrCat(
+            "pull of key ", k, ": the server answered in shared memory this worker did not map"));
+      } else {
+        std::memcpy(base, slot->data(), bytes);
+      }
     } else if (status.ok()) {
       const ArrayChunk& c = reply.pull();
       if (c.offset() > bytes || c.data().size() > bytes - c.offset() ||
@@ -335,6 +369,7 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   absl::Status status = waiter.Wait();
   NoteFailure(status);
   RETURN_IF_ERROR(status);
+  MapSlots(keys, placed);
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     Key key;
@@ -350,6 +385,55 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
     keys_.emplace(keys[i], std::move(key));
   }
   return absl::OkStatus();
+}
+
+void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed) {
+  std::vector<std::pair<int, Part*>> asked;  // key, part
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (Part& part : placed[i]) {
+      const uint64_t min_bytes = servers_[part.server]->hello().shared_memory_min_bytes();
+      if (min_bytes > 0 && static_cast<uint64_t>(part.size) * sizeof(float) >= min_bytes) {
+        asked.emplace_back(keys[i], &part);
+      }
+    }
+  }
+  if (asked.empty()) return;
+  // Each reply handler fills its own entry; the waiter orders them before the reads below.
+  std::vector<absl::StatusOr<SharedMemory>> mapped;
+  for (size_t a = 0; a < asked.size(); ++a) mapped.emplace_back(absl::UnknownError("no reply"));
+  Waiter waiter(static_cast<int>(asked.size()));
+  for (size_t a = 0; a < asked.size(); ++a) {
+    const Part& part = *asked[a].second;
+    WorkerMessage m;
+    m.mutable_map_key()->set_key(asked[a].first);
+    servers_[part.server]->Send(
+        {std::move(m)}, 0,
+        [&mapped, a, bytes = static_cast<uint64_t>(part.size) * sizeof(float),
+         done = waiter.completion()](const ServerMessage& reply, bool) {
+          absl::Status status = ReplyStatus(reply);
+          if (status.ok() && reply.slot().size() != bytes) {
+            status = absl::DataLossError(absl::StrCat("the server's slot holds ",
+                                                      reply.slot().size(), " bytes, not ", bytes));
+          }
+          mapped[a] = status.ok() ? SharedMemory::Open(reply.slot().path(), reply.slot().offset(),
+                                                       reply.slot().size())
+                                  : absl::StatusOr<SharedMemory>(status);
+          done->PartDone(absl::OkStatus());
+        });
+  }
+  (void)waiter.Wait();
+  for (size_t a = 0; a < asked.size(); ++a) {
+    if (mapped[a].ok()) {
+      asked[a].second->slot = std::make_shared<const SharedMemory>(std::move(*mapped[a]));
+    } else if (mapped[a].status().code() != absl::StatusCode::kFailedPrecondition) {
+      std::call_once(unmappable_, [&] {
+        spdlog::warn(
+            "server {} shares keys through memory, but this worker cannot map them ({}): "
+            "they travel on the stream",
+            servers_[asked[a].second->server]->address(), mapped[a].status().ToString());
+      });
+    }
+  }
 }
 
 absl::StatusOr<NDArray> DistKVStore::PushSource(Key& key, const std::vector<NDArray>& arrays,
@@ -442,10 +526,9 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
       for (const Part& part : parts) {
         WorkerMessage m;
         m.mutable_pull()->set_key(k);
-        servers_[part.server]->Send(
-            {std::move(m)}, priority,
-            PullInto(data + part.begin * sizeof(float),
-                     static_cast<uint64_t>(part.size) * sizeof(float), k, done));
+        m.mutable_pull()->set_into_shared_memory(part.slot != nullptr);
+        servers_[part.server]->Send({std::move(m)}, priority,
+                                    PullInto(data + part.begin * sizeof(float), part, k, done));
       }
     };
     std::vector<engine::VarHandle> mutated = {key.var, target.var()};
@@ -494,8 +577,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
         SendPart(k, shape, part, data, ChunkKind::kPushPull, owner, priority,
-                 PullInto(out + part.begin * sizeof(float),
-                          static_cast<uint64_t>(part.size) * sizeof(float), k, done));
+                 PullInto(out + part.begin * sizeof(float), part, k, done));
       }
     };
     std::vector<engine::VarHandle> read;

@@ -1,11 +1,15 @@
 // dist_sync and dist_async end to end inside one process: real parameter servers
-// (server/parameter_server.h) on loopback ports, each "worker" its own DistKVStore with its
-// own gRPC streams. The multi-process versions (real tessera-ps daemons) are in
-// tests/integration/.
+// (server/parameter_server.h) on loopback ports or Unix sockets (then sharing keys through
+// memory), each "worker" its own DistKVStore with its own gRPC streams. The multi-process versions
+// (real tessera-ps daemons) are in tests/integration/.
 #include "kvstore/dist_kvstore.h"
+
+#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -35,18 +39,32 @@ class DistKVStoreTest : public ::testing::Test {
   void TearDown() override {
     workers_.clear();
     servers_.clear();
+    if (!socket_dir_.empty()) std::filesystem::remove_all(socket_dir_);
   }
 
-  // Starts `num_servers` servers for `num_workers` workers and connects the workers.
+  enum class Transport { kLoopback, kUnixSockets };
+  // Starts `num_servers` servers for `num_workers` workers and connects the workers. On Unix
+  // sockets the servers share parts of at least 16 bytes through memory.
   void StartCluster(const std::string& type, int num_servers, int num_workers,
-                    int64_t bigarray_bound = kDefaultBigArrayBound) {
+                    int64_t bigarray_bound = kDefaultBigArrayBound,
+                    Transport transport = Transport::kLoopback) {
     ClusterSpec spec;
+    if (transport == Transport::kUnixSockets && socket_dir_.empty()) {
+      char dir[] = "/tmp/dist-kvstore-test-XXXXXX";  // short: a socket path has 107 bytes
+      ASSERT_NE(mkdtemp(dir), nullptr);
+      socket_dir_ = dir;
+    }
     for (int s = 0; s < num_servers; ++s) {
       ServerStoreOptions options;
       options.server_index = s;
       options.num_servers = num_servers;
       options.num_workers = num_workers;
-      auto ps = server::ParameterServer::Start("127.0.0.1:0", options);
+      options.shared_memory_min_bytes = 16;
+      const std::string address =
+          transport == Transport::kUnixSockets
+              ? absl::StrCat("unix:", socket_dir_, "/ps-", servers_.size(), ".sock")
+              : "127.0.0.1:0";
+      auto ps = server::ParameterServer::Start(address, options);
       ASSERT_THAT(ps, IsOk());
       spec.servers.push_back((*ps)->address());
       servers_.push_back(std::move(*ps));
@@ -83,9 +101,22 @@ class DistKVStoreTest : public ::testing::Test {
     return Get(out);
   }
 
+  // How many mappings of key `key`'s shared memory this process holds (/proc/self/maps).
+  static int SharedMappings(int key) {
+    std::ifstream maps("/proc/self/maps");
+    const std::string name = absl::StrCat("memfd:tessera-key-", key, " ");
+    int count = 0;
+    for (std::string line; std::getline(maps, line);) count += line.find(name) != std::string::npos;
+    return count;
+  }
+
   std::unique_ptr<OwnedRuntime> owned_;
   std::vector<std::unique_ptr<server::ParameterServer>> servers_;
   std::vector<std::unique_ptr<KVStore>> workers_;
+  std::string socket_dir_;
+
+  // Workers push and pull random keys in random ways; every value must be its round's sum.
+  void RunRoundOracle(Transport transport);
 };
 
 TEST_F(DistKVStoreTest, SyncRoundSumsEveryWorkersPushBeforeAnyPullSeesIt) {
@@ -278,9 +309,39 @@ TEST_F(DistKVStoreTest, PushPullIsOneRequestAnsweredWithTheRoundsValue) {
   EXPECT_THAT(Get(y), ElementsAre(6, 6));
 }
 
+TEST_F(DistKVStoreTest, SameHostServersShareBigPartsThroughMemory) {
+  StartCluster("dist_sync", 2, 2, /*bigarray_bound=*/8, Transport::kUnixSockets);
+  // Key 0 (8 bytes) travels on the streams; key 1 is split into two 20-byte parts, shared.
+  for (auto& w : workers_) {
+    ASSERT_THAT(w->Init({0, 1}, {Arr({0, 0}), Arr(std::vector<float>(10, 0))}), IsOk());
+  }
+  EXPECT_EQ(SharedMappings(0), 0);
+  EXPECT_EQ(SharedMappings(1), 2 + 2 * 2);  // each server's region, each worker's two slots
+  for (int round = 1; round <= 3; ++round) {
+    NDArray grad = Arr(std::vector<float>(10, 1.f * round)), out = Arr(std::vector<float>(10));
+    ASSERT_THAT(workers_[0]->PushPull({0, 1}, {{Arr({1, 2})}, {grad}}, {{Arr({0, 0})}, {grad}}),
+                IsOk());
+    ASSERT_THAT(workers_[1]->Push({0, 1}, {{Arr({1, 2})}, {Arr(std::vector<float>(10, 10))}}),
+                IsOk());
+    ASSERT_THAT(workers_[1]->Pull({1}, {{out}}), IsOk());
+    EXPECT_THAT(Get(grad), ::testing::Each(10 + round)) << "round " << round;
+    EXPECT_THAT(Get(out), ::testing::Each(10 + round)) << "round " << round;
+  }
+  EXPECT_THAT(PullValue(0, 0, 2), ElementsAre(2, 4));  // no optimizer: the last round's sum
+}
+
 TEST_F(DistKVStoreTest, RandomInterleavingsMatchTheRoundOracle) {
+  for (Transport transport : {Transport::kLoopback, Transport::kUnixSockets}) {
+    SCOPED_TRACE(transport == Transport::kLoopback ? "loopback" : "Unix sockets");
+    workers_.clear();
+    servers_.clear();
+    RunRoundOracle(transport);
+  }
+}
+
+void DistKVStoreTest::RunRoundOracle(Transport transport) {
   constexpr int kWorkers = 3, kKeys = 4, kRounds = 6;
-  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/8);
+  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/8, transport);
   auto push_value = [](int w, int key, int round) { return static_cast<float>(100 * w + 10 * key + round); };
   auto oracle = [&](int key, int round) {
     float sum = 0;

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/shared_memory.h"
+#include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,7 +54,47 @@ class Worker {
     hello.mutable_hello()->set_num_workers(num_workers);
     hello.mutable_hello()->set_mode(mode);
     session_->Handle(hello);
-    EXPECT_EQ(Next().code(), 0);
+    hello_ = Next().hello();
+  }
+  const HelloReply& hello() const { return hello_; }
+
+  // Maps this worker's slot of `key` (MapKey); the server's answer.
+  absl::Status Map(int key) {
+    WorkerMessage m;
+    m.set_id(next_id_++);
+    m.mutable_map_key()->set_key(key);
+    session_->Handle(m);
+    const ServerMessage r = Next();
+    RETURN_IF_ERROR(ReplyStatus(r));
+    ASSIGN_OR_RETURN(SharedMemory slot,
+                     SharedMemory::Open(r.slot().path(), r.slot().offset(), r.slot().size()));
+    slots_.insert_or_assign(key, std::move(slot));
+    return absl::OkStatus();
+  }
+  // A push (or push-pull) through the key's slot: `values` written there (when mapped), a
+  // header on the stream.
+  uint64_t SharedPush(int key, const std::vector<float>& values, bool push_pull) {
+    if (auto it = slots_.find(key); it != slots_.end()) {
+      std::memcpy(it->second.data(), values.data(), values.size() * sizeof(float));
+    }
+    WorkerMessage m;
+    m.set_id(next_id_++);
+    ArrayChunk* c = push_pull ? m.mutable_push_pull() : m.mutable_push();
+    c->set_key(key);
+    c->set_dtype(DT_FLOAT32);
+    c->add_shape(static_cast<int64_t>(values.size()));
+    c->set_last(true);
+    c->set_in_shared_memory(true);
+    session_->Handle(m);
+    return m.id();
+  }
+  uint64_t SharedPull(int key) {
+    WorkerMessage m;
+    m.set_id(next_id_++);
+    m.mutable_pull()->set_key(key);
+    m.mutable_pull()->set_into_shared_memory(true);
+    session_->Handle(m);
+    return m.id();
   }
 
   // Sends `values` as Init or Push in chunks of `chunk` floats; returns the request id.
@@ -174,7 +216,11 @@ class Worker {
       Answer& a = answers[r.id()];
       a.code = r.code();
       a.message = r.message();
-      if (r.has_pull()) {
+      if (r.has_pull() && r.pull().in_shared_memory()) {
+        const SharedMemory& slot = slots_.at(r.pull().key());
+        a.value.resize(slot.size() / sizeof(float));
+        std::memcpy(a.value.data(), slot.data(), slot.size());
+      } else if (r.has_pull()) {
         a.value.resize((r.pull().offset() + r.pull().data().size()) / sizeof(float));
         std::memcpy(reinterpret_cast<char*>(a.value.data()) + r.pull().offset(),
                     r.pull().data().data(), r.pull().data().size());
@@ -184,9 +230,12 @@ class Worker {
     return answers;
   }
   void Close() { session_->Close(absl::UnavailableError("test closed it")); }
+  void Handle(const WorkerMessage& m) { session_->Handle(m); }
 
  private:
   std::unique_ptr<ServerStore::Session> session_;
+  HelloReply hello_;
+  std::map<int, SharedMemory> slots_;  // by key: mapped by Map
   uint64_t next_id_ = 1;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -379,6 +428,90 @@ TEST_F(ServerStoreTest, AnAsyncPushPullIsAnsweredWithTheValueAfterItsPush) {
   EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->PushPull(0, {1, 0})), std::vector<float>({-2, -2}));
 }
 
+TEST_F(ServerStoreTest, SameHostWorkersPushAndPullThroughTheirSlots) {
+  Start(2, SYNC_MODE_SYNC, 1 << 20, absl::Seconds(120), [](ServerStoreOptions& o) {
+    o.shared_memory = true;
+    o.shared_memory_min_bytes = 16;
+  });
+  EXPECT_EQ(workers_[0]->hello().shared_memory_min_bytes(), 16u);
+  InitEverywhere(0, {0, 0, 0, 0});  // 16 bytes: shared
+  InitEverywhere(1, {0, 0, 0});     // 12: on the stream only
+  ASSERT_THAT(workers_[0]->Map(0), IsOk());
+  ASSERT_THAT(workers_[1]->Map(0), IsOk());
+  EXPECT_THAT(workers_[0]->Map(1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("key 1")));
+  EXPECT_THAT(workers_[0]->Map(7), StatusIs(absl::StatusCode::kNotFound, HasSubstr("key 7")));
+
+  // Worker 0 through its slot, worker 1 on the stream, into one round.
+  const uint64_t a = workers_[0]->SharedPush(0, {1, 2, 3, 4}, /*push_pull=*/true);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50)));  // round 1 is open
+  const uint64_t b = workers_[1]->PushPull(0, {10, 20, 30, 40});
+  EXPECT_EQ(workers_[0]->ValueOf(a), std::vector<float>({11, 22, 33, 44}));
+  EXPECT_EQ(workers_[1]->ValueOf(b), std::vector<float>({11, 22, 33, 44}));
+
+  // A push parked for the next round is read from the slot when that round opens (its worker
+  // leaves the slot alone until it is answered).
+  workers_[0]->SharedPush(0, {1, 1, 1, 1}, /*push_pull=*/false);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  workers_[0]->SharedPush(0, {5, 5, 5, 5}, /*push_pull=*/false);  // parked
+  workers_[1]->Send(false, 0, {2, 2, 2, 2});
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);  // the parked push, now in round 3
+  EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->SharedPull(0)), std::vector<float>({3, 3, 3, 3}));
+  workers_[1]->Send(false, 0, {7, 7, 7, 7});
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({12, 12, 12, 12}));
+
+  // What does not fit is refused naming the key, and the session goes on.
+  auto refused = [&](const char* what) {
+    const ServerMessage r = workers_[0]->Next();
+    EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << what;
+    EXPECT_THAT(r.message(), HasSubstr("key 1")) << what;
+  };
+  workers_[0]->SharedPush(1, {1, 1, 1}, /*push_pull=*/false);
+  refused("a push of an unshared key through a slot");
+  workers_[0]->SharedPull(1);
+  refused("a pull of an unshared key into a slot");
+  WorkerMessage with_data;
+  with_data.set_id(workers_[0]->next_id() + 100);
+  ArrayChunk* c = with_data.mutable_push();
+  c->set_key(1);
+  c->set_dtype(DT_FLOAT32);
+  c->add_shape(3);
+  c->set_data(std::string(12, '\0'));
+  c->set_last(true);
+  c->set_in_shared_memory(true);
+  WorkerMessage init = with_data;
+  *init.mutable_init() = with_data.push();
+  init.mutable_init()->clear_data();
+  init.set_id(with_data.id() + 1);
+  workers_[0]->Handle(with_data);
+  refused("a chunk in shared memory that carries data");
+  workers_[0]->Handle(init);
+  refused("an Init in shared memory");
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({12, 12, 12, 12}));
+}
+
+TEST_F(ServerStoreTest, AnAsyncPushPullThroughASlotIsAnsweredThere) {
+  Start(1, SYNC_MODE_ASYNC, 1 << 20, absl::Seconds(120), [](ServerStoreOptions& o) {
+    o.shared_memory = true;
+    o.shared_memory_min_bytes = 8;
+  });
+  InitEverywhere(0, {0, 0});
+  ASSERT_THAT(workers_[0]->Map(0), IsOk());
+  EXPECT_EQ(workers_[0]->ValueOf(workers_[0]->SharedPush(0, {3, 4}, /*push_pull=*/true)),
+            std::vector<float>({3, 4}));
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({3, 4}));
+}
+
+TEST_F(ServerStoreTest, AServerWithoutSharedMemorySharesNoKey) {
+  Start(1, SYNC_MODE_SYNC);
+  EXPECT_EQ(workers_[0]->hello().shared_memory_min_bytes(), 0u);
+  InitEverywhere(0, std::vector<float>(1 << 16, 1.f));
+  EXPECT_THAT(workers_[0]->Map(0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("does not share it")));
+}
+
 TEST_F(ServerStoreTest, ANewJobStartsAfreshOnceTheOldOnesWorkersLeft) {
   Start(1, SYNC_MODE_SYNC);  // job "" (the fixture's Hello names none)
   InitEverywhere(0, {5});
@@ -498,9 +631,18 @@ TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout
 // round r must be the sum of every worker's r-th push of the key.
 TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
   constexpr int kWorkers = 4, kKeys = 5, kRounds = 20;
-  Start(kWorkers, SYNC_MODE_SYNC, /*max_chunk_bytes=*/16);
+  // Keys 2-4 are shared too: each request of them goes through the slot or the stream at
+  // random.
+  Start(kWorkers, SYNC_MODE_SYNC, /*max_chunk_bytes=*/16, absl::Seconds(120),
+        [](ServerStoreOptions& o) {
+          o.shared_memory = true;
+          o.shared_memory_min_bytes = 3 * sizeof(float);
+        });
   auto value = [](int w, int key, int round) { return static_cast<float>(1000 * w + 10 * key + round); };
   for (int k = 0; k < kKeys; ++k) InitEverywhere(k, std::vector<float>(k + 1, 0.f));
+  for (auto& worker : workers_) {
+    for (int k = 2; k < kKeys; ++k) ASSERT_THAT(worker->Map(k), IsOk());
+  }
   std::vector<std::thread> threads;
   std::vector<int> mismatches(kWorkers, 0);
   for (int w = 0; w < kWorkers; ++w) {
@@ -522,8 +664,10 @@ TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
         for (int k : keys) {
           const std::vector<float> grad(k + 1, value(w, k, round));
           const bool push_pull = rng() % 2;
-          const uint64_t id = push_pull ? workers_[w]->PushPull(k, grad, 1 + rng() % 3)
-                                        : workers_[w]->Send(false, k, grad, 1 + rng() % 3);
+          const bool shared = k >= 2 && rng() % 2;
+          const uint64_t id = shared      ? workers_[w]->SharedPush(k, grad, push_pull)
+                              : push_pull ? workers_[w]->PushPull(k, grad, 1 + rng() % 3)
+                                          : workers_[w]->Send(false, k, grad, 1 + rng() % 3);
           sent[id] = {k, push_pull};
           if (!push_pull) pull_later.push_back(k);
         }
@@ -537,7 +681,11 @@ TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
         }
         std::shuffle(pull_later.begin(), pull_later.end(), rng);
         for (int k : pull_later) {
-          for (float v : workers_[w]->PullValue(k)) mismatches[w] += v != expect(k);
+          const bool shared = k >= 2 && rng() % 2;
+          const std::vector<float> pulled =
+              shared ? workers_[w]->ValueOf(workers_[w]->SharedPull(k)) : workers_[w]->PullValue(k);
+          mismatches[w] += pulled.size() != static_cast<size_t>(k + 1);
+          for (float v : pulled) mismatches[w] += v != expect(k);
         }
       }
     });
