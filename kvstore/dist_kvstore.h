@@ -8,7 +8,10 @@
 // pushes at the caller's priority that return at once: pushes of later layers overtake
 // earlier ones and overlap with the rest of backward. Key placement: a key of fewer than
 // `bigarray_bound` elements lives on server key % num_servers; a larger one is split into
-// one contiguous part per server.
+// one contiguous part per server. A server on this worker's host (a Unix socket) may share
+// a key's part through memory (proto/kvstore.proto, MapKeyRequest): Init maps this worker's
+// slot, and pushes and pulls of that part then go through it, the stream carrying only
+// their headers.
 //
 // The optimizer set by SetOptimizer runs on the servers (update_on_kvstore): every worker
 // sends its description (name, parameters, lr/wd multipliers, learning-rate schedule); the

@@ -276,6 +276,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
     }
     keys_.clear();
     shared_bytes_ = 0;
+    shared_keys_ = 0;
     optimizer_.reset();
     optimizer_spec_.Clear();
     mode_ = SYNC_MODE_UNSET;
@@ -359,7 +360,10 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
 
 void ServerStore::Share(int key_id, Key& key) {
   const uint64_t bytes = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
-  if (!options_.shared_memory || bytes < options_.shared_memory_min_bytes) return;
+  if (!options_.shared_memory || bytes < options_.shared_memory_min_bytes ||
+      shared_keys_ >= options_.max_shared_memory_keys) {
+    return;
+  }
   constexpr uint64_t kPage = 4096;  // slots start on pages of their own
   const uint64_t stride = (bytes + kPage - 1) / kPage * kPage;
   const uint64_t total = stride * static_cast<uint64_t>(options_.num_workers);
@@ -376,6 +380,7 @@ void ServerStore::Share(int key_id, Key& key) {
   key.shared = std::move(*region);
   key.slot_stride = stride;
   shared_bytes_ += total;
+  ++shared_keys_;
 }
 
 std::vector<std::string_view> ServerStore::Payload(const Key& key, int rank,

@@ -104,10 +104,11 @@ struct ServerStoreOptions {
   absl::Duration round_timeout = absl::Seconds(120);
   // Share keys through memory with same-host workers (ParameterServer sets it when serving a
   // Unix socket): keys of at least shared_memory_min_bytes, while the regions stay within
-  // max_shared_memory_bytes in all.
+  // max_shared_memory_bytes and max_shared_memory_keys (each holds a file descriptor) in all.
   bool shared_memory = false;
   uint64_t shared_memory_min_bytes = uint64_t{64} << 10;
   uint64_t max_shared_memory_bytes = uint64_t{4} << 30;
+  int max_shared_memory_keys = 256;
 };
 
 class ServerStore {
@@ -289,6 +290,7 @@ class ServerStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
   uint64_t shared_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // in the keys' regions
+  int shared_keys_ ABSL_GUARDED_BY(mu_) = 0;           // keys with a region
 };
 
 }  // namespace tessera::kvstore

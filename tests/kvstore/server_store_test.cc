@@ -512,6 +512,35 @@ TEST_F(ServerStoreTest, AServerWithoutSharedMemorySharesNoKey) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("does not share it")));
 }
 
+TEST_F(ServerStoreTest, SharedMemoryStaysWithinItsBytesAndKeys) {
+  // Each slot takes whole pages: a 4-byte key one, a 5,000-byte key two.
+  auto start = [&](uint64_t max_bytes, int max_keys) {
+    workers_.clear();
+    store_.reset();
+    Start(1, SYNC_MODE_SYNC, 1 << 20, absl::Seconds(120), [&](ServerStoreOptions& o) {
+      o.shared_memory = true;
+      o.shared_memory_min_bytes = 4;
+      o.max_shared_memory_bytes = max_bytes;
+      o.max_shared_memory_keys = max_keys;
+    });
+    InitEverywhere(0, {1});
+    InitEverywhere(1, std::vector<float>(1250, 1.f));
+    InitEverywhere(2, {1});
+  };
+  start(/*max_bytes=*/2 * 4096, /*max_keys=*/10);
+  EXPECT_THAT(workers_[0]->Map(0), IsOk());
+  EXPECT_THAT(workers_[0]->Map(1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(workers_[0]->Map(2), IsOk());
+  start(/*max_bytes=*/uint64_t{1} << 30, /*max_keys=*/2);
+  EXPECT_THAT(workers_[0]->Map(0), IsOk());
+  EXPECT_THAT(workers_[0]->Map(1), IsOk());
+  EXPECT_THAT(workers_[0]->Map(2), StatusIs(absl::StatusCode::kFailedPrecondition));
+  // An unshared key still trains on the stream.
+  workers_[0]->Send(false, 2, {5});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->PullValue(2), std::vector<float>{5});
+}
+
 TEST_F(ServerStoreTest, ANewJobStartsAfreshOnceTheOldOnesWorkersLeft) {
   Start(1, SYNC_MODE_SYNC);  // job "" (the fixture's Hello names none)
   InitEverywhere(0, {5});
