@@ -7,7 +7,9 @@
 //   len bytes    a serialized WorkerMessage (to 0, 1) or CommandRequest (to 2)
 //
 // fed in order to Session::Handle / Command; then both streams close. The bounds are small
-// (4 MiB arrays, 8 MiB staged per stream) so a fuzzed shape cannot ask for gigabytes.
+// (4 MiB arrays, 8 MiB staged per stream, 16 MiB of shared memory) so a fuzzed shape cannot
+// ask for gigabytes. Keys of 64 bytes or more get shared-memory slots, so pushes and pulls
+// through them are fuzzed too.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_session_staged_bytes = 8 << 20;
   options.max_session_staged_requests = 64;
   options.round_timeout = absl::Milliseconds(200);
+  options.shared_memory = true;
+  options.shared_memory_min_bytes = 64;
+  options.max_shared_memory_bytes = 16 << 20;
   kvstore::ServerStore store(fuzz::FuzzRuntime(), options);
   std::unique_ptr<kvstore::ServerStore::Session> sessions[2];
   for (auto& session : sessions) {
