@@ -310,20 +310,24 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   s->send_({std::move(reply)});
 }
 
-absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what,
-                                                       const ArrayChunk& header) {
-  auto it = keys_.find(header.key());
+absl::StatusOr<ServerStore::Key*> ServerStore::LookUp(const char* what, int key_id) {
+  auto it = keys_.find(key_id);
   if (it == keys_.end()) {
-    return absl::NotFoundError(absl::StrCat(what, " of key ", header.key(),
-                                            ": the key is not initialized (Init it first)"));
-  }
-  const Shape shape(header.shape().begin(), header.shape().end());
-  if (header.dtype() != DT_FLOAT32 || shape != it->second.shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " of key ", header.key(), ": got ", ShapeString(header.dtype(), header.shape()),
-        " but the key holds float32 ", it->second.shape.ToString()));
+    return absl::NotFoundError(
+        absl::StrCat(what, " of key ", key_id, ": the key is not initialized (Init it first)"));
   }
   return &it->second;
+}
+
+absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what, const ArrayChunk& header) {
+  ASSIGN_OR_RETURN(Key * key, LookUp(what, header.key()));
+  const Shape shape(header.shape().begin(), header.shape().end());
+  if (header.dtype() != DT_FLOAT32 || shape != key->shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of key ", header.key(), ": got ", ShapeString(header.dtype(), header.shape()),
+        " but the key holds float32 ", key->shape.ToString()));
+  }
+  return key;
 }
 
 void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
@@ -397,12 +401,9 @@ void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) 
   std::shared_lock<SharedMutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
-  auto it = keys_.find(request.key());
-  if (it == keys_.end()) {
-    return fail(absl::NotFoundError(absl::StrCat("MapKey of key ", request.key(),
-                                                 ": the key is not initialized (Init it first)")));
-  }
-  const Key& key = it->second;  // `shared` is set at Init, under the store's lock
+  absl::StatusOr<Key*> found = LookUp("MapKey", request.key());
+  if (!found.ok()) return fail(found.status());
+  const Key& key = **found;  // `shared` is set at Init, under the store's lock
   if (!key.shared.has_value()) {
     return fail(absl::FailedPreconditionError(absl::StrCat(
         "MapKey of key ", request.key(), ": server ", options_.server_index,
@@ -622,12 +623,9 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
   std::shared_lock<SharedMutex> lock(mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
-  auto it = keys_.find(pull.key());
-  if (it == keys_.end()) {
-    return fail(absl::NotFoundError(
-        absl::StrCat("pull of key ", pull.key(), ": the key is not initialized (Init it first)")));
-  }
-  Key& key = it->second;
+  absl::StatusOr<Key*> found = LookUp("pull", pull.key());
+  if (!found.ok()) return fail(found.status());
+  Key& key = **found;
   std::lock_guard<std::mutex> key_lock(key.mu);
   const bool shared = pull.into_shared_memory();
   if (shared && !key.shared.has_value()) {

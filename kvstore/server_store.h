@@ -224,6 +224,8 @@ class ServerStore {
   void Barrier(Session* s, uint64_t id);
   void Leave(Session* s, const absl::Status& why);
 
+  // The key `key_id`; NOT_FOUND naming `what` and the key when it is not initialized.
+  absl::StatusOr<Key*> LookUp(const char* what, int key_id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Checks a request against the key it names; INVALID_ARGUMENT/NOT_FOUND naming both.
   absl::StatusOr<Key*> FindKey(const char* what, const ArrayChunk& header)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
