@@ -8,8 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace tessera {
 namespace {
@@ -93,7 +96,16 @@ absl::StatusOr<SharedMemory> SharedMemory::Create(std::string_view name, uint64_
 
 absl::StatusOr<SharedMemory> SharedMemory::Open(const std::string& path, uint64_t offset,
                                                 uint64_t bytes) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // Only what path() names: another process's descriptor, never a device or a FIFO that
+  // opening alone could disturb.
+  const std::vector<std::string> parts = absl::StrSplit(path, '/');
+  uint64_t number = 0;
+  if (parts.size() != 5 || !parts[0].empty() || parts[1] != "proc" || parts[3] != "fd" ||
+      !absl::SimpleAtoi(parts[2], &number) || !absl::SimpleAtoi(parts[4], &number)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory '", path, "' is not a /proc/PID/fd/FD path"));
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Errno(absl::StrCat("opening shared memory ", path), errno);
   struct stat st {};
   const int seals = fcntl(fd, F_GET_SEALS);

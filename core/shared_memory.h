@@ -24,9 +24,10 @@ class SharedMemory {
  public:
   // A new zero-filled region of `bytes` (> 0); `name` shows in /proc/PID/fd (e.g. "key-3").
   static absl::StatusOr<SharedMemory> Create(std::string_view name, uint64_t bytes);
-  // Maps [offset, offset + bytes) of the region another process made, found at `path`.
-  // INVALID_ARGUMENT naming the path when it is not a sealed region holding that range,
-  // PERMISSION_DENIED / NOT_FOUND when it cannot be opened.
+  // Maps [offset, offset + bytes) of the region another process made, found at `path` (its
+  // path(): "/proc/PID/fd/FD"). INVALID_ARGUMENT naming the path when it is no such path or
+  // not a sealed region holding that range, PERMISSION_DENIED / NOT_FOUND when it cannot be
+  // opened.
   static absl::StatusOr<SharedMemory> Open(const std::string& path, uint64_t offset,
                                            uint64_t bytes);
 

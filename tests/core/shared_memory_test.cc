@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -70,13 +71,25 @@ TEST(SharedMemoryTest, OpenRefusesWhatIsNotASealedRegionHoldingTheRange) {
   EXPECT_THAT(SharedMemory::Open(region->path(), 0, 0).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
 
-  // A plain file could be truncated under the mapping: refused.
+  // A plain file could be truncated under the mapping, and opening a device or a FIFO could
+  // disturb it: only a descriptor's path is opened, and only a sealed one is mapped.
   const std::string plain = std::filesystem::path(::testing::TempDir()) / "plain";
   std::ofstream(plain) << std::string(8192, 'x');
   EXPECT_THAT(SharedMemory::Open(plain, 0, 16).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(plain)));
-  EXPECT_THAT(SharedMemory::Open("/proc/self/fd/99999", 0, 16).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/proc/self/fd/99999")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("/proc/PID/fd/FD")));
+  for (const char* path :
+       {"/dev/zero", "/proc/self/mem", "/proc/1/fd/../environ", "/proc/1/fd/x", "proc/1/fd/3"}) {
+    EXPECT_THAT(SharedMemory::Open(path, 0, 16).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(path)));
+  }
+  const int fd = open(plain.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  EXPECT_THAT(SharedMemory::Open(absl::StrCat("/proc/", getpid(), "/fd/", fd), 0, 16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sealed")));
+  close(fd);
+  const std::string closed = absl::StrCat("/proc/", getpid(), "/fd/99999");
+  EXPECT_THAT(SharedMemory::Open(closed, 0, 16).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(closed)));
   EXPECT_THAT(SharedMemory::Create("empty", 0).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
