@@ -391,8 +391,8 @@ std::vector<std::string_view> ServerStore::Payload(const Key& key, int rank,
                                                    const std::vector<std::string>& pieces,
                                                    bool shared) {
   if (shared) {
-    return {std::string_view(key.shared->data() + key.slot_stride * rank,
-                             static_cast<size_t>(key.shape.Size()) * sizeof(float))};
+    return {
+        std::string_view(Slot(key, rank), static_cast<size_t>(key.shape.Size()) * sizeof(float))};
   }
   return std::vector<std::string_view>(pieces.begin(), pieces.end());
 }
@@ -572,15 +572,16 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
   const char* data = static_cast<const char*>(key.value.data().dptr);
   const uint64_t total = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
   KVStoreServerMetrics().pull_bytes.Increment(static_cast<double>(total));
+  ArrayChunk header;  // what every chunk repeats
+  header.set_key(key_id);
+  header.set_dtype(DT_FLOAT32);
+  for (int64_t d : key.shape.dims()) header.add_shape(d);
   if (shared) {
-    std::memcpy(key.shared->data() + key.slot_stride * rank, data, total);
+    std::memcpy(Slot(key, rank), data, total);
     ServerMessage reply = OkReply(id);
-    ArrayChunk* chunk = reply.mutable_pull();
-    chunk->set_key(key_id);
-    chunk->set_dtype(DT_FLOAT32);
-    for (int64_t d : key.shape.dims()) chunk->add_shape(d);
-    chunk->set_last(true);
-    chunk->set_in_shared_memory(true);
+    *reply.mutable_pull() = std::move(header);
+    reply.mutable_pull()->set_last(true);
+    reply.mutable_pull()->set_in_shared_memory(true);
     return {std::move(reply)};
   }
   std::vector<ServerMessage> replies;
@@ -589,9 +590,7 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
     const uint64_t n = std::min(options_.max_chunk_bytes, total - offset);
     ServerMessage& reply = replies.emplace_back(OkReply(id));
     ArrayChunk* chunk = reply.mutable_pull();
-    chunk->set_key(key_id);
-    chunk->set_dtype(DT_FLOAT32);
-    for (int64_t d : key.shape.dims()) chunk->add_shape(d);
+    *chunk = header;
     chunk->set_offset(offset);
     chunk->set_data(data + offset, n);
     offset += n;

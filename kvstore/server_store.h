@@ -232,6 +232,10 @@ class ServerStore {
   absl::Status CheckSession(const Session* s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // The helpers below that take a Key need mu_ shared and key.mu, or mu_ exclusively.
+  // `rank`'s slot in the key's shared memory (which it must have).
+  static char* Slot(const Key& key, int rank) {
+    return key.shared->data() + key.slot_stride * static_cast<uint64_t>(rank);
+  }
   // A push's bytes, in order: its received pieces, or (`shared`) the rank's slot.
   static std::vector<std::string_view> Payload(const Key& key, int rank,
                                                const std::vector<std::string>& pieces, bool shared);

@@ -198,17 +198,25 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
                            ChunkKind kind, std::shared_ptr<const void> owner, int priority,
                            ServerConnection::OnReply on_reply) const {
   const uint64_t total = static_cast<uint64_t>(part.size) * sizeof(float);
+  // What every chunk of the request repeats: the key, its dtype and the part's shape.
+  ArrayChunk header;
+  header.set_key(key);
+  header.set_dtype(DT_FLOAT32);
+  if (part.size == shape.Size()) {
+    for (int64_t d : shape.dims()) header.add_shape(d);
+  } else {
+    header.add_shape(part.size);  // a slice of a big array: 1-D on its server
+  }
+  auto body = [kind](WorkerMessage& m) {
+    return kind == ChunkKind::kInit   ? m.mutable_init()
+           : kind == ChunkKind::kPush ? m.mutable_push()
+                                      : m.mutable_push_pull();
+  };
   if (part.slot != nullptr && kind != ChunkKind::kInit) {
     std::memcpy(part.slot->data(), data + part.begin * sizeof(float), total);
     WorkerMessage m;
-    ArrayChunk* chunk = kind == ChunkKind::kPush ? m.mutable_push() : m.mutable_push_pull();
-    chunk->set_key(key);
-    chunk->set_dtype(DT_FLOAT32);
-    if (part.size == shape.Size()) {
-      for (int64_t d : shape.dims()) chunk->add_shape(d);
-    } else {
-      chunk->add_shape(part.size);
-    }
+    ArrayChunk* chunk = body(m);
+    *chunk = header;
     chunk->set_last(true);
     chunk->set_in_shared_memory(true);
     servers_[part.server]->Send({std::move(m)}, priority, std::move(on_reply));
@@ -221,16 +229,8 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
   do {
     const uint64_t n = std::min(step, total - offset);
     WorkerMessage& m = messages.emplace_back();
-    ArrayChunk* chunk = kind == ChunkKind::kInit   ? m.mutable_init()
-                        : kind == ChunkKind::kPush ? m.mutable_push()
-                                                   : m.mutable_push_pull();
-    chunk->set_key(key);
-    chunk->set_dtype(DT_FLOAT32);
-    if (part.size == shape.Size()) {
-      for (int64_t d : shape.dims()) chunk->add_shape(d);
-    } else {
-      chunk->add_shape(part.size);  // a slice of a big array: 1-D on its server
-    }
+    ArrayChunk* chunk = body(m);
+    *chunk = header;
     chunk->set_offset(offset);
     payloads.emplace_back(data + part.begin * sizeof(float) + offset, n);
     offset += n;
