@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/machine.h"
-#include "client/job_client.h"
+#include "jobs/job_client.h"
 #include "client/local_cluster.h"
 #include "core/cpu_count.h"
 #include "nlohmann/json.hpp"
@@ -46,7 +46,7 @@ absl::StatusOr<double> ClusterSamplesPerSecond(int workers) {
   auto cluster = client::LocalCluster::Start(
       {.num_servers = 1, .num_workers = workers, .run_dir = run_dir, .pin_workers = true});
   if (!cluster.ok()) return cluster.status();
-  auto jobs = client::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
+  auto jobs = jobs::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
   if (!jobs.ok()) return jobs.status();
   const std::filesystem::path mnist = std::filesystem::absolute(absl::GetFlag(FLAGS_mnist_dir));
   JobSpec spec;

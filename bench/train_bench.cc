@@ -38,7 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/trainer_throughput.h"
-#include "client/job_client.h"
+#include "jobs/job_client.h"
 #include "client/local_cluster.h"
 #include "core/check.h"
 #include "core/cpu_count.h"
@@ -168,7 +168,7 @@ double ClusterSamplesPerSecond(const Flags& f) {
     std::fprintf(stderr, "train_bench: no local cluster: %s\n", std::string(cluster.status().message()).c_str());
     return 0;
   }
-  auto jobs = client::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
+  auto jobs = jobs::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
   if (!jobs.ok()) return 0;
   JobSpec spec;
   spec.set_version(1);

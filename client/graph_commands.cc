@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 #include "graph/executor.h"
 #include "ndarray/arithmetic.h"
@@ -90,7 +91,9 @@ absl::StatusOr<std::string> InspectGraph(const graph::Symbol& symbol,
 
 absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph::Symbol& symbol,
                                                   const RunGraphOptions& options) {
-  if (options.params_path.empty()) rt.resources->SeedRandom(options.seed);
+  if (options.params_path.empty()) {
+    RETURN_IF_ERROR(Annotate(rt.resources->SeedRandom(options.seed), "--seed"));
+  }
   std::map<std::string, NDArray> inputs;
   std::map<std::string, Shape> shapes;
   for (const auto& [name, path] : options.inputs) {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/job_client.h"
+#include "jobs/job_client.h"
 #include "core/subprocess.h"
 
 namespace tessera::client {
@@ -56,7 +56,7 @@ class LocalCluster {
   ~LocalCluster();
 
   // The daemons' addresses, and the token to reach them.
-  const Cluster& cluster() const { return cluster_; }
+  const jobs::Cluster& cluster() const { return cluster_; }
   // The file holding that token (for `tessera submit --token_file`).
   const std::string& token_file() const { return token_file_; }
   // OK while every daemon runs; otherwise names the first that exited and how.
@@ -74,7 +74,7 @@ class LocalCluster {
 
   std::vector<Daemon> daemons_;
   std::string socket_dir_;  // the daemons' Unix sockets; removed by the destructor
-  Cluster cluster_;
+  jobs::Cluster cluster_;
   std::string token_file_;
 };
 

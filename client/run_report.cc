@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/file.h"
 #include "core/status_macros.h"
 #include "engine/create_engine.h"
 #include "ndarray/runtime.h"
@@ -25,33 +26,6 @@ std::string Number(double v) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   return ec == std::errc() ? std::string(buf, end) : absl::StrCat(v);
-}
-
-// Writes `content` to a temporary beside `path` and renames it over `path`, so a reader
-// (a browser refreshing plot.svg during a run) never sees half a file.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    return absl::Status(absl::ErrnoToStatusCode(err),
-                        absl::StrCat("cannot ", what, " '", path, "': ", std::strerror(err)));
-  };
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return fail("write");
-  const bool written = std::fwrite(content.data(), 1, content.size(), f) == content.size();
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
-    if (!written) errno = write_errno;
-    absl::Status s = fail("write");
-    std::remove(tmp.c_str());
-    return s;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = fail("replace");
-    std::remove(tmp.c_str());
-    return s;
-  }
-  return absl::OkStatus();
 }
 
 std::string XmlEscape(const std::string& text) {

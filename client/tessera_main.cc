@@ -29,6 +29,7 @@
 #include "client/cluster_command.h"
 #include "client/graph_commands.h"
 #include "client/job_file.h"
+#include "client/jobs_command.h"
 #include "client/train_command.h"
 #include "core/file.h"
 #include "engine/create_engine.h"
@@ -66,8 +67,12 @@ int Usage() {
       "  cluster [-n W] [-s S] [--run_dir DIR]\n"
       "                             a local cluster held up until stdin ends; its\n"
       "                             addresses as one JSON line (the Python SDK's)\n"
-      "  submit --workers H:P,... [--servers H:P,...] JOB.yaml\n"
-      "                             the job on daemons already running\n"
+      "  submit --workers H:P,... [--servers H:P,...] JOB.yaml [--no-wait]\n"
+      "                             the job on daemons already running; the cluster runs\n"
+      "                             it to its end whether or not this command follows it\n"
+      "  jobs --workers H:P,...     the cluster's jobs: queued, running and finished\n"
+      "  attach|wait|cancel ID --workers H:P,...\n"
+      "                             follow a job, wait for its end, or stop it\n"
       "  status --workers H:P,...   what each worker daemon is doing\n"
       "  certs DIR --hosts HOST,... [--days N]\n"
       "                             a cluster CA (DIR/ca.pem) and, per host, a folder\n"
@@ -307,6 +312,9 @@ int main(int argc, char** argv) {
   if (command == "cluster") return tessera::client::ClusterMain(argc, argv);
   if (command == "train" || command == "launch" || command == "submit" || command == "status") {
     return tessera::client::TrainMain(argc, argv);
+  }
+  if (command == "jobs" || command == "attach" || command == "wait" || command == "cancel") {
+    return tessera::client::JobsMain(argc, argv);
   }
   std::fprintf(stderr, "tessera: unknown command '%s'\n", command.c_str());
   return Usage();

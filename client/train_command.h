@@ -7,6 +7,12 @@
 //                                         the job on daemons already running
 //   status --workers H:P,...              what each worker daemon is doing
 //
+// submit hands the job to the cluster's coordinator (its first worker, proto/jobs.proto) and
+// follows it; the cluster runs it to its end whether or not the command does. Ctrl-C, SIGTERM
+// or a lost connection stop the following only, and say how to attach or cancel; --no-wait
+// prints the job's id and returns at once. train and launch own their embedded cluster:
+// Ctrl-C or SIGTERM there cancels the job and stops the daemons.
+//
 // submit and status reach daemons with --tls_dir, --token_file and --insecure
 // (rpc/transport_security.h); train and launch make their cluster's own token.
 //
@@ -17,8 +23,7 @@
 // samples/s); on a terminal a progress line shows the current batch. It writes
 // RUN_DIR/metrics.csv and RUN_DIR/plot.svg, checkpoints under RUN_DIR (rank 0, every
 // epoch) and the daemons' logs under RUN_DIR/logs. --json prints one JSON object last
-// (test_accuracy, train_accuracy, epochs, seconds, run_dir, ...). Ctrl-C or SIGTERM cancels
-// the job on every worker and, for an embedded cluster, stops the daemons.
+// (test_accuracy, train_accuracy, epochs, seconds, run_dir, job_id, ...).
 #ifndef TESSERA_CLIENT_TRAIN_COMMAND_H_
 #define TESSERA_CLIENT_TRAIN_COMMAND_H_
 
@@ -28,7 +33,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/job_client.h"
+#include "jobs/job_client.h"
 
 namespace tessera::client {
 
@@ -36,10 +41,11 @@ struct TrainOptions {
   std::string job_path;
   bool json = false;
   std::optional<int> num_workers, num_servers;  // override the job file's cluster
-  std::optional<Cluster> cluster;               // submit: daemons already running
+  std::optional<jobs::Cluster> cluster;               // submit: daemons already running
   // --format tessera|mxnet: the checkpoints' and final parameters' format, overriding the
   // job file's checkpoint_format.
   std::optional<std::string> checkpoint_format;
+  bool wait = true;  // submit: follow the job to its end (--no-wait: print its id, return)
   FILE* out = stdout;
   bool progress = false;  // a live progress line (on a terminal)
 };
@@ -51,6 +57,7 @@ struct TrainSummary {
   double seconds = 0;
   std::string run_dir;
   std::string params;  // RUN_DIR/NAME-final.params: worker 0's parameters at the end
+  std::string job_id;  // the run's id (submit: the coordinator's)
 };
 
 // Runs the job; the status names the worker or daemon that failed.

@@ -4,10 +4,10 @@
 
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/file.h"
 
 namespace tessera {
 
@@ -25,16 +25,7 @@ void OnTerminationSignal(std::function<void(int signo)> on_signal) {
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << port << "\n";
-    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write the port file ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, absl::StrCat(port, "\n")), "the port file");
 }
 
 }  // namespace tessera

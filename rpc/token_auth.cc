@@ -4,6 +4,7 @@
 #include <openssl/sha.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 
@@ -13,6 +14,7 @@ namespace {
 constexpr char kAuthorization[] = "authorization";
 constexpr char kBearer[] = "Bearer ";
 constexpr char kHealthService[] = "/grpc.health.v1.Health/";
+constexpr char kOwnerProperty[] = "tessera-token-owner";
 
 class TokenPlugin : public grpc::MetadataCredentialsPlugin {
  public:
@@ -34,7 +36,7 @@ class TokenProcessor : public grpc::AuthMetadataProcessor {
   explicit TokenProcessor(std::string token) : token_(std::move(token)) {}
   bool IsBlocking() const override { return false; }
 
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata* consumed,
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context, OutputMetadata* consumed,
                        OutputMetadata*) override {
     if (auto path = metadata.find(":path");
         path != metadata.end() &&
@@ -53,8 +55,9 @@ class TokenProcessor : public grpc::AuthMetadataProcessor {
     if (!bearer || !TokensEqual(value.substr(bearer ? sizeof(kBearer) - 1 : 0), token_)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong cluster token");
     }
-    // Handlers never see the token.
+    // Handlers never see the token, only whose it is.
     consumed->emplace(kAuthorization, std::string(value));
+    context->AddProperty(kOwnerProperty, TokenOwner(token_));
     return grpc::Status::OK;
   }
 
@@ -71,6 +74,24 @@ bool TokensEqual(absl::string_view presented, absl::string_view expected) {
   SHA256(reinterpret_cast<const unsigned char*>(presented.data()), presented.size(), a);
   SHA256(reinterpret_cast<const unsigned char*>(expected.data()), expected.size(), b);
   return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+}
+
+std::string TokenOwner(absl::string_view token) {
+  if (token.empty()) return "";
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string owner;
+  for (int i = 0; i < 8; ++i) {
+    owner.push_back(kHex[digest[i] >> 4]);
+    owner.push_back(kHex[digest[i] & 0xf]);
+  }
+  return owner;
+}
+
+std::string CallerOwner(const grpc::AuthContext& context) {
+  const std::vector<grpc::string_ref> values = context.FindPropertyValues(kOwnerProperty);
+  return values.empty() ? "" : std::string(values.front().data(), values.front().size());
 }
 
 std::shared_ptr<grpc::CallCredentials> TokenCallCredentials(

@@ -23,6 +23,14 @@ std::shared_ptr<grpc::CallCredentials> TokenCallCredentials(std::string token,
 
 std::shared_ptr<grpc::AuthMetadataProcessor> TokenAuthProcessor(std::string token);
 
+// Who a token belongs to, as jobs record it (proto/jobs.proto): the first 16 hex digits of its
+// SHA-256, so that the token itself is never stored. "" for no token.
+std::string TokenOwner(absl::string_view token);
+
+// The owner of a call's token, as the auth metadata processor recorded it in the call's auth
+// context; "" on a server that checks no token.
+std::string CallerOwner(const grpc::AuthContext& context);
+
 // Whether `presented` equals `expected`, in time independent of where they differ.
 bool TokensEqual(absl::string_view presented, absl::string_view expected);
 

@@ -39,20 +39,14 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
   TrainingMetrics().job_running.Set(1);
   thread_ = std::thread([this, spec = std::move(spec), sink = std::move(sink),
                          done = std::move(done), cancellation = cancellation_] {
-    auto track = [&](const JobEvent& event) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (event.has_batch()) {
-          status_.set_epoch(event.batch().epoch());
-          status_.set_batch(event.batch().batch());
-        } else if (event.has_epoch()) {
-          status_.set_epoch(event.epoch().epoch() + 1);
-          status_.set_batch(0);
-        }
-      }
-      sink(event);
+    // Every batch, not only those with an event: `tessera status` shows where a job is.
+    auto progress = [&](int epoch, int batch) {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_.set_epoch(epoch);
+      status_.set_batch(batch);
     };
-    absl::StatusOr<JobResult> result = RunJob(rt_, spec, track, cancellation.get(), environment_);
+    absl::StatusOr<JobResult> result =
+        RunJob(rt_, spec, {.events = sink, .progress = progress}, cancellation.get(), environment_);
     if (absl::IsUnavailable(result.status()) && cancellation->cancelled()) {
       // Cancel reaches the workers of a dist_sync job at different batches: the first to
       // stop leaves the others' round unfinished and the server fails their pulls
@@ -68,7 +62,10 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       status_.set_last_result(result.ok() ? "OK" : result.status().ToString());
       unavailable_since_.reset();
       if (absl::IsUnavailable(result.status())) unavailable_since_ = absl::Now();
-      if (result.ok()) last_ = std::move(*result);
+      if (result.ok()) {
+        last_ = std::move(*result);
+        last_job_id_ = spec.job_id().empty() ? spec.name() : spec.job_id();
+      }
     }
     TrainingMetrics().JobFinished(result.status());
     done(result.status());
@@ -109,9 +106,13 @@ WorkerStatus JobManager::Status() const {
   return status_;
 }
 
-absl::StatusOr<GetParamsReply> JobManager::Params() const {
+absl::StatusOr<GetParamsReply> JobManager::Params(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!last_) return absl::FailedPreconditionError("no job has finished on this worker yet");
+  if (!job_id.empty() && job_id != last_job_id_) {
+    return absl::FailedPreconditionError(absl::StrCat("the last job this worker finished is '",
+                                                      last_job_id_, "', not '", job_id, "'"));
+  }
   GetParamsReply reply;
   for (const auto& [name, array] : last_->arg_params) {
     RETURN_IF_ERROR(ToTensorProto(array, &(*reply.mutable_arg_params())[name]));

@@ -43,8 +43,9 @@ class JobManager {
   bool Cancel();
   WorkerStatus Status() const;
   // The running job's progress is not a snapshot of parameters: these are the last
-  // finished job's. FAILED_PRECONDITION before any job finished.
-  absl::StatusOr<GetParamsReply> Params() const;
+  // finished job's. FAILED_PRECONDITION before any job finished, or when `job_id` (unless
+  // empty) is not the last finished job's.
+  absl::StatusOr<GetParamsReply> Params(const std::string& job_id = "") const;
 
  private:
   const Runtime rt_;
@@ -61,6 +62,7 @@ class JobManager {
   std::condition_variable idle_cv_;  // a job ended
   WorkerStatus status_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> last_ ABSL_GUARDED_BY(mu_);
+  std::string last_job_id_ ABSL_GUARDED_BY(mu_);  // last_'s
   // When the last job ended UNAVAILABLE (a peer left): a Cancel arriving within kCancelGrace
   // after it is the cause (a peer stopped for that same Cancel first), and the job is
   // reported CANCELLED as if the Cancel had come here first.

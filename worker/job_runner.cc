@@ -250,7 +250,7 @@ absl::StatusOr<JobEnvironment> DaemonJobEnvironment(const rpc::TransportSecurity
   return environment;
 }
 
-absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
+absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobCallbacks& callbacks,
                                  Cancellation* cancellation, const JobEnvironment& environment) {
   if (spec.version() > kJobSpecVersion) {
     return FieldError(absl::StatusCode::kInvalidArgument, "version",
@@ -372,6 +372,9 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }
 
+  auto emit = [&callbacks](const JobEvent& event) {
+    if (callbacks.events) callbacks.events(event);
+  };
   // Throughput per batch event and per epoch, from this worker's own samples.
   Clock::time_point epoch_start = Clock::now(), window_start = epoch_start;
   int window_batches = 0, epoch_batches = 0;
@@ -382,6 +385,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     ++epoch_batches;
     metrics.batches.Increment();
     metrics.samples.Increment(spec.batch_size());
+    if (callbacks.progress) callbacks.progress(p.epoch, p.nbatch);
     if (every <= 0 || p.nbatch % every != 0) return;
     const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
     const double samples_per_second =
@@ -393,7 +397,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     batch->set_batch(p.nbatch);
     batch->set_samples_per_second(samples_per_second);
     for (const auto& [name, value] : p.metric->Get()) (*batch->mutable_metrics())[name] = value;
-    sink(event);
+    emit(event);
     window_start = Clock::now();
     window_batches = 0;
   };
@@ -409,7 +413,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     e->set_seconds(seconds);
     e->set_samples_per_second(seconds > 0 ? epoch_batches * spec.batch_size() / seconds : 0);
     if (every <= 0) metrics.samples_per_second.Set(e->samples_per_second());
-    sink(event);
+    emit(event);
     epoch_batches = 0;
     last_eval = ToMap(eval);
     epoch_start = window_start = Clock::now();
@@ -429,7 +433,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     }
     started->set_parameters(parameters);
     started->set_batches_per_epoch(std::max<int64_t>(0, data.train->num_batches()));
-    sink(event);
+    emit(event);
   }
   RETURN_IF_ERROR(module.Fit(data.train.get(), data.test.get(), fit));
 
@@ -440,7 +444,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   JobEvent event;
   for (const auto& [name, value] : last_eval) (*event.mutable_finished()->mutable_eval())[name] = value;
   event.mutable_finished()->set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
-  sink(event);
+  emit(event);
   return result;
 }
 

@@ -36,6 +36,13 @@ struct JobResult {
 
 using JobEventSink = std::function<void(const JobEvent& event)>;
 
+// What a running job reports, on its own thread.
+struct JobCallbacks {
+  JobEventSink events;  // the job's events (batch events every spec.batch_event_every)
+  // After every batch: the epoch (from 0) and the batches done in it. May be empty.
+  std::function<void(int epoch, int batch)> progress;
+};
+
 // What the worker daemon, not the job, decides for every job it runs.
 struct JobEnvironment {
   // TLS and the cluster token for the job's parameter-server connections.
@@ -62,9 +69,16 @@ absl::StatusOr<JobEnvironment> DaemonJobEnvironment(const rpc::TransportSecurity
 // Runs `spec` to its end. `cancellation` (may be null) stops it before its next batch, and at
 // once where it waits on a parameter server; the job then returns CANCELLED or the error the
 // cut produced.
-absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobEventSink& sink,
+absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobCallbacks& callbacks,
                                  Cancellation* cancellation = nullptr,
                                  const JobEnvironment& environment = {});
+// The same with events only.
+inline absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec,
+                                        const JobEventSink& sink,
+                                        Cancellation* cancellation = nullptr,
+                                        const JobEnvironment& environment = {}) {
+  return RunJob(rt, spec, JobCallbacks{.events = sink}, cancellation, environment);
+}
 
 }  // namespace tessera::worker
 

@@ -1,6 +1,7 @@
 // tessera-worker: one worker daemon. A thin shell: it serves the Worker service
-// (worker/worker_service.h) and gRPC's health service until SIGTERM or SIGINT; each
-// submitted job runs on this process's engine.
+// (worker/worker_service.h), the Jobs service (jobs/jobs_service.h: the first worker of a
+// cluster coordinates the jobs submitted to it, kept under RUN_ROOT/jobs) and gRPC's health
+// service until SIGTERM or SIGINT; each job's share runs on this process's engine.
 //
 //   tessera-worker --address=127.0.0.1:7000
 //   tessera-worker --address=127.0.0.1:0 --port_file=/tmp/w0.port   (a free port)
@@ -21,6 +22,8 @@
 #include "core/logging.h"
 #include "core/metrics.h"
 #include "grpcpp/grpcpp.h"
+#include "jobs/coordinator.h"
+#include "jobs/jobs_service.h"
 #include "ndarray/runtime.h"
 #include "ndarray/runtime_metrics.h"
 #include "rpc/metrics_flags.h"
@@ -38,6 +41,8 @@ ABSL_FLAG(uint64_t, seed, 0, "seed of the engine's random generators");
 ABSL_FLAG(std::string, data_root, "",
           "jobs read data files only under this folder (TESSERA_DATA_ROOT; default: the working "
           "directory)");
+ABSL_FLAG(int32_t, max_queued_jobs, 16,
+          "submitted jobs that may wait behind the running one (more are RESOURCE_EXHAUSTED)");
 ABSL_FLAG(std::string, run_root, "",
           "jobs write checkpoints only under this folder (TESSERA_RUN_ROOT; default: the working "
           "directory)");
@@ -74,12 +79,19 @@ int main(int argc, char** argv) {
   if (!environment.ok()) return fail(environment.status());
   tessera::worker::JobManager jobs((*runtime)->get(), *environment);
   tessera::worker::WorkerServiceImpl service(&jobs);
+  absl::StatusOr<std::unique_ptr<tessera::jobs::Coordinator>> coordinator =
+      tessera::jobs::Coordinator::Open(
+          {.state_dir = environment->run_root + "/jobs",
+           .max_queued = absl::GetFlag(FLAGS_max_queued_jobs)},
+          tessera::jobs::GrpcClusterRunner(*security));
+  if (!coordinator.ok()) return fail(coordinator.status());
+  tessera::jobs::JobsServiceImpl jobs_service(coordinator->get());
   absl::StatusOr<tessera::rpc::RunningServer> running =
       tessera::rpc::StartServer({.name = "tessera-worker",
                                  .address = absl::GetFlag(FLAGS_address),
                                  .security = *security,
                                  .limits = tessera::rpc::kWorkerServiceLimits,
-                                 .services = {&service}});
+                                 .services = {&service, &jobs_service}});
   if (!running.ok()) return fail(running.status());
   std::unique_ptr<grpc::Server> server = std::move(running->server);
   spdlog::info("tessera-worker serving on {}{}{}; data root {}, run root {}", running->listening,
@@ -99,8 +111,10 @@ int main(int argc, char** argv) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return stop; });
   }
+  (*coordinator)->Stop();  // while serving: the job's workers, this one too, hear its cancel
   jobs.Cancel();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  coordinator->reset();  // after the server: no call reaches it any more
   spdlog::info("tessera-worker stopped");
   return 0;
 }

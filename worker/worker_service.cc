@@ -116,8 +116,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::GetParams(grpc::CallbackServerContext* context,
-                                                       const GetParamsRequest*, GetParamsReply* reply) {
-  absl::StatusOr<GetParamsReply> params = jobs_->Params();
+                                                       const GetParamsRequest* request,
+                                                       GetParamsReply* reply) {
+  absl::StatusOr<GetParamsReply> params = jobs_->Params(request->job_id());
   if (params.ok()) *reply = std::move(*params);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(kvstore::ToGrpcStatus(params.status()));

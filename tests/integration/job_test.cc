@@ -34,7 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/job_client.h"
+#include "jobs/job_client.h"
 #include "client/job_file.h"
 #include "client/local_cluster.h"
 #include "core/file.h"
@@ -43,6 +43,7 @@
 #include "core/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/local_cluster.h"
 #include "tests/worker/synthetic_digits.h"
 
@@ -156,6 +157,23 @@ double JsonNumber(const std::string& json, const std::string& key) {
   return value;
 }
 
+// `tessera jobs --json`'s record of job `id` (null when absent or unreadable).
+nlohmann::json JobRecordOf(const Command& jobs, const std::string& id) {
+  if (jobs.code != 0 || jobs.lines.empty()) return nullptr;
+  const nlohmann::json list = nlohmann::json::parse(jobs.lines.back(), nullptr, false);
+  if (list.is_discarded() || !list.contains("jobs")) return nullptr;
+  for (const nlohmann::json& job : list["jobs"]) {
+    if (job["id"] == id) return job;
+  }
+  return nullptr;
+}
+
+// Batches done by a job's worker 0 since it started, from its record.
+int64_t BatchesDone(const nlohmann::json& record) {
+  return record["epoch"].get<int64_t>() * record["batches_per_epoch"].get<int64_t>() +
+         record["batch"].get<int64_t>();
+}
+
 bool AcceptsConnections(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -245,7 +263,7 @@ class JobTest : public ::testing::Test {
                                      .worker_binary = RunfilePath("worker/tessera-worker")});
     ASSERT_THAT(cluster.status(), IsOk());
     daemons_ = std::move(*cluster);
-    auto client = client::JobClient::Connect(daemons_->cluster(), absl::Seconds(30));
+    auto client = jobs::JobClient::Connect(daemons_->cluster(), absl::Seconds(30));
     ASSERT_THAT(client.status(), IsOk());
     client_ = std::move(*client);
   }
@@ -253,14 +271,14 @@ class JobTest : public ::testing::Test {
   // Runs `spec` on the daemons through `client` (default client_). `on_first_epoch` runs on
   // this thread once worker 0 reports its first epoch (while the job goes on); past the
   // deadline the daemons are killed so that Run returns.
-  absl::StatusOr<client::JobOutcome> RunJob(const JobSpec& spec,
-                                            client::JobClient* client = nullptr,
+  absl::StatusOr<jobs::JobOutcome> RunJob(const JobSpec& spec,
+                                            jobs::JobClient* client = nullptr,
                                             const std::function<void()>& on_first_epoch = nullptr) {
     if (client == nullptr) client = client_.get();
     std::promise<void> first_epoch;
     bool seen = false;  // JobClient serializes event calls
     auto run = std::async(std::launch::async, [&] {
-      absl::StatusOr<client::JobOutcome> outcome =
+      absl::StatusOr<jobs::JobOutcome> outcome =
           client->Run(spec, [&](int rank, const JobEvent& event) {
             if (rank == 0 && event.has_epoch() && !seen) {
               seen = true;
@@ -300,7 +318,7 @@ class JobTest : public ::testing::Test {
 
   std::string daemons_dir_;
   std::unique_ptr<client::LocalCluster> daemons_;
-  std::unique_ptr<client::JobClient> client_;
+  std::unique_ptr<jobs::JobClient> client_;
   std::vector<std::unique_ptr<LocalCluster>> servers_;  // from NewServer
 };
 
@@ -402,7 +420,7 @@ TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
   const Command stranger =
       Tessera({"submit", "--workers", workers, "--servers", daemons_->cluster().servers[0], job});
   EXPECT_EQ(stranger.code, 1);
-  EXPECT_THAT(stranger.err, HasSubstr("UNAUTHENTICATED: worker "));
+  EXPECT_THAT(stranger.err, HasSubstr("UNAUTHENTICATED: coordinator (worker 0, "));
   EXPECT_THAT(stranger.err, HasSubstr("no cluster token"));
   const Command nosy = Tessera({"status", "--workers", workers});
   EXPECT_EQ(nosy.code, 1);
@@ -428,9 +446,105 @@ TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
   EXPECT_TRUE(fs::exists(RunDir("submit-mlp") + "/submit-mlp-0002.params"));
 }
 
+// The cluster owns a submitted job: its client killed with SIGKILL changes nothing, a second
+// job waits in the queue behind it, and both are listed, followed, cancelled and waited for by
+// id. The first job has no end of its own (epochs without number): it runs until the test
+// cancels it, whatever the machine's speed.
+TEST_F(JobTest, ASubmittedJobOutlivesItsClientAndTheNextWaitsItsTurn) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
+  const std::string workers = absl::StrJoin(daemons_->cluster().workers, ",");
+  const std::vector<std::string> reach = {"--workers", workers, "--servers",
+                                          daemons_->cluster().servers[0], "--token_file",
+                                          daemons_->token_file()};
+  auto tessera = [&](std::vector<std::string> args) {
+    args.insert(args.end(), reach.begin(), reach.end());
+    return Tessera(args);
+  };
+  const std::string endless = WriteJob({.name = "endless", .epochs = 1'000'000});
+  const std::string next = WriteJob({.name = "next", .epochs = 2});
+
+  // A client follows the job, and is killed once the job has trained a few batches.
+  const std::string out = TmpDir() + "/endless-submit.out";
+  std::vector<std::string> argv = {RunfilePath("client/tessera"), "submit", endless};
+  argv.insert(argv.end(), reach.begin(), reach.end());
+  auto follower = Subprocess::Start({.argv = argv, .stdout_path = out, .stderr_path = out});
+  ASSERT_THAT(follower.status(), IsOk());
+  std::string id;
+  nlohmann::json record;
+  for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
+    const Command listed = tessera({"jobs", "--json"});
+    const nlohmann::json list = nlohmann::json::parse(
+        listed.lines.empty() ? "{}" : listed.lines.back(), nullptr, false);
+    if (!list.is_discarded() && list.contains("jobs") && !list["jobs"].empty()) {
+      id = list["jobs"][0]["id"].get<std::string>();
+      record = list["jobs"][0];
+      if (record["state"] == "running" && BatchesDone(record) >= 5) break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(id.empty()) << ReadFileToString(out).value_or("");
+  ASSERT_EQ(record["state"], "running") << record.dump();
+  EXPECT_EQ(record["name"], "endless");
+  EXPECT_EQ(record["num_epochs"], 1'000'000);
+  // Workers report where they are, not "epoch 0 batch 0", between batch events too.
+  const Command status = tessera({"status"});
+  EXPECT_THAT(status.out, AllOf(HasSubstr("running job 'endless'"), Not(HasSubstr("epoch 0 batch 0"))));
+  ASSERT_THAT((*follower)->Signal(SIGKILL), IsOk());
+  ASSERT_THAT((*follower)->Wait(absl::Seconds(10)).status(), IsOk());
+  const int64_t at_kill = BatchesDone(record);
+
+  // It goes on: more batches, still running, long after the client is gone.
+  nlohmann::json later;
+  for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
+    later = JobRecordOf(tessera({"jobs", "--json"}), id);
+    if (later.is_null() || later["state"] != "running" || BatchesDone(later) >= at_kill + 50) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(later.is_null());
+  EXPECT_EQ(later["state"], "running") << later.dump();
+  EXPECT_GE(BatchesDone(later), at_kill + 50) << later.dump();
+
+  // A second job waits its turn instead of being refused; --no-wait prints its id.
+  const Command queued = tessera({"submit", next, "--no-wait"});
+  ASSERT_EQ(queued.code, 0) << queued.err;
+  ASSERT_EQ(queued.lines.size(), 1u) << queued.out;
+  const std::string next_id = queued.lines[0];
+  const nlohmann::json waiting = JobRecordOf(tessera({"jobs", "--json"}), next_id);
+  ASSERT_FALSE(waiting.is_null());
+  EXPECT_EQ(waiting["state"], "queued");
+  EXPECT_EQ(waiting["queue_position"], 1);
+  const Command table = tessera({"jobs"});
+  EXPECT_THAT(table.out, AllOf(HasSubstr(id), HasSubstr("running"), HasSubstr(next_id),
+                               HasSubstr("queued #1")));
+
+  // Unknown ids are named; the cancel stops the first job and the second runs to its end.
+  const Command unknown = tessera({"attach", "no-such-job"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, AllOf(HasSubstr("NOT_FOUND"), HasSubstr("no-such-job")));
+  const Command cancel = tessera({"cancel", id});
+  ASSERT_EQ(cancel.code, 0) << cancel.err;
+  EXPECT_THAT(cancel.out, HasSubstr("stops at its next batch"));
+  const Command waited = tessera({"wait", next_id});
+  EXPECT_EQ(waited.code, 0) << waited.out << waited.err;
+  EXPECT_THAT(waited.out, HasSubstr(absl::StrCat("job ", next_id, " succeeded")));
+  const Command first = tessera({"wait", id});
+  EXPECT_EQ(first.code, 1);
+  EXPECT_THAT(first.out, HasSubstr(absl::StrCat("job ", id, " cancelled")));
+  const nlohmann::json done = JobRecordOf(tessera({"jobs", "--json"}), next_id);
+  ASSERT_FALSE(done.is_null());
+  EXPECT_GT(done["eval"]["accuracy"].get<double>(), 0.9) << done.dump();
+
+  // attach replays a finished job's epochs.
+  const Command attached = tessera({"attach", next_id});
+  EXPECT_EQ(attached.code, 0) << attached.err;
+  EXPECT_THAT(attached.out, AllOf(HasSubstr("epoch 1/2"), HasSubstr("epoch 2/2"),
+                                  HasSubstr("succeeded  test: accuracy")));
+  EXPECT_THAT(daemons_->CheckAlive(), IsOk());
+}
+
 TEST_F(JobTest, CancelStopsTheJobAndTheDaemonsTakeTheNext) {
   ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
-  const absl::StatusOr<client::JobOutcome> cancelled =
+  const absl::StatusOr<jobs::JobOutcome> cancelled =
       RunJob(Spec({.name = "cancel-mlp", .epochs = 1000}), nullptr, [&] { client_->Cancel(); });
   EXPECT_THAT(cancelled, StatusIs(absl::StatusCode::kCancelled));
 
@@ -440,12 +554,12 @@ TEST_F(JobTest, CancelStopsTheJobAndTheDaemonsTakeTheNext) {
     EXPECT_EQ(s.state(), WorkerStatus::IDLE);
     EXPECT_THAT(s.last_result(), HasSubstr("CANCELLED"));
   }
-  auto next_client = client::JobClient::Connect({.workers = daemons_->cluster().workers,
+  auto next_client = jobs::JobClient::Connect({.workers = daemons_->cluster().workers,
                                                  .servers = {NewServer()},
                                                  .security = daemons_->cluster().security},
                                                 absl::Seconds(30));
   ASSERT_THAT(next_client.status(), IsOk());
-  const absl::StatusOr<client::JobOutcome> next =
+  const absl::StatusOr<jobs::JobOutcome> next =
       RunJob(Spec({.name = "after-cancel", .epochs = 1}), next_client->get());
   ASSERT_THAT(next.status(), IsOk());
   EXPECT_GT(next->eval.at("accuracy"), 0.5);
@@ -456,7 +570,7 @@ TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
   ASSERT_NO_FATAL_FAILURE(StartDaemons(2, 1));
   const JobSpec good = Spec({.name = "bad-input", .epochs = 1});
   auto expect_refused = [&](const JobSpec& spec, absl::StatusCode code, const std::string& what,
-                            client::JobClient* client = nullptr) {
+                            jobs::JobClient* client = nullptr) {
     EXPECT_THAT(RunJob(spec, client), StatusIs(code, AllOf(HasSubstr("worker "), HasSubstr(what))));
   };
   JobSpec spec = good;
@@ -497,13 +611,13 @@ TEST_F(JobTest, BadJobsAreRefusedNamingTheProblemAndTheDaemonsKeepServing) {
   spec.set_kvstore("local");
   expect_refused(spec, absl::StatusCode::kInvalidArgument, "sgdd");
   // dist_sync on workers told of no parameter servers.
-  auto no_servers = client::JobClient::Connect(
+  auto no_servers = jobs::JobClient::Connect(
       {.workers = daemons_->cluster().workers, .security = daemons_->cluster().security},
       absl::Seconds(30));
   ASSERT_THAT(no_servers.status(), IsOk());
   expect_refused(good, absl::StatusCode::kFailedPrecondition, "ps_hosts", no_servers->get());
 
-  const absl::StatusOr<client::JobOutcome> ok = RunJob(good);
+  const absl::StatusOr<jobs::JobOutcome> ok = RunJob(good);
   ASSERT_THAT(ok.status(), IsOk());
   EXPECT_GT(ok->eval.at("accuracy"), 0.5);
   EXPECT_THAT(daemons_->CheckAlive(), IsOk());
@@ -535,7 +649,7 @@ TEST_F(JobTest, AKilledWorkerFailsTheJobNamingItAndTheOthersSurvive) {
   const std::vector<int> pids = daemons_->pids();  // ps-0, worker-0, worker-1
   ASSERT_EQ(pids.size(), 3u);
   absl::Time killed = absl::Now();
-  const absl::StatusOr<client::JobOutcome> result =
+  const absl::StatusOr<jobs::JobOutcome> result =
       RunJob(Spec({.name = "killed", .epochs = 1000}), nullptr, [&] {
         killed = absl::Now();
         ASSERT_EQ(kill(pids[2], SIGKILL), 0);
@@ -589,7 +703,7 @@ TEST(SecureDaemonTest, DaemonsRefuseToServeBeyondLoopbackWithoutTlsAndAToken) {
 // `name`, and a client connected to them.
 struct LoopbackCluster {
   Daemon ps, w0, w1;
-  std::unique_ptr<client::JobClient> client;
+  std::unique_ptr<jobs::JobClient> client;
 };
 
 void StartLoopbackCluster(const std::string& name, LoopbackCluster* c) {
@@ -602,7 +716,7 @@ void StartLoopbackCluster(const std::string& name, LoopbackCluster* c) {
   c->w1 = StartDaemon(name + "-w1", {RunfilePath("worker/tessera-worker"), "--address=127.0.0.1:0",
                                      roots[0], roots[1]});
   ASSERT_FALSE(c->ps.address.empty() || c->w0.address.empty() || c->w1.address.empty());
-  auto client = client::JobClient::Connect(
+  auto client = jobs::JobClient::Connect(
       {.workers = {c->w0.address, c->w1.address}, .servers = {c->ps.address}}, absl::Seconds(30));
   ASSERT_THAT(client.status(), IsOk());
   c->client = std::move(*client);
@@ -617,7 +731,7 @@ TEST_F(JobTest, SigtermStopsAWorkerWaitingOnAFrozenServerWithinTenSeconds) {
   Daemon &ps = c.ps, &w0 = c.w0, &w1 = c.w1;
   absl::Duration took = absl::InfiniteDuration();
   absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
-  const absl::StatusOr<client::JobOutcome> outcome =
+  const absl::StatusOr<jobs::JobOutcome> outcome =
       RunJob(Spec({.name = "frozen-ps", .epochs = 1000}), c.client.get(), [&] {
         ASSERT_THAT(ps.process->Signal(SIGSTOP), IsOk());
         absl::SleepFor(absl::Milliseconds(300));  // the workers are now waiting on it
@@ -644,7 +758,7 @@ TEST_F(JobTest, SigintStopsAParameterServerWithWorkersWaitingInARound) {
   Daemon &ps = c.ps, &w1 = c.w1;
   absl::Duration took = absl::InfiniteDuration();
   absl::StatusOr<ExitStatus> exit = absl::UnknownError("not stopped");
-  const absl::StatusOr<client::JobOutcome> outcome =
+  const absl::StatusOr<jobs::JobOutcome> outcome =
       RunJob(Spec({.name = "stopping-ps", .epochs = 1000}), c.client.get(), [&] {
         ASSERT_THAT(w1.process->Signal(SIGSTOP), IsOk());
         absl::SleepFor(absl::Milliseconds(300));  // worker 0 now waits on worker 1's pushes
@@ -830,35 +944,40 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
                 "--tls_dir=" + certs + "/" + w1_ip, "--token_file=" + token, roots[0], roots[1]}));
   ASSERT_FALSE(ps.address.empty() || w0.address.empty() || w1.address.empty());
   const std::string workers = absl::StrCat(w0_ip, ":7000,", w1_ip, ":7000");
-  // Epochs enough to outlast the refused submissions below.
-  const std::string job = WriteJob({.name = "hosts-mlp", .epochs = 12});
-  const std::string other_job = WriteJob({.name = "hosts-other", .epochs = 1});
-  auto submit = [&](std::vector<std::string> flags, const std::string& job_file) {
-    std::vector<std::string> args =
-        on("client", {RunfilePath("client/tessera"), "submit", "--workers", workers, "--servers",
-                      ps_ip + ":9000", job_file});
+  // A job without an end of its own holds the cluster busy until the test cancels it, so the
+  // checks below see it running on any machine.
+  const std::string job = WriteJob({.name = "hosts-mlp", .epochs = 1'000'000});
+  const std::string other_job = WriteJob({.name = "hosts-other", .epochs = 2});
+  const std::vector<std::string> good = {"--tls_dir", certs + "/client", "--token_file", token};
+  auto tessera = [&](std::vector<std::string> args, const std::vector<std::string>& flags) {
+    args.insert(args.begin(), RunfilePath("client/tessera"));
+    args.insert(args.end(), {"--workers", workers});
     args.insert(args.end(), flags.begin(), flags.end());
-    return RunCommand(args);
+    return RunCommand(on("client", args));
+  };
+  auto submit = [&](std::vector<std::string> flags, const std::string& job_file) {
+    flags.insert(flags.end(), {"--servers", ps_ip + ":9000"});
+    return tessera({"submit", job_file}, flags);
   };
 
-  // The cluster's own client trains; while its job runs, strangers and a second job of the
-  // cluster's own client are refused, and the job goes on to its end.
-  const std::vector<std::string> good = {"--tls_dir", certs + "/client", "--token_file", token};
-  Command ok;
-  std::thread training([&] {
-    std::vector<std::string> flags = good;
-    flags.push_back("--json");
-    ok = submit(flags, job);
-  });
-  bool running = false;
-  for (int i = 0; i < 300 && !running; ++i) {
-    std::vector<std::string> status =
-        on("client", {RunfilePath("client/tessera"), "status", "--workers", workers});
-    status.insert(status.end(), good.begin(), good.end());
-    running = absl::StrContains(RunCommand(status).out, "running");
-    if (!running) absl::SleepFor(absl::Milliseconds(100));
+  // The cluster's own client submits; while its job runs, strangers are refused and a second
+  // job of the cluster's own client waits its turn.
+  std::vector<std::string> no_wait = good;
+  no_wait.push_back("--no-wait");
+  const Command first = submit(no_wait, job);
+  ASSERT_EQ(first.code, 0) << first.err << ReadFileToString(w0.log).value_or("");
+  ASSERT_EQ(first.lines.size(), 1u) << first.out;
+  const std::string id = first.lines[0];
+  std::vector<std::string> as_json = good;
+  as_json.push_back("--json");
+  nlohmann::json record;
+  for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
+    record = JobRecordOf(tessera({"jobs"}, as_json), id);
+    if (!record.is_null() && record["state"] != "queued" && BatchesDone(record) > 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
   }
-  EXPECT_TRUE(running) << "the job did not start";
+  ASSERT_FALSE(record.is_null());
+  ASSERT_EQ(record["state"], "running") << record.dump() << ReadFileToString(w0.log).value_or("");
 
   const Command plaintext = submit({"--token_file", token}, job);
   EXPECT_EQ(plaintext.code, 1);
@@ -871,15 +990,27 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
   const Command stranger =
       submit({"--tls_dir", certs + "/other/client", "--token_file", token}, job);
   EXPECT_THAT(stranger.err, HasSubstr("TLS handshake failed"));
-  const Command second_job = submit(good, other_job);
-  EXPECT_NE(second_job.code, 0);
-  EXPECT_THAT(second_job.err, HasSubstr("is running job 'hosts-mlp'; one job at a time"));
+  const Command peek = tessera({"jobs"}, {"--tls_dir", certs + "/client", "--token_file", wrong_token});
+  EXPECT_EQ(peek.code, 1);
+  EXPECT_THAT(peek.err, HasSubstr("wrong cluster token"));
 
-  training.join();
-  ASSERT_EQ(ok.code, 0) << ok.out << ok.err << ReadFileToString(ps.log).value_or("")
-                        << ReadFileToString(w0.log).value_or("")
-                        << ReadFileToString(w1.log).value_or("");
-  EXPECT_GT(JsonNumber(ok.lines.back(), "test_accuracy"), 0.9) << ok.out;
+  const Command second = submit(no_wait, other_job);
+  ASSERT_EQ(second.code, 0) << second.err;
+  const std::string second_id = second.lines.empty() ? "" : second.lines[0];
+  const nlohmann::json waiting = JobRecordOf(tessera({"jobs"}, as_json), second_id);
+  ASSERT_FALSE(waiting.is_null());
+  EXPECT_EQ(waiting["state"], "queued");
+
+  // The first is cancelled; the second then trains across the hosts to its end.
+  EXPECT_EQ(tessera({"cancel", id}, good).code, 0);
+  const Command waited = tessera({"wait", second_id}, good);
+  ASSERT_EQ(waited.code, 0) << waited.out << waited.err << ReadFileToString(ps.log).value_or("")
+                            << ReadFileToString(w0.log).value_or("")
+                            << ReadFileToString(w1.log).value_or("");
+  const nlohmann::json done = JobRecordOf(tessera({"jobs"}, as_json), second_id);
+  ASSERT_FALSE(done.is_null());
+  EXPECT_GT(done["eval"]["accuracy"].get<double>(), 0.9) << done.dump();
+  EXPECT_EQ(JobRecordOf(tessera({"jobs"}, as_json), id)["state"], "cancelled");
   for (Daemon* d : {&ps, &w0, &w1}) EXPECT_TRUE(d->process->running()) << d->log;
 }
 

@@ -8,8 +8,8 @@
 // address, e.g. "worker 1 (127.0.0.1:7001): UNAVAILABLE: ...".
 //
 // Thread safety: one Run at a time; Cancel may be called from any thread (e.g. on Ctrl-C).
-#ifndef TESSERA_CLIENT_JOB_CLIENT_H_
-#define TESSERA_CLIENT_JOB_CLIENT_H_
+#ifndef TESSERA_JOBS_JOB_CLIENT_H_
+#define TESSERA_JOBS_JOB_CLIENT_H_
 
 #include <atomic>
 #include <functional>
@@ -24,7 +24,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/transport_security.h"
 
-namespace tessera::client {
+namespace tessera::jobs {
 
 struct Cluster {
   std::vector<std::string> workers;  // host:port of every tessera-worker, rank order
@@ -33,9 +33,9 @@ struct Cluster {
 };
 
 struct JobOutcome {
+  std::string job_id;                  // the run's identity (JobSpec.job_id)
   std::map<std::string, double> eval;  // worker 0's final evaluation
   double seconds = 0;                  // worker 0's training time
-  GetParamsReply params;               // worker 0's parameters at the end
 };
 
 class JobClient {
@@ -46,13 +46,17 @@ class JobClient {
                                                             absl::Duration timeout);
 
   // Runs `spec` on every worker; `on_event(rank, event)` sees each event as it arrives
-  // (calls are serialized). Blocks until every worker is done: after a failure, until the
+  // (calls are serialized). The run's identity is spec.job_id, or a new one when empty. Blocks until every worker is done: after a failure, until the
   // others have stopped their share of the job (or stopped answering, or 10 s have passed),
   // so that the next Run is not refused as "one job at a time".
   absl::StatusOr<JobOutcome> Run(const JobSpec& spec,
                                  const std::function<void(int rank, const JobEvent&)>& on_event);
-  // Stops a running job on every worker (Run then returns CANCELLED).
+  // Stops the running job on every worker (Run then returns CANCELLED); without one, the
+  // next Run returns CANCELLED at once.
   void Cancel();
+  // Worker 0's parameters at the end of run `job_id`; FAILED_PRECONDITION when the last job
+  // it finished is another (one ran since).
+  absl::StatusOr<GetParamsReply> Params(const std::string& job_id);
   // Every worker's status, rank order; an unreachable worker is an error naming it.
   absl::StatusOr<std::vector<WorkerStatus>> Status();
 
@@ -66,9 +70,9 @@ class JobClient {
   std::vector<std::unique_ptr<Worker::Stub>> stubs_;
   std::mutex mu_;
   std::vector<grpc::ClientContext*> running_;  // the streams of the current Run
-  std::atomic<bool> cancel_requested_{false};  // Cancel was called during the current Run
+  bool cancel_requested_ = false;  // Cancel was called during or before the current Run (mu_)
 };
 
-}  // namespace tessera::client
+}  // namespace tessera::jobs
 
-#endif  // TESSERA_CLIENT_JOB_CLIENT_H_
+#endif  // TESSERA_JOBS_JOB_CLIENT_H_

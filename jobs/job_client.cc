@@ -1,4 +1,4 @@
-#include "client/job_client.h"
+#include "jobs/job_client.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "kvstore/transport.h"
 #include "rpc/channel.h"
 
-namespace tessera::client {
+namespace tessera::jobs {
 
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const Cluster& cluster,
                                                               absl::Duration timeout) {
@@ -36,9 +36,12 @@ absl::StatusOr<JobOutcome> JobClient::Run(
     const JobSpec& spec, const std::function<void(int rank, const JobEvent&)>& on_event) {
   const int n = static_cast<int>(stubs_.size());
   std::vector<grpc::ClientContext> contexts(n);
-  cancel_requested_ = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (cancel_requested_) {  // Cancel came before this Run: it is this Run's
+      cancel_requested_ = false;
+      return absl::CancelledError("cancelled before it started");
+    }
     running_.clear();
     for (auto& c : contexts) running_.push_back(&c);
   }
@@ -47,7 +50,11 @@ absl::StatusOr<JobOutcome> JobClient::Run(
   int first_failed = -1;
   JobOutcome outcome;
   // One identity per run: the servers start afresh for it (proto/kvstore.proto).
-  const std::string job_id = absl::StrCat(spec.name(), "-", absl::ToUnixMicros(absl::Now()), "-", getpid());
+  const std::string job_id =
+      spec.job_id().empty()
+          ? absl::StrCat(spec.name(), "-", absl::ToUnixMicros(absl::Now()), "-", getpid())
+          : spec.job_id();
+  outcome.job_id = job_id;
   auto run_one = [&](int rank) {
     JobSpec mine = spec;
     mine.set_job_id(job_id);
@@ -80,23 +87,35 @@ absl::StatusOr<JobOutcome> JobClient::Run(
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) threads.emplace_back(run_one, rank);
   for (auto& t : threads) t.join();
+  bool cancelled = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_.clear();
+    cancelled = cancel_requested_;
+    cancel_requested_ = false;
   }
   if (!first_error.ok()) {
-    WaitUntilIdle(first_failed);
+    // After a Cancel this side cut every stream, the first failed one's too: wait for all.
+    WaitUntilIdle(cancelled ? -1 : first_failed);
     // After a Cancel the workers stop at different batches, and one whose round fails
     // because another stopped first may report before that one: the run was cancelled.
-    if (cancel_requested_ && absl::IsUnavailable(first_error)) {
+    if (cancelled && absl::IsUnavailable(first_error)) {
       return absl::CancelledError(absl::StrCat("cancelled; then ", first_error.ToString()));
     }
     return first_error;
   }
-  grpc::ClientContext context;
-  const grpc::Status status = stubs_[0]->GetParams(&context, GetParamsRequest(), &outcome.params);
-  if (!status.ok()) return kvstore::FromGrpcStatus(status, Name(0));
   return outcome;
+}
+
+absl::StatusOr<GetParamsReply> JobClient::Params(const std::string& job_id) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  GetParamsRequest request;
+  request.set_job_id(job_id);
+  GetParamsReply params;
+  const grpc::Status status = stubs_[0]->GetParams(&context, request, &params);
+  if (!status.ok()) return kvstore::FromGrpcStatus(status, Name(0));
+  return params;
 }
 
 void JobClient::WaitUntilIdle(int skip_rank) {
@@ -122,7 +141,13 @@ void JobClient::WaitUntilIdle(int skip_rank) {
 }
 
 void JobClient::Cancel() {
-  cancel_requested_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_requested_ = true;
+    // A worker that has not seen its RunJob yet would take the Cancel below for a no-op and
+    // then start the job: its stream is cut too (the worker cancels a job whose caller left).
+    for (grpc::ClientContext* context : running_) context->TryCancel();
+  }
   for (size_t rank = 0; rank < stubs_.size(); ++rank) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -144,4 +169,4 @@ absl::StatusOr<std::vector<WorkerStatus>> JobClient::Status() {
   return statuses;
 }
 
-}  // namespace tessera::client
+}  // namespace tessera::jobs

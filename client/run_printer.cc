@@ -1,0 +1,53 @@
+#include "client/run_printer.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/progress.h"
+#include "core/status_macros.h"
+
+namespace tessera::client {
+
+std::string FormatMetrics(const std::map<std::string, double>& values) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : values) parts.push_back(absl::StrFormat("%s %.4f", name, value));
+  return absl::StrJoin(parts, ", ");
+}
+
+void RunPrinter::OnEvent(int rank, const JobEvent& event) {
+  if (rank != 0) return;
+  if (event.has_started()) batches_per_epoch_ = event.started().batches_per_epoch();
+  if (event.has_batch() && progress_) {
+    const JobEvent::Batch& b = event.batch();
+    const std::string line =
+        ProgressLine({.epoch = b.epoch() + 1,
+                      .num_epochs = num_epochs_,
+                      .batch = b.batch(),
+                      .batches_per_epoch = batches_per_epoch_,
+                      .samples_per_second = b.samples_per_second(),
+                      .metrics = FormatMetrics({b.metrics().begin(), b.metrics().end()})});
+    // \x1b[K clears what a longer previous line left.
+    std::fprintf(out_, "\r%s\x1b[K", line.c_str());
+    std::fflush(out_);
+  }
+  if (event.has_epoch()) {
+    const JobEvent::Epoch& e = event.epoch();
+    EpochRow row{e.epoch() + 1, {e.train().begin(), e.train().end()}, {e.eval().begin(), e.eval().end()},
+                 e.seconds(), e.samples_per_second()};
+    std::fprintf(out_, "%sepoch %d/%d  train: %s  test: %s  %.1f s  %.0f samples/s/worker\n",
+                 progress_ ? "\r\x1b[K" : "", row.epoch, num_epochs_, FormatMetrics(row.train).c_str(),
+                 FormatMetrics(row.eval).c_str(), row.seconds, row.samples_per_second);
+    std::fflush(out_);
+    rows_.push_back(std::move(row));
+  }
+}
+
+absl::Status RunPrinter::WriteReport(const std::string& run_dir, const std::string& title) const {
+  if (rows_.empty()) return absl::OkStatus();
+  const std::filesystem::path dir(run_dir);
+  RETURN_IF_ERROR(WriteMetricsCsv((dir / "metrics.csv").string(), rows_));
+  return WritePlotSvg((dir / "plot.svg").string(), rows_, title);
+}
+
+}  // namespace tessera::client
