@@ -60,7 +60,7 @@ int ClusterMain(int argc, char** argv) {
     std::fprintf(stderr, "tessera cluster: %s\n", std::string(cluster.status().message()).c_str());
     return 1;
   }
-  const Cluster& daemons = (*cluster)->cluster();
+  const jobs::Cluster& daemons = (*cluster)->cluster();
   const nlohmann::json ready = {{"workers", daemons.workers},
                                 {"servers", daemons.servers},
                                 {"token_file", (*cluster)->token_file()},

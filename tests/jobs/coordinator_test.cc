@@ -38,10 +38,12 @@ class TestCluster {
     return [this](const SubmitJobRequest& request,
                   const std::function<void(int, const JobEvent&)>& on_event,
                   Cancellation* cancellation) -> absl::StatusOr<Eval> {
+      // This run's own flag: a cancel that comes as the run returns must not reach the next.
       // Registered outside mu_: it runs at once when the cancel came first.
-      auto registration = cancellation->OnCancel([this] {
+      auto cancelled = std::make_shared<bool>(false);
+      auto registration = cancellation->OnCancel([this, cancelled] {
         std::lock_guard<std::mutex> lock(mu_);
-        cancelled_ = true;
+        *cancelled = true;
         cv_.notify_all();
       });
       std::unique_lock<std::mutex> lock(mu_);
@@ -49,11 +51,10 @@ class TestCluster {
       on_event_ = &on_event;
       runs_.push_back(request);
       cv_.notify_all();
-      cv_.wait(lock, [&] { return outcome_.has_value() || cancelled_; });
+      cv_.wait(lock, [&] { return outcome_.has_value() || *cancelled; });
       absl::StatusOr<Eval> outcome =
           outcome_.has_value() ? *outcome_ : absl::StatusOr<Eval>(absl::CancelledError("cancelled"));
       outcome_.reset();
-      cancelled_ = false;
       running_.clear();
       on_event_ = nullptr;
       cv_.notify_all();
@@ -93,7 +94,6 @@ class TestCluster {
   std::string running_;
   const std::function<void(int, const JobEvent&)>* on_event_ = nullptr;
   std::optional<absl::StatusOr<Eval>> outcome_;
-  bool cancelled_ = false;
   std::vector<SubmitJobRequest> runs_;
 };
 
