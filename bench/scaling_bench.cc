@@ -46,8 +46,8 @@ absl::StatusOr<double> ClusterSamplesPerSecond(int workers) {
   auto cluster = client::LocalCluster::Start(
       {.num_servers = 1, .num_workers = workers, .run_dir = run_dir, .pin_workers = true});
   if (!cluster.ok()) return cluster.status();
-  auto jobs = jobs::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
-  if (!jobs.ok()) return jobs.status();
+  auto job_client = jobs::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
+  if (!job_client.ok()) return job_client.status();
   const std::filesystem::path mnist = std::filesystem::absolute(absl::GetFlag(FLAGS_mnist_dir));
   JobSpec spec;
   spec.set_version(1);
@@ -63,7 +63,7 @@ absl::StatusOr<double> ClusterSamplesPerSecond(int workers) {
   (*spec.mutable_optimizer_params())["momentum"] = "0.9";
   spec.set_kvstore("dist_sync");
   std::map<int, double> last_epoch;  // per worker rank
-  auto outcome = (*jobs)->Run(spec, [&](int rank, const JobEvent& e) {
+  auto outcome = (*job_client)->Run(spec, [&](int rank, const JobEvent& e) {
     if (e.has_epoch()) last_epoch[rank] = e.epoch().samples_per_second();
   });
   if (!outcome.ok()) return outcome.status();

@@ -168,8 +168,8 @@ double ClusterSamplesPerSecond(const Flags& f) {
     std::fprintf(stderr, "train_bench: no local cluster: %s\n", std::string(cluster.status().message()).c_str());
     return 0;
   }
-  auto jobs = jobs::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
-  if (!jobs.ok()) return 0;
+  auto job_client = jobs::JobClient::Connect((*cluster)->cluster(), absl::Seconds(60));
+  if (!job_client.ok()) return 0;
   JobSpec spec;
   spec.set_version(1);
   spec.set_name("train-bench-lenet");
@@ -184,7 +184,7 @@ double ClusterSamplesPerSecond(const Flags& f) {
   (*spec.mutable_optimizer_params())["momentum"] = "0.9";
   spec.set_kvstore("dist_sync");
   double total = 0;
-  auto outcome = (*jobs)->Run(spec, [&](int, const JobEvent& e) {
+  auto outcome = (*job_client)->Run(spec, [&](int, const JobEvent& e) {
     if (e.has_epoch()) total += e.epoch().samples_per_second();
   });
   if (!outcome.ok()) {
