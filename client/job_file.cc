@@ -380,7 +380,12 @@ class Parser {
 
     bool checkpoint = true;
     if (auto it = top.find("checkpoint"); it != top.end()) {
-      ASSIGN_OR_RETURN(checkpoint, Bool(it->second, "checkpoint"));
+      if (it->second.value.IsMap()) {
+        RETURN_IF_ERROR(ParseCheckpointPolicy(it->second, spec.mutable_checkpoint()));
+        spec.set_version(std::max<uint32_t>(spec.version(), 3));
+      } else {
+        ASSIGN_OR_RETURN(checkpoint, Bool(it->second, "checkpoint"));
+      }
     }
     if (checkpoint) spec.set_checkpoint_prefix((fs::path(job.run_dir) / name).string());
     if (auto it = top.find("checkpoint_format"); it != top.end()) {
@@ -392,6 +397,30 @@ class Parser {
       spec.set_version(2);
     }
     return job;
+  }
+
+  // checkpoint: {every_batches: N, every_seconds: T, keep: K}, each optional.
+  absl::Status ParseCheckpointPolicy(const Entry& e, CheckpointPolicy* policy) const {
+    ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "checkpoint",
+                                          {"every_batches", "every_seconds", "keep"}));
+    if (auto it = entries.find("every_batches"); it != entries.end()) {
+      ASSIGN_OR_RETURN(const int n, Int(it->second, "checkpoint.every_batches", 1));
+      policy->set_every_batches(n);
+    }
+    if (auto it = entries.find("every_seconds"); it != entries.end()) {
+      double seconds = 0;
+      if (!it->second.value.IsScalar() || !absl::SimpleAtod(it->second.value.Scalar(), &seconds) ||
+          !(seconds > 0)) {
+        return Error(it->second, "checkpoint.every_seconds",
+                     absl::StrCat("expected a number of seconds > 0, got ", Describe(it->second.value)));
+      }
+      policy->set_every_seconds(seconds);
+    }
+    if (auto it = entries.find("keep"); it != entries.end()) {
+      ASSIGN_OR_RETURN(const int keep, Int(it->second, "checkpoint.keep", 1));
+      policy->set_keep(keep);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status ParseNetwork(const Entry& e, JobSpec* spec) const {

@@ -62,7 +62,11 @@
 //   devices: [cpu(0)]       # = [cpu(0)]; per worker: cpu(N) | gpu(N), or one string
 //   seed: 0                 # = 0; initialization and shuffling
 //   checkpoint: true        # = true: NAME-NNNN.params/.states after every epoch and
-//                           #   NAME-symbol.json, as <run_dir>/<name>
+//                           #   NAME-symbol.json, as <run_dir>/<name>, and complete
+//                           #   checkpoints (resumable: tessera train --resume) in
+//                           #   <run_dir>/<name>-checkpoints/ after every epoch; or
+//                           #   {every_batches: N, every_seconds: T, keep: K} for more
+//                           #   often (keep = 3 newest)
 //   checkpoint_format: tessera
 //                           # = tessera; tessera | mxnet (parameter files MXNet's
 //                           #   mx.nd.load and Module.load read)

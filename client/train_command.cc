@@ -143,6 +143,10 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
     job.spec.set_checkpoint_format(*options.checkpoint_format);
     job.spec.set_version(std::max<uint32_t>(job.spec.version(), 2));
   }
+  if (options.resume.has_value()) {
+    job.spec.set_resume(*options.resume);
+    job.spec.set_version(std::max<uint32_t>(job.spec.version(), 3));
+  }
   ASSIGN_OR_RETURN(
       const ParamsFormat params_format,
       ParseParamsFormat(job.spec.checkpoint_format().empty() ? "tessera"
@@ -168,6 +172,10 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   // prefix would land one run folder deeper.
   if (!job.spec.checkpoint_prefix().empty()) {
     job.spec.set_checkpoint_prefix((std::filesystem::absolute(job.run_dir) / job.spec.name()).string());
+  }
+  // A checkpoint named here is named from this process's folder, not the workers'.
+  if (!job.spec.resume().empty() && job.spec.resume() != "latest") {
+    job.spec.set_resume(std::filesystem::absolute(job.spec.resume()).string());
   }
   ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, absl::Seconds(60)));
   {
@@ -210,10 +218,12 @@ namespace {
 int Usage() {
   std::fprintf(
       stderr,
-      "usage: tessera train JOB.yaml [--json] [--format tessera|mxnet]\n"
-      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json] [--format F]\n"
+      "usage: tessera train JOB.yaml [--json] [--format tessera|mxnet] [--resume[=PATH]]\n"
+      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json] [--format F] [--resume[=PATH]]\n"
       "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
-      "              [--format F] [--no-wait]\n"
+      "              [--format F] [--no-wait] [--resume[=PATH]]\n"
+      "--resume continues from the job's newest complete checkpoint, --resume=PATH from that\n"
+      "checkpoint folder.\n"
       "       tessera status --workers H:P,...\n"
       "submit and status reach the workers with --tls_dir DIR (ca.pem; cert.pem and key.pem\n"
       "for mutual TLS), --token_file FILE, and --insecure for plaintext beyond loopback\n"
@@ -264,6 +274,9 @@ int TrainMain(int argc, char** argv) {
       options.json = true;
     } else if (arg == "--format" && i + 1 < argc && command != "status") {
       options.checkpoint_format = argv[++i];
+    } else if ((arg == "--resume" || arg.rfind("--resume=", 0) == 0) && command != "status") {
+      options.resume = arg == "--resume" ? "latest" : arg.substr(9);
+      if (options.resume->empty()) return Usage();
     } else if (arg == "--no-wait" && command == "submit") {
       options.wait = false;
     } else if (arg == "-n" && command == "launch") {

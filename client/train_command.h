@@ -46,6 +46,9 @@ struct TrainOptions {
   // job file's checkpoint_format.
   std::optional<std::string> checkpoint_format;
   bool wait = true;  // submit: follow the job to its end (--no-wait: print its id, return)
+  // --resume ("latest": the newest complete checkpoint of the job's) or --resume=PATH (a
+  // checkpoint folder; for submit, under the workers' run root): continue from there.
+  std::optional<std::string> resume;
   FILE* out = stdout;
   bool progress = false;  // a live progress line (on a terminal)
 };

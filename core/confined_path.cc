@@ -43,7 +43,7 @@ absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::stri
         resolved == joined ? "" : absl::StrCat(" (to '", resolved.string(), "')")));
   };
 
-  if (use == PathUse::kReadFile) {
+  if (use == PathUse::kReadFile || use == PathUse::kReadFolder) {
     const fs::path resolved = fs::canonical(joined, error);
     if (error) {
       return absl::ErrnoToStatus(error.value(), absl::StrCat(what, ": cannot open '", path, "'"));
@@ -52,6 +52,12 @@ absl::StatusOr<std::string> ConfinePath(const std::string& root, const std::stri
     struct stat st;
     if (stat(resolved.c_str(), &st) != 0) {
       return absl::ErrnoToStatus(errno, absl::StrCat(what, ": cannot open '", path, "'"));
+    }
+    if (use == PathUse::kReadFolder) {
+      if (!S_ISDIR(st.st_mode)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is not a folder"));
+      }
+      return resolved.string();
     }
     if (!S_ISREG(st.st_mode)) {
       return absl::PermissionDeniedError(absl::StrCat(

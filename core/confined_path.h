@@ -16,6 +16,7 @@ namespace tessera {
 
 enum class PathUse {
   kReadFile,     // an existing regular file
+  kReadFolder,   // an existing folder (a checkpoint's)
   kWritePrefix,  // a file name prefix (PREFIX-0001.params ...): missing folders are made
 };
 

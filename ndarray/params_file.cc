@@ -1,6 +1,7 @@
 #include "ndarray/params_file.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/file.h"
@@ -21,6 +22,12 @@ absl::StatusOr<std::map<std::string, NDArray>> LoadParamsFile(const Runtime& rt,
                                                               const std::string& path,
                                                               Context ctx) {
   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return DecodeParams(rt, bytes, path, ctx);
+}
+
+absl::StatusOr<std::map<std::string, NDArray>> DecodeParams(const Runtime& rt,
+                                                            const std::string& bytes,
+                                                            const std::string& path, Context ctx) {
   ArrayFileContents contents;
   if (LooksLikeArrayFile(bytes)) {
     ASSIGN_OR_RETURN(contents, DecodeArrays(rt, bytes, path, ctx));
@@ -42,6 +49,24 @@ absl::StatusOr<std::map<std::string, NDArray>> LoadParamsFile(const Runtime& rt,
     out.emplace(std::move(contents.names[i]), std::move(contents.arrays[i]));
   }
   return out;
+}
+
+absl::StatusOr<std::string> EncodeParams(const std::map<std::string, NDArray>& arrays,
+                                         ParamsFormat format) {
+  std::vector<std::string> names;
+  std::vector<NDArray> values;
+  for (const auto& [name, array] : arrays) {
+    names.push_back(name);
+    values.push_back(array);
+  }
+  switch (format) {
+    case ParamsFormat::kTessera:
+      return EncodeArrays(values, names);
+    case ParamsFormat::kMxnet:
+      return SerializeMxnetParams(names, values);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("EncodeParams: unknown format ", static_cast<int>(format)));
 }
 
 absl::Status SaveParamsFile(const std::string& path, const std::map<std::string, NDArray>& arrays,

@@ -32,6 +32,14 @@ absl::StatusOr<ParamsFormat> ParseParamsFormat(absl::string_view name);
 absl::StatusOr<std::map<std::string, NDArray>> LoadParamsFile(const Runtime& rt,
                                                               const std::string& path,
                                                               Context ctx = Context::CPU());
+// The same from bytes already read; `path` names them in errors.
+absl::StatusOr<std::map<std::string, NDArray>> DecodeParams(const Runtime& rt,
+                                                            const std::string& bytes,
+                                                            const std::string& path,
+                                                            Context ctx = Context::CPU());
+// `arrays` as the bytes of a parameter file in `format` (for writers that write atomically).
+absl::StatusOr<std::string> EncodeParams(const std::map<std::string, NDArray>& arrays,
+                                         ParamsFormat format);
 // Writes `arrays` to `path` in `format` (MXNet's: the V2 layout mx.nd.load reads).
 absl::Status SaveParamsFile(const std::string& path, const std::map<std::string, NDArray>& arrays,
                             ParamsFormat format);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/sha256.h"
 
 namespace tessera::rpc {
 namespace {
@@ -79,15 +80,7 @@ bool TokensEqual(absl::string_view presented, absl::string_view expected) {
 
 std::string TokenOwner(absl::string_view token) {
   if (token.empty()) return "";
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string owner;
-  for (int i = 0; i < 8; ++i) {
-    owner.push_back(kHex[digest[i] >> 4]);
-    owner.push_back(kHex[digest[i] & 0xf]);
-  }
-  return owner;
+  return Sha256Hex(token).substr(0, 16);
 }
 
 std::string CallerOwner(const grpc::AuthContext& context) {

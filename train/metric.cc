@@ -112,6 +112,16 @@ absl::Status MSE::UpdateOne(const std::vector<float>& label, const Shape& label_
   return absl::OkStatus();
 }
 
+absl::Status EvalMetric::RestoreTotals(const std::vector<std::pair<double, int64_t>>& totals) {
+  if (totals.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metric '", name_, "': ", totals.size(), " totals for 1 metric"));
+  }
+  sum_ = totals[0].first;
+  count_ = totals[0].second;
+  return absl::OkStatus();
+}
+
 CompositeMetric::CompositeMetric(std::vector<std::unique_ptr<EvalMetric>> metrics)
     : EvalMetric("composite"), metrics_(std::move(metrics)) {}
 
@@ -125,6 +135,26 @@ std::vector<std::pair<std::string, double>> CompositeMetric::Get() const {
     for (auto& v : m->Get()) out.push_back(std::move(v));
   }
   return out;
+}
+
+std::vector<std::pair<double, int64_t>> CompositeMetric::Totals() const {
+  std::vector<std::pair<double, int64_t>> out;
+  for (const auto& m : metrics_) {
+    for (const auto& t : m->Totals()) out.push_back(t);
+  }
+  return out;
+}
+
+absl::Status CompositeMetric::RestoreTotals(
+    const std::vector<std::pair<double, int64_t>>& totals) {
+  if (totals.size() != metrics_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("metric '", name_, "': ", totals.size(),
+                                                   " totals for ", metrics_.size(), " metrics"));
+  }
+  for (size_t i = 0; i < metrics_.size(); ++i) {
+    RETURN_IF_ERROR(metrics_[i]->RestoreTotals({totals[i]}));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CompositeMetric::UpdateOne(const std::vector<float>& label, const Shape& label_shape,

@@ -34,6 +34,11 @@ class EvalMetric {
   // (name, value); the value is NaN before any update.
   virtual std::vector<std::pair<std::string, double>> Get() const;
   const std::string& name() const { return name_; }
+  // The running sums behind Get(), one (sum, count) per metric, and their restore: what a
+  // checkpoint taken mid-epoch keeps so that the resumed epoch reports the same values.
+  // RestoreTotals of a different length is INVALID_ARGUMENT naming both.
+  virtual std::vector<std::pair<double, int64_t>> Totals() const { return {{sum_, count_}}; }
+  virtual absl::Status RestoreTotals(const std::vector<std::pair<double, int64_t>>& totals);
 
  protected:
   friend class CompositeMetric;
@@ -90,6 +95,8 @@ class CompositeMetric : public EvalMetric {
   explicit CompositeMetric(std::vector<std::unique_ptr<EvalMetric>> metrics);
   void Reset() override;
   std::vector<std::pair<std::string, double>> Get() const override;
+  std::vector<std::pair<double, int64_t>> Totals() const override;
+  absl::Status RestoreTotals(const std::vector<std::pair<double, int64_t>>& totals) override;
 
  private:
   absl::Status UpdateOne(const std::vector<float>& label, const Shape& label_shape, const std::vector<float>& pred,

@@ -1,8 +1,11 @@
 #include "train/module.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 
 #include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -22,6 +25,11 @@ bool Contains(const std::vector<std::string>& list, const std::string& name) {
 // One seed per (run seed, epoch), far apart for neighbouring epochs.
 uint64_t EpochSeed(uint64_t seed, int epoch) {
   return seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch + 1) * 0xBF58476D1CE4E5B9ull;
+}
+
+// One seed per (run seed, epoch, batch).
+uint64_t BatchSeed(uint64_t seed, int epoch, int64_t batch) {
+  return EpochSeed(seed, epoch) + static_cast<uint64_t>(batch + 1) * 0x94D049BB133111EBull;
 }
 
 std::string ParamsPath(const std::string& prefix, int epoch) { return absl::StrFormat("%s-%04d.params", prefix, epoch); }
@@ -349,20 +357,61 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
   if (!options.checkpoint_prefix.empty()) {
     RETURN_IF_ERROR(graph::SaveSymbolFile(symbol_, options.checkpoint_prefix + "-symbol.json"));
   }
+  const LoadedCheckpoint* resume = options.resume;
+  const int begin_epoch = resume != nullptr ? resume->manifest.epoch() : options.begin_epoch;
+  const int64_t begin_batch = resume != nullptr ? resume->manifest.batch() : 0;
+  std::vector<CheckpointManifest::EpochMetrics> history;
+  if (resume != nullptr) {
+    history.assign(resume->manifest.history().begin(), resume->manifest.history().end());
+    if (options.resume_optimizer_state) {
+      RETURN_IF_ERROR(Annotate(LoadOptimizerStateBytes(resume->optimizer_state),
+                               absl::StrCat(resume->path, ": optimizer.states")));
+    }
+  }
+  std::optional<CheckpointWriter> writer;
+  if (!options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, options.checkpoint_policy.keep);
+  auto last_checkpoint = std::chrono::steady_clock::now();
+  auto checkpoint = [&](int epoch, int64_t batch, const EvalMetric* running) -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointContents contents, CheckpointAt(epoch, batch, running, history, options));
+    last_checkpoint = std::chrono::steady_clock::now();
+    return writer->Write(std::move(contents));
+  };
+  auto checkpoint_due = [&](int64_t nbatch) {
+    const CheckpointPolicy& policy = options.checkpoint_policy;
+    if (policy.every_batches > 0 && nbatch % policy.every_batches == 0) return true;
+    return policy.every_seconds > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() >=
+               policy.every_seconds;
+  };
   // The iterator starts at epoch 0; a resumed run moves it to the epoch it resumes at, so
   // its shuffles match the uninterrupted run's.
-  for (int e = 0; e < options.begin_epoch; ++e) RETURN_IF_ERROR(train->Reset());
-  for (int epoch = options.begin_epoch; epoch < options.num_epoch; ++epoch) {
-    if (epoch > options.begin_epoch) RETURN_IF_ERROR(train->Reset());
-    RETURN_IF_ERROR(rt_.resources->SeedRandom(EpochSeed(options.seed, epoch)));
+  for (int e = 0; e < begin_epoch; ++e) RETURN_IF_ERROR(train->Reset());
+  for (int epoch = begin_epoch; epoch < options.num_epoch; ++epoch) {
+    if (epoch > begin_epoch) RETURN_IF_ERROR(train->Reset());
     metric->Reset();
     int nbatch = 0;
+    if (epoch == begin_epoch && begin_batch > 0) {
+      // The batches the checkpoint had done, read and dropped: the iterator's state after
+      // them is the uninterrupted run's.
+      for (; nbatch < begin_batch; ++nbatch) {
+        ASSIGN_OR_RETURN(bool more, train->Next());
+        if (!more) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              resume->path, ": resumes after batch ", begin_batch, " of epoch ", epoch,
+              ", but this worker's data has only ", nbatch, " batches in it"));
+        }
+      }
+      std::vector<std::pair<double, int64_t>> totals;
+      for (const auto& t : resume->manifest.metric_totals()) totals.emplace_back(t.sum(), t.count());
+      RETURN_IF_ERROR(Annotate(metric->RestoreTotals(totals), resume->path));
+    }
     while (true) {
       if (options.should_stop && options.should_stop()) {
         return absl::CancelledError(absl::StrCat("training stopped in epoch ", epoch, " after ", nbatch, " batches"));
       }
       ASSIGN_OR_RETURN(bool more, train->Next());
       if (!more) break;
+      RETURN_IF_ERROR(rt_.resources->SeedRandom(BatchSeed(options.seed, epoch, nbatch)));
       const io::DataBatch& batch = train->Value();
       RETURN_IF_ERROR(Forward(batch, /*is_train=*/true));
       RETURN_IF_ERROR(Backward());
@@ -370,6 +419,7 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
       RETURN_IF_ERROR(UpdateMetric(metric.get(), batch.label, batch.pad));
       ++nbatch;
       if (options.batch_end_callback) options.batch_end_callback({epoch, nbatch, metric.get()});
+      if (writer.has_value() && checkpoint_due(nbatch)) RETURN_IF_ERROR(checkpoint(epoch, nbatch, metric.get()));
     }
     // Workers meet at each epoch's end. A worker whose partition ran out of batches first
     // waits here, and dist_sync rounds complete without it (kvstore/server_store.h).
@@ -382,8 +432,14 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
       RETURN_IF_ERROR(
           SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true, options.checkpoint_format));
     }
+    CheckpointManifest::EpochMetrics& finished = history.emplace_back();
+    finished.set_epoch(epoch);
+    for (const auto& [name, value] : metric->Get()) (*finished.mutable_train())[name] = value;
+    for (const auto& [name, value] : eval_values) (*finished.mutable_eval())[name] = value;
+    if (writer.has_value()) RETURN_IF_ERROR(checkpoint(epoch + 1, 0, nullptr));
     if (options.epoch_end_callback) RETURN_IF_ERROR(options.epoch_end_callback(epoch, metric->Get(), eval_values));
   }
+  if (writer.has_value()) RETURN_IF_ERROR(writer->Finish());
   for (auto& exec : execs_) {
     for (const NDArray& a : exec->arg_arrays()) RETURN_IF_ERROR(a.WaitToRead());
   }
@@ -468,9 +524,7 @@ absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch,
   for (auto& [name, a] : aux) all["aux:" + name] = a;
   RETURN_IF_ERROR(SaveParamsFile(ParamsPath(prefix, epoch), all, format));
   if (save_optimizer_states) {
-    if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::SaveCheckpoint: no optimizer yet");
-    ASSIGN_OR_RETURN(std::string state,
-                     update_on_kvstore_ ? kvstore_->SaveOptimizerStates() : optimizer_->SaveState());
+    ASSIGN_OR_RETURN(std::string state, SaveOptimizerStateBytes());
     RETURN_IF_ERROR(WriteStringToFile(StatesPath(prefix, epoch), state));
   }
   return absl::OkStatus();
@@ -495,9 +549,55 @@ absl::StatusOr<Checkpoint> Module::LoadCheckpoint(const Runtime& rt, const std::
 }
 
 absl::Status Module::LoadOptimizerStates(const std::string& path) {
-  if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::LoadOptimizerStates: call InitOptimizer first");
   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return Annotate(LoadOptimizerStateBytes(bytes), path);
+}
+
+absl::StatusOr<std::string> Module::SaveOptimizerStateBytes() const {
+  if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module: no optimizer yet");
+  return update_on_kvstore_ ? kvstore_->SaveOptimizerStates() : optimizer_->SaveState();
+}
+
+absl::Status Module::LoadOptimizerStateBytes(const std::string& bytes) {
+  if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module: call InitOptimizer first");
   return update_on_kvstore_ ? kvstore_->LoadOptimizerStates(rt_, bytes) : optimizer_->LoadState(rt_, bytes);
+}
+
+absl::StatusOr<CheckpointContents> Module::CheckpointAt(
+    int epoch, int64_t batch, const EvalMetric* running,
+    const std::vector<CheckpointManifest::EpochMetrics>& history, const FitOptions& options) const {
+  CheckpointContents contents;
+  using ArrayMap = std::map<std::string, NDArray>;
+  ASSIGN_OR_RETURN(ArrayMap args, GetArgParams());
+  ASSIGN_OR_RETURN(ArrayMap aux, GetAuxParams());
+  // The copies hold this batch's pulled weights once they are read: then every parameter
+  // server has finished the round, so the optimizer state below is the same round's.
+  for (auto& [name, a] : args) {
+    RETURN_IF_ERROR(a.WaitToRead());
+    contents.params["arg:" + name] = a;
+  }
+  for (auto& [name, a] : aux) {
+    RETURN_IF_ERROR(a.WaitToRead());
+    contents.params["aux:" + name] = a;
+  }
+  ASSIGN_OR_RETURN(contents.optimizer_state, SaveOptimizerStateBytes());
+  contents.format = options.checkpoint_format;
+  CheckpointManifest& manifest = contents.manifest;
+  manifest.set_job_name(options.checkpoint_job_name);
+  manifest.set_epoch(epoch);
+  manifest.set_batch(batch);
+  manifest.set_num_workers(options.checkpoint_num_workers);
+  if (running != nullptr) {
+    for (const auto& [sum, count] : running->Totals()) {
+      CheckpointManifest::MetricTotal* total = manifest.add_metric_totals();
+      total->set_sum(sum);
+      total->set_count(count);
+    }
+  }
+  manifest.mutable_history()->Assign(history.begin(), history.end());
+  manifest.set_job(options.checkpoint_job);
+  manifest.set_created_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  return contents;
 }
 
 }  // namespace tessera::train

@@ -13,10 +13,11 @@
 // later parameters get higher priority, so the last layers' gradients, which Backward
 // produces first, are reduced while Backward still runs.
 //
-// Reproducibility: parameters are initialized from, and every epoch reseeds the random
-// generators with, (seed, epoch); iterators shuffle from (seed, epoch). A run resumed from
-// a checkpoint (parameters + optimizer state) at epoch k therefore reproduces the
-// uninterrupted run bit for bit.
+// Reproducibility: parameters are initialized from `seed`, every batch reseeds the random
+// generators with (seed, epoch, batch), and iterators shuffle from (seed, epoch). A run
+// resumed from a complete checkpoint (train/checkpoint.h: parameters, optimizer state,
+// position, running metric) therefore continues the uninterrupted run bit for bit, on the
+// CPU with fixed thread counts.
 //
 // Thread safety: one thread drives a Module.
 #ifndef TESSERA_TRAIN_MODULE_H_
@@ -42,6 +43,7 @@
 #include "ndarray/ndarray.h"
 #include "ndarray/params_file.h"
 #include "ops/param.h"
+#include "train/checkpoint.h"
 #include "train/initializer.h"
 #include "train/metric.h"
 
@@ -95,6 +97,20 @@ struct FitOptions {
   // When set, PREFIX-symbol.json once and PREFIX-NNNN.params/.states after every epoch.
   std::string checkpoint_prefix;
   ParamsFormat checkpoint_format = ParamsFormat::kTessera;
+  // When set, complete checkpoints (train/checkpoint.h) into this folder at every epoch's
+  // end and as `checkpoint_policy` says, written on a thread of their own; each manifest
+  // carries `checkpoint_job_name`, `checkpoint_job` and `checkpoint_num_workers`.
+  std::string checkpoint_dir;
+  CheckpointPolicy checkpoint_policy;
+  std::string checkpoint_job_name;
+  std::string checkpoint_job;
+  int checkpoint_num_workers = 1;
+  // Continue from this checkpoint (its parameters already set with SetParams): Fit skips to
+  // its position, restores the epoch's running metric and the history, and - with
+  // `resume_optimizer_state` (false on every dist worker but the first, whose load reaches
+  // the servers) - loads the optimizer state. begin_epoch is ignored.
+  const LoadedCheckpoint* resume = nullptr;
+  bool resume_optimizer_state = true;
 };
 
 // How SetParams / LoadParams treat what the given parameters lack or add, as MXNet's
@@ -173,6 +189,10 @@ class Module {
   static absl::StatusOr<Checkpoint> LoadCheckpoint(const Runtime& rt, const std::string& prefix, int epoch);
   // Loads PREFIX-NNNN.states into the optimizer (after InitOptimizer).
   absl::Status LoadOptimizerStates(const std::string& path);
+  // The optimizer's state (the servers' for a dist store that updates), as the .states
+  // files hold it, and its load (after InitOptimizer).
+  absl::StatusOr<std::string> SaveOptimizerStateBytes() const;
+  absl::Status LoadOptimizerStateBytes(const std::string& bytes);
 
   const std::vector<std::string>& param_names() const { return param_names_; }
   const std::vector<std::unique_ptr<graph::Executor>>& executors() const { return execs_; }
@@ -180,6 +200,12 @@ class Module {
  private:
   // [begin, end) rows of the batch for device `d`.
   std::pair<int64_t, int64_t> Slice(size_t d) const;
+  // What a complete checkpoint at (epoch, batch) holds: host copies of the parameters, the
+  // optimizer state, the running metric and the finished epochs in `history`.
+  absl::StatusOr<CheckpointContents> CheckpointAt(
+      int epoch, int64_t batch, const EvalMetric* running,
+      const std::vector<CheckpointManifest::EpochMetrics>& history,
+      const FitOptions& options) const;
 
   Runtime rt_;
   graph::Symbol symbol_;

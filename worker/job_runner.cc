@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/lr_scheduler.h"
 #include "ndarray/params_file.h"
+#include "train/checkpoint.h"
 #include "train/initializer.h"
 #include "train/module.h"
 #include "worker/worker_metrics.h"
@@ -220,6 +222,50 @@ absl::Status CheckFitsInMemory(const graph::Symbol& net, const io::DataIter& tra
                    " ", largest->shape.ToString(), ", ", largest_bytes, " bytes)"));
 }
 
+// Where the complete checkpoints of a job with `checkpoint_prefix` go.
+std::string CheckpointDir(const std::string& checkpoint_prefix) {
+  return checkpoint_prefix + "-checkpoints";
+}
+
+// The checkpoint `spec.resume` names ("latest" or a folder under the run root), read whole,
+// and checked to be this job's: its name and worker count (the network is checked when its
+// parameters are set). Errors name the field and the checkpoint.
+absl::StatusOr<train::LoadedCheckpoint> ReadResumeCheckpoint(const Runtime& rt, const JobSpec& spec,
+                                                             const std::string& checkpoint_prefix,
+                                                             const JobEnvironment& environment) {
+  std::string path;
+  if (spec.resume() == "latest") {
+    if (checkpoint_prefix.empty()) {
+      return FieldError(absl::StatusCode::kInvalidArgument, "resume",
+                        "'latest' needs the job's checkpoints (checkpoint_prefix is empty)");
+    }
+    absl::StatusOr<std::string> newest = train::NewestCheckpoint(CheckpointDir(checkpoint_prefix));
+    if (!newest.ok()) return FieldError(newest.status().code(), "resume", newest.status().message());
+    path = *newest;
+  } else {
+    path = spec.resume();
+    if (!environment.run_root.empty()) {
+      ASSIGN_OR_RETURN(path, ConfinePath(environment.run_root, path, PathUse::kReadFolder, "resume"));
+    }
+  }
+  absl::StatusOr<train::LoadedCheckpoint> loaded = train::ReadCheckpoint(rt, path);
+  if (!loaded.ok()) return FieldError(loaded.status().code(), "resume", loaded.status().message());
+  const CheckpointManifest& manifest = loaded->manifest;
+  if (manifest.job_name() != spec.name()) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "resume",
+                      absl::StrCat(path, " is a checkpoint of job '", manifest.job_name(),
+                                   "', not of '", spec.name(), "'"));
+  }
+  const int workers = std::max(1, spec.num_workers());
+  if (manifest.num_workers() != workers) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "resume",
+                      absl::StrCat(path, " was taken with ", manifest.num_workers(),
+                                   " workers; this job has ", workers,
+                                   " (its data partitions and positions would differ)"));
+  }
+  return loaded;
+}
+
 std::map<std::string, double> ToMap(const std::vector<std::pair<std::string, double>>& values) {
   return {values.begin(), values.end()};
 }
@@ -331,6 +377,17 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
       return FieldError(loaded.code(), "initial_params", loaded.message());
     }
   }
+  // A resumed job: its checkpoint, whole and of this job, before anything is trained.
+  std::optional<train::LoadedCheckpoint> resume;
+  if (!spec.resume().empty()) {
+    ASSIGN_OR_RETURN(resume, ReadResumeCheckpoint(rt, spec, checkpoint_prefix, environment));
+    if (absl::Status set = module.SetParams(resume->arg_params, resume->aux_params, {});
+        !set.ok()) {
+      return FieldError(set.code(), "resume",
+                        absl::StrCat(resume->path, " is a checkpoint of another network: ",
+                                     set.message()));
+    }
+  }
   absl::StatusOr<ParamsFormat> checkpoint_format =
       ParseParamsFormat(spec.checkpoint_format().empty() ? "tessera" : spec.checkpoint_format());
   if (!checkpoint_format.ok()) {
@@ -357,8 +414,22 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   }
   fit.initializer = *initializer;
   fit.seed = spec.seed();
-  if (spec.rank() == 0) fit.checkpoint_prefix = checkpoint_prefix;
+  if (spec.rank() == 0 && !checkpoint_prefix.empty()) {
+    fit.checkpoint_prefix = checkpoint_prefix;
+    fit.checkpoint_dir = CheckpointDir(checkpoint_prefix);
+    fit.checkpoint_policy = {.every_batches = spec.checkpoint().every_batches(),
+                             .every_seconds = spec.checkpoint().every_seconds(),
+                             .keep = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3};
+    fit.checkpoint_job_name = spec.name();
+    fit.checkpoint_job = spec.SerializeAsString();
+    fit.checkpoint_num_workers = workers;
+  }
   fit.checkpoint_format = *checkpoint_format;
+  if (resume.has_value()) {
+    fit.resume = &*resume;
+    // A dist worker but the first would load the servers' state a second time.
+    fit.resume_optimizer_state = !dist || spec.rank() == 0;
+  }
   fit.should_stop = [cancellation] { return cancellation != nullptr && cancellation->cancelled(); };
   if (dist) {
     kvstore::DistKVStoreOptions options;
@@ -434,6 +505,19 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     started->set_parameters(parameters);
     started->set_batches_per_epoch(std::max<int64_t>(0, data.train->num_batches()));
     emit(event);
+  }
+  // A resumed job reports the epochs its checkpoint had finished first, so that its
+  // followers (metrics.csv, the plot) hold every epoch once.
+  if (resume.has_value()) {
+    for (const CheckpointManifest::EpochMetrics& finished : resume->manifest.history()) {
+      JobEvent event;
+      JobEvent::Epoch* e = event.mutable_epoch();
+      e->set_epoch(finished.epoch());
+      e->mutable_train()->insert(finished.train().begin(), finished.train().end());
+      e->mutable_eval()->insert(finished.eval().begin(), finished.eval().end());
+      last_eval = {finished.eval().begin(), finished.eval().end()};
+      emit(event);
+    }
   }
   RETURN_IF_ERROR(module.Fit(data.train.get(), data.test.get(), fit));
 

@@ -27,7 +27,7 @@
 
 namespace tessera::worker {
 
-inline constexpr uint32_t kJobSpecVersion = 2;
+inline constexpr uint32_t kJobSpecVersion = 3;
 
 struct JobResult {
   std::map<std::string, NDArray> arg_params, aux_params;
