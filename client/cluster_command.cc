@@ -28,17 +28,23 @@ void RequestStop() {
 }
 
 int Usage() {
-  std::fprintf(stderr, "usage: tessera cluster [-n WORKERS] [-s SERVERS] [--run_dir DIR]\n");
+  std::fprintf(stderr,
+               "usage: tessera cluster [-n WORKERS] [-s SERVERS] [--run_dir DIR] [--max_restarts N]\n"
+               "A daemon that dies is started again, at most N times each (default 10; 0: never).\n");
   return 2;
 }
 
 }  // namespace
 
 int ClusterMain(int argc, char** argv) {
-  LocalClusterOptions options{.run_dir = "runs/local-cluster"};
+  // A standing cluster brings back a daemon that dies, as a StatefulSet would.
+  LocalClusterOptions options{.run_dir = "runs/local-cluster", .max_restarts = 10};
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg != "-n" && arg != "-s" && arg != "--run_dir") || i + 1 >= argc) return Usage();
+    if ((arg != "-n" && arg != "-s" && arg != "--run_dir" && arg != "--max_restarts") ||
+        i + 1 >= argc) {
+      return Usage();
+    }
     const std::string value = argv[++i];
     if (arg == "--run_dir") {
       options.run_dir = value;
@@ -48,10 +54,14 @@ int ClusterMain(int argc, char** argv) {
     int n = 0;
     if (!absl::SimpleAtoi(value, &n) || n < least) {
       std::fprintf(stderr, "tessera cluster: %s: expected a number of %s >= %d, got '%s'\n",
-                   arg.c_str(), arg == "-n" ? "workers" : "servers", least, value.c_str());
+                   arg.c_str(),
+                   arg == "-n" ? "workers" : arg == "-s" ? "servers" : "restarts", least,
+                   value.c_str());
       return 2;
     }
-    (arg == "-n" ? options.num_workers : options.num_servers) = n;
+    (arg == "-n"   ? options.num_workers
+     : arg == "-s" ? options.num_servers
+                   : options.max_restarts) = n;
   }
   // Blocked before LocalCluster starts threads, so every thread leaves the signals to us.
   OnTerminationSignal([](int) { RequestStop(); });

@@ -258,7 +258,7 @@ class Parser {
                      Map(root, root, "",
                          {"name", "network", "data", "batch_size", "epochs", "optimizer",
                           "initializer", "eval_metric", "kvstore", "cluster", "devices", "seed",
-                          "checkpoint", "checkpoint_format", "run_dir"}));
+                          "checkpoint", "checkpoint_format", "run_dir", "recovery"}));
     JobFile job;
     JobSpec& spec = job.spec;
     spec.set_version(1);
@@ -388,6 +388,9 @@ class Parser {
       }
     }
     if (checkpoint) spec.set_checkpoint_prefix((fs::path(job.run_dir) / name).string());
+    if (auto it = top.find("recovery"); it != top.end()) {
+      RETURN_IF_ERROR(ParseRecoveryPolicy(it->second, spec.mutable_recovery()));
+    }
     if (auto it = top.find("checkpoint_format"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string format, String(it->second, "checkpoint_format"));
       if (absl::Status known = ParseParamsFormat(format).status(); !known.ok()) {
@@ -419,6 +422,26 @@ class Parser {
     if (auto it = entries.find("keep"); it != entries.end()) {
       ASSIGN_OR_RETURN(const int keep, Int(it->second, "checkpoint.keep", 1));
       policy->set_keep(keep);
+    }
+    return absl::OkStatus();
+  }
+
+  // recovery: {max_restarts: N, wait_seconds: T}, each optional (jobs/recovery.h).
+  absl::Status ParseRecoveryPolicy(const Entry& e, RecoveryPolicy* policy) const {
+    ASSIGN_OR_RETURN(Entries entries,
+                     Map(e.value, e.key, "recovery", {"max_restarts", "wait_seconds"}));
+    if (auto it = entries.find("max_restarts"); it != entries.end()) {
+      ASSIGN_OR_RETURN(const int n, Int(it->second, "recovery.max_restarts", 0));
+      policy->set_max_restarts(n == 0 ? -1 : n);  // the spec's 0 is "the default"
+    }
+    if (auto it = entries.find("wait_seconds"); it != entries.end()) {
+      double seconds = 0;
+      if (!it->second.value.IsScalar() || !absl::SimpleAtod(it->second.value.Scalar(), &seconds) ||
+          !(seconds > 0)) {
+        return Error(it->second, "recovery.wait_seconds",
+                     absl::StrCat("expected a number of seconds > 0, got ", Describe(it->second.value)));
+      }
+      policy->set_wait_seconds(seconds);
     }
     return absl::OkStatus();
   }

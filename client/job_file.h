@@ -67,6 +67,10 @@
 //                           #   <run_dir>/<name>-checkpoints/ after every epoch; or
 //                           #   {every_batches: N, every_seconds: T, keep: K} for more
 //                           #   often (keep = 3 newest)
+//   recovery: {max_restarts: 3, wait_seconds: 120}
+//                           # = these; after a lost process (a daemon killed), the job runs
+//                           #   again from its newest checkpoint once every daemon answers
+//                           #   (max_restarts 0: never)
 //   checkpoint_format: tessera
 //                           # = tessera; tessera | mxnet (parameter files MXNet's
 //                           #   mx.nd.load and Module.load read)

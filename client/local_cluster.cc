@@ -16,6 +16,7 @@
 #include "core/status_macros.h"
 #include "rpc/address.h"
 #include "rpc/transport_security.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera::client {
 
@@ -97,11 +98,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     argv.push_back("--address=" + address);
     argv.push_back("--port_file=" + port_file);
     argv.push_back("--token_file=" + token_file);
-    absl::StatusOr<std::unique_ptr<Subprocess>> p =
-        Subprocess::Start({.argv = argv,
-                           .env = {{"OMP_NUM_THREADS", omp_threads}},
-                           .stdout_path = d.log,
-                           .stderr_path = d.log});
+    d.socket = address.substr(5);
+    d.start = {.argv = argv,
+               .env = {{"OMP_NUM_THREADS", omp_threads}},
+               .stdout_path = d.log,
+               .stderr_path = d.log};
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(d.start);
     if (!p.ok()) return p.status();
     d.process = std::move(*p);
     cluster->daemons_.push_back(std::move(d));
@@ -133,10 +135,58 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     absl::Status st = start(absl::StrCat("worker-", w), std::move(argv));
     if (!st.ok()) return st;
   }
+  if (options.max_restarts > 0) {
+    cluster->supervisor_ = std::thread([c = cluster.get(), n = options.max_restarts] { c->Supervise(n); });
+  }
   return cluster;
 }
 
+void LocalCluster::Supervise(int max_restarts) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stopping_; })) {
+    const absl::Time now = absl::Now();
+    for (Daemon& d : daemons_) {
+      if (d.process->running() || d.restarts >= max_restarts) continue;
+      if (d.restart_at == absl::InfiniteFuture()) {
+        const absl::StatusOr<ExitStatus> exit = d.process->Wait(absl::ZeroDuration());
+        const absl::Duration backoff =
+            std::min(absl::Milliseconds(200) * (1 << std::min(d.restarts, 5)), absl::Seconds(5));
+        d.restart_at = now + backoff;
+        spdlog::warn("local cluster: {} exited ({}); starting it again in {} ({} of {})", d.name,
+                     exit.ok() ? exit->ToString() : "unknown", absl::FormatDuration(backoff),
+                     d.restarts + 1, max_restarts);
+        continue;
+      }
+      if (now < d.restart_at) continue;
+      ++d.restarts;
+      d.restart_at = absl::InfiniteFuture();
+      std::error_code ec;
+      std::filesystem::rename(d.log, absl::StrCat(d.log, ".", d.restarts), ec);
+      std::filesystem::remove(d.socket, ec);  // the dead one's; a new bind needs the name free
+      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(d.start);
+      if (!p.ok()) {
+        spdlog::error("local cluster: starting {} again: {}", d.name, p.status().ToString());
+        continue;
+      }
+      d.process = std::move(*p);
+    }
+  }
+}
+
+int LocalCluster::restarts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const Daemon& d : daemons_) n += d.restarts;
+  return n;
+}
+
 LocalCluster::~LocalCluster() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (supervisor_.joinable()) supervisor_.join();
   for (Daemon& d : daemons_) {
     if (d.process->running()) (void)d.process->Signal(SIGTERM);
   }
@@ -148,6 +198,7 @@ LocalCluster::~LocalCluster() {
 }
 
 absl::Status LocalCluster::CheckAlive() {
+  std::lock_guard<std::mutex> lock(mu_);
   for (Daemon& d : daemons_) {
     if (d.process->running()) continue;
     absl::StatusOr<ExitStatus> exit = d.process->Wait(absl::ZeroDuration());
@@ -158,6 +209,7 @@ absl::Status LocalCluster::CheckAlive() {
 }
 
 std::vector<int> LocalCluster::pids() const {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<int> pids;
   for (const Daemon& d : daemons_) pids.push_back(d.process->pid());
   return pids;

@@ -13,15 +13,24 @@
 // destructor stops every daemon (SIGTERM, then SIGKILL after a grace period), so an error or
 // Ctrl-C in the caller tears the cluster down.
 //
-// Thread safety: not thread-safe; one owner.
+// Supervision: with max_restarts > 0, a thread of the cluster starts a daemon that died
+// again - same arguments, same address - after a back-off (0.2 s, doubling to 5 s), up to
+// max_restarts times per daemon; the dead one's log is kept as NAME.log.N. A job that lost
+// the daemon then resumes from its checkpoint (jobs/recovery.h).
+//
+// Thread safety: one owner; the supervisor runs on its own thread.
 #ifndef TESSERA_CLIENT_LOCAL_CLUSTER_H_
 #define TESSERA_CLIENT_LOCAL_CLUSTER_H_
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "jobs/job_client.h"
 #include "core/subprocess.h"
 
@@ -42,6 +51,8 @@ struct LocalClusterOptions {
   // Each worker runs on its own share of the CPUs this process may use (taskset), as
   // containers with CPU limits would: its engine and OpenMP threads size themselves from it.
   bool pin_workers = false;
+  // Restarts of each daemon that dies; 0: none (the cluster then reports it, CheckAlive).
+  int max_restarts = 0;
 };
 
 // `cpus` split among `parts` workers: contiguous runs of nearly equal size, or with more
@@ -63,16 +74,27 @@ class LocalCluster {
   absl::Status CheckAlive();
   // The pids, servers first (tests kill one to see the failure path).
   std::vector<int> pids() const;
+  // How many times the supervisor started a daemon again, all daemons together.
+  int restarts() const;
 
  private:
   LocalCluster() = default;
   struct Daemon {
     std::string name;  // "ps-0", "worker-1"
     std::string log;
+    std::string socket;  // the Unix socket it serves
+    SubprocessOptions start;
     std::unique_ptr<Subprocess> process;
+    int restarts = 0;
+    absl::Time restart_at = absl::InfiniteFuture();  // when a dead one starts again
   };
+  void Supervise(int max_restarts);
 
-  std::vector<Daemon> daemons_;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // (mu_)
+  std::thread supervisor_;
+  std::vector<Daemon> daemons_;  // (mu_ once the supervisor runs)
   std::string socket_dir_;  // the daemons' Unix sockets; removed by the destructor
   jobs::Cluster cluster_;
   std::string token_file_;

@@ -31,10 +31,20 @@ void RunPrinter::OnEvent(int rank, const JobEvent& event) {
     std::fprintf(out_, "\r%s\x1b[K", line.c_str());
     std::fflush(out_);
   }
+  if (event.has_restarted()) {
+    const JobEvent::Restarted& r = event.restarted();
+    std::fprintf(out_, "%stessera: the job lost a process (%s); restart %d, %s\n",
+                 progress_ ? "\r\x1b[K" : "", r.reason().c_str(), r.attempt(),
+                 r.resumed() ? "from its newest complete checkpoint" : "from the start");
+    std::fflush(out_);
+  }
   if (event.has_epoch()) {
     const JobEvent::Epoch& e = event.epoch();
     EpochRow row{e.epoch() + 1, {e.train().begin(), e.train().end()}, {e.eval().begin(), e.eval().end()},
                  e.seconds(), e.samples_per_second()};
+    // A resumed run reports its checkpoint's finished epochs first: those seen are not rows
+    // again (every epoch once in metrics.csv).
+    if (!rows_.empty() && row.epoch <= rows_.back().epoch) return;
     std::fprintf(out_, "%sepoch %d/%d  train: %s  test: %s  %.1f s  %.0f samples/s/worker\n",
                  progress_ ? "\r\x1b[K" : "", row.epoch, num_epochs_, FormatMetrics(row.train).c_str(),
                  FormatMetrics(row.eval).c_str(), row.seconds, row.samples_per_second);

@@ -20,6 +20,7 @@
 #include "core/daemon.h"
 #include "core/status_macros.h"
 #include "jobs/coordinator_client.h"
+#include "jobs/recovery.h"
 #include "ndarray/params_file.h"
 #include "nlohmann/json.hpp"
 #include "rpc/transport_security.h"
@@ -125,7 +126,8 @@ absl::StatusOr<TrainSummary> RunSubmitted(const JobFile& job, const TrainOptions
                         absl::StrCat("job ", end->id(), " ", jobs::StateName(end->state()), ": ",
                                      end->message()));
   }
-  ASSIGN_OR_RETURN(summary.params, SaveFinalParams(cluster, end->id(), job.run_dir, job.spec.name(),
+  ASSIGN_OR_RETURN(summary.params, SaveFinalParams(cluster, end->run_id().empty() ? end->id() : end->run_id(),
+                                                   job.run_dir, job.spec.name(),
                                                    params_format, nullptr));
   summary.eval = {end->eval().begin(), end->eval().end()};
   summary.train = printer.last_train();
@@ -166,7 +168,8 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> local,
                    LocalCluster::Start({.num_servers = job.num_servers,
                                         .num_workers = job.num_workers,
-                                        .run_dir = job.run_dir}));
+                                        .run_dir = job.run_dir,
+                                        .max_restarts = jobs::RecoveryPolicyOf(job.spec).max_restarts}));
   const Cluster cluster = local->cluster();
   // The embedded workers write under the run folder (their run root), where a relative
   // prefix would land one run folder deeper.
@@ -177,23 +180,33 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   if (!job.spec.resume().empty() && job.spec.resume() != "latest") {
     job.spec.set_resume(std::filesystem::absolute(job.spec.resume()).string());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, absl::Seconds(60)));
-  {
-    std::lock_guard<std::mutex> lock(g_signal_mu);
-    if (g_interrupted) return absl::CancelledError("interrupted");
-    g_running = client.get();
-  }
   JobSpec spec = job.spec;
   if (options.progress) spec.set_batch_event_every(5);
   std::fprintf(options.out, "tessera: job '%s' on %zu worker(s), %zu server(s); run folder %s\n",
                spec.name().c_str(), cluster.workers.size(), cluster.servers.size(), job.run_dir.c_str());
   RunPrinter printer(options.out, options.progress, spec.num_epochs());
-  absl::StatusOr<JobOutcome> outcome =
-      client->Run(spec, [&](int rank, const JobEvent& event) { printer.OnEvent(rank, event); });
-  {
+  // One run; after a lost process the cluster's supervisor brings the daemon back, and
+  // RunWithRecovery runs the job again from its newest checkpoint.
+  auto run = [&](const JobSpec& attempt, absl::Duration wait) -> absl::StatusOr<JobOutcome> {
+    RETURN_IF_ERROR(jobs::WaitForCluster(cluster, wait));
+    ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, wait));
+    {
+      std::lock_guard<std::mutex> lock(g_signal_mu);
+      if (g_interrupted) return absl::CancelledError("interrupted");
+      g_running = client.get();
+    }
+    absl::StatusOr<JobOutcome> outcome =
+        client->Run(attempt, [&](int rank, const JobEvent& event) { printer.OnEvent(rank, event); });
     std::lock_guard<std::mutex> lock(g_signal_mu);
     g_running = nullptr;
-  }
+    return outcome;
+  };
+  absl::StatusOr<JobOutcome> outcome = jobs::RunWithRecovery(
+      spec, run, [&](const JobEvent& restarted) { printer.OnEvent(0, restarted); },
+      [] {
+        std::lock_guard<std::mutex> lock(g_signal_mu);
+        return g_interrupted;
+      });
   RETURN_IF_ERROR(printer.WriteReport(job.run_dir, spec.name()));
   if (!outcome.ok()) {
     absl::Status status = outcome.status();
@@ -204,7 +217,7 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   }
   summary.job_id = outcome->job_id;
   ASSIGN_OR_RETURN(summary.params, SaveFinalParams(cluster, outcome->job_id, job.run_dir, spec.name(),
-                                                   params_format, client.get()));
+                                                   params_format, nullptr));
   summary.eval = outcome->eval;
   summary.train = printer.last_train();
   summary.epochs = static_cast<int>(printer.rows().size());

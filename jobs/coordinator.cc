@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "jobs/job_client.h"
+#include "jobs/recovery.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera::jobs {
@@ -46,11 +47,19 @@ ClusterRunner GrpcClusterRunner(rpc::TransportSecurity security) {
     const Cluster cluster{.workers = {request.workers().begin(), request.workers().end()},
                           .servers = {request.servers().begin(), request.servers().end()},
                           .security = security};
-    ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, absl::Seconds(30)));
-    // A cancel that came while connecting runs at once here, and Run then returns CANCELLED.
-    const std::unique_ptr<Cancellation::Registration> registration =
-        cancellation->OnCancel([&client] { client->Cancel(); });
-    ASSIGN_OR_RETURN(JobOutcome outcome, client->Run(request.spec(), on_event));
+    auto run = [&](const JobSpec& spec, absl::Duration connect_wait) -> absl::StatusOr<JobOutcome> {
+      RETURN_IF_ERROR(WaitForCluster(cluster, connect_wait));
+      ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client, JobClient::Connect(cluster, connect_wait));
+      // A cancel that came while connecting runs at once here, and Run then returns CANCELLED.
+      const std::unique_ptr<Cancellation::Registration> registration =
+          cancellation->OnCancel([&client] { client->Cancel(); });
+      return client->Run(spec, on_event);
+    };
+    ASSIGN_OR_RETURN(
+        JobOutcome outcome,
+        RunWithRecovery(
+            request.spec(), run, [&](const JobEvent& restarted) { on_event(0, restarted); },
+            [cancellation] { return cancellation->cancelled(); }));
     return outcome.eval;
   };
 }
@@ -252,6 +261,10 @@ void Coordinator::OnEvent(const std::string& id, int rank, const JobEvent& event
   Job& job = *jobs_.at(id);
   JobRecord& r = job.record;
   if (rank == 0) {
+    if (event.has_restarted()) {
+      r.set_restarts(event.restarted().attempt());
+      r.set_run_id(event.restarted().job_id());
+    }
     if (event.has_started()) r.set_batches_per_epoch(event.started().batches_per_epoch());
     if (event.has_batch()) {
       r.set_epoch(event.batch().epoch());

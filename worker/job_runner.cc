@@ -234,10 +234,11 @@ absl::StatusOr<train::LoadedCheckpoint> ReadResumeCheckpoint(const Runtime& rt, 
                                                              const std::string& checkpoint_prefix,
                                                              const JobEnvironment& environment) {
   std::string path;
-  if (spec.resume() == "latest") {
+  if (spec.resume() == "latest" || spec.resume() == "auto") {
     if (checkpoint_prefix.empty()) {
       return FieldError(absl::StatusCode::kInvalidArgument, "resume",
-                        "'latest' needs the job's checkpoints (checkpoint_prefix is empty)");
+                        absl::StrCat("'", spec.resume(),
+                                     "' needs the job's checkpoints (checkpoint_prefix is empty)"));
     }
     absl::StatusOr<std::string> newest = train::NewestCheckpoint(CheckpointDir(checkpoint_prefix));
     if (!newest.ok()) return FieldError(newest.status().code(), "resume", newest.status().message());
@@ -379,7 +380,13 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   }
   // A resumed job: its checkpoint, whole and of this job, before anything is trained.
   std::optional<train::LoadedCheckpoint> resume;
-  if (!spec.resume().empty()) {
+  bool from_start = false;
+  if (spec.resume() == "auto") {
+    // After a lost process: the newest checkpoint if the lost run wrote one.
+    from_start = checkpoint_prefix.empty() ||
+                 absl::IsNotFound(train::NewestCheckpoint(CheckpointDir(checkpoint_prefix)).status());
+  }
+  if (!spec.resume().empty() && !from_start) {
     ASSIGN_OR_RETURN(resume, ReadResumeCheckpoint(rt, spec, checkpoint_prefix, environment));
     if (absl::Status set = module.SetParams(resume->arg_params, resume->aux_params, {});
         !set.ok()) {

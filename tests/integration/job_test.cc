@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -444,6 +445,97 @@ TEST_F(JobTest, SubmitRunsJobsOnRunningDaemonsAndStatusReportsThem) {
     EXPECT_THAT(daemons_->CheckAlive(), IsOk());
   }
   EXPECT_TRUE(fs::exists(RunDir("submit-mlp") + "/submit-mlp-0002.params"));
+}
+
+// The pid of the process whose command line holds `part` (-1: none): how a test finds a
+// daemon that `tessera train` started.
+int PidWithArgument(const std::string& part) {
+  for (const fs::directory_entry& entry : fs::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::string cmdline = ReadFileToString(entry.path().string() + "/cmdline").value_or("");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(part) != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+// The newest complete checkpoint's folder name in `dir` ("" when none).
+std::string NewestCheckpointName(const std::string& dir) {
+  std::string newest;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (fs::exists(entry.path() / "MANIFEST") && name > newest) newest = name;
+  }
+  return newest;
+}
+
+// A dist_sync job of `tessera train` (its own cluster, supervised) loses its parameter
+// server and then a worker to SIGKILL mid-run. Each comes back, the job resumes from its
+// newest checkpoint and ends with the parameters of the same job run without a fault, byte
+// for byte; metrics.csv holds every epoch once. The kills wait for conditions (a checkpoint
+// written, then a newer one), not for time: the job checkpoints after every batch, so it
+// cannot outrun the polling.
+TEST_F(JobTest, AJobThatLosesItsServerAndAWorkerResumesAndEndsBitIdentical) {
+  const std::string policy = "checkpoint: {every_batches: 1, keep: 2}\n";
+  const Command whole = Tessera(
+      {"train", WriteJob({.name = "recover", .epochs = 3, .extra = policy, .run_dir = RunDir("whole")}),
+       "--json"});
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  const std::string run = RunDir("faulted");
+  const std::string job = WriteJob({.name = "recover", .epochs = 3, .extra = policy, .run_dir = run});
+  const std::string out = TmpDir() + "/faulted.out";
+  auto train = Subprocess::Start({.argv = {RunfilePath("client/tessera"), "train", job, "--json"},
+                                  .stdout_path = out,
+                                  .stderr_path = out});
+  ASSERT_THAT(train.status(), IsOk());
+  const std::string checkpoints = run + "/recover-checkpoints";
+  // Waits for a complete checkpoint newer than `than`; returns its name.
+  auto newer_checkpoint = [&](const std::string& than) {
+    for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
+      if (const std::string newest = NewestCheckpointName(checkpoints); newest > than) return newest;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << "no checkpoint newer than '" << than << "' within " << kJobTimeout;
+    return std::string();
+  };
+  const std::string first = newer_checkpoint("");
+  const int ps = PidWithArgument(run + "/logs/ps-0.port");
+  ASSERT_GT(ps, 0);
+  ASSERT_EQ(kill(ps, SIGKILL), 0);
+  // Once the first run is over (the runner says it restarts), the rerun writes past the
+  // checkpoint it resumed from.
+  for (const absl::Time deadline = absl::Now() + kJobTimeout;
+       absl::Now() < deadline &&
+       !absl::StrContains(ReadFileToString(out).value_or(""), "restart 1,");) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  newer_checkpoint(NewestCheckpointName(checkpoints));
+  const int worker = PidWithArgument(run + "/logs/worker-1.port");
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  absl::StatusOr<ExitStatus> exit = (*train)->Wait(kJobTimeout);
+  ASSERT_THAT(exit.status(), IsOk());
+  const std::string said = ReadFileToString(out).value_or("");
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString() << "\n" << said;
+  EXPECT_THAT(said, AllOf(HasSubstr("restart 1, from its newest complete checkpoint"),
+                          HasSubstr("restart 2, from its newest complete checkpoint")));
+  EXPECT_EQ(ReadFileToString(run + "/recover-final.params").value_or("faulted"),
+            ReadFileToString(RunDir("whole") + "/recover-final.params").value_or("whole"));
+  // Every epoch once, in order.
+  const std::string csv = ReadFileToString(run + "/metrics.csv").value_or("");
+  const std::vector<std::string> rows = absl::StrSplit(csv, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 4u) << csv;  // the header and 3 epochs
+  for (int epoch = 1; epoch <= 3; ++epoch) EXPECT_TRUE(absl::StartsWith(rows[epoch], absl::StrCat(epoch, ",")));
+  // keep: 2 - and no folder a kill left incomplete outlives a later checkpoint.
+  int folders = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(checkpoints)) {
+    ++folders;
+    EXPECT_TRUE(fs::exists(entry.path() / "MANIFEST")) << entry.path();
+  }
+  EXPECT_EQ(folders, 2);
+  EXPECT_FALSE(first.empty());
 }
 
 // The cluster owns a submitted job: its client killed with SIGKILL changes nothing, a second
