@@ -5,7 +5,7 @@
 // The daemons serve Unix sockets ("unix:/tmp/tessera-sockets-XXXXXX/ps-0.sock") in a folder
 // only this user may open, removed with the cluster: the same gRPC streams as over loopback
 // TCP for less kernel work per byte, which a dist_sync round of a small model feels
-// (README, "Distributed training overhead").
+// (docs/performance-history.md, "Distributed training overhead").
 //
 // Each daemon logs to RUN_DIR/logs/{ps,worker}-N.log. The cluster has a token of its own
 // (RUN_DIR/logs/cluster.token, readable by its owner only) that every call between its

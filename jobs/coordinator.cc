@@ -91,15 +91,36 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOption
       job->record = std::move(s.record);
       job->events = std::move(s.events);
       c->next_sequence_ = std::max(c->next_sequence_, job->record.sequence() + 1);
-      if (job->record.state() == JobRecord::QUEUED) c->queue_.push_back(job->record.id());
       const std::string id = job->record.id();
-      Job& ref = *job;
-      c->jobs_[id] = std::move(job);
-      if (ref.record.state() == JobRecord::RUNNING) {
-        c->Finish(ref, absl::AbortedError("the coordinating worker restarted while the job ran; "
-                                          "it was not resumed"),
-                  {});
+      if (job->record.state() == JobRecord::QUEUED) c->queue_.push_back(id);
+      if (job->record.state() == JobRecord::RUNNING) {
+        // The coordinating worker died while the job ran: the job runs again first, from its
+        // newest checkpoint (jobs/recovery.h), as a new run for the servers.
+        JobSpec& spec = *job->request.mutable_spec();
+        const int restarts = job->record.restarts() + 1;
+        spec.set_job_id(absl::StrCat(id, ".c", restarts));
+        if (!spec.checkpoint_prefix().empty()) {
+          spec.set_resume("auto");
+          spec.set_version(std::max<uint32_t>(spec.version(), 3));
+        }
+        job->record.set_restarts(restarts);
+        job->record.set_run_id(spec.job_id());
+        job->record.set_state(JobRecord::QUEUED);
+        RankedEvent restarted;
+        JobEvent::Restarted* r = restarted.mutable_event()->mutable_restarted();
+        r->set_attempt(restarts);
+        r->set_reason("the coordinating worker restarted while the job ran");
+        r->set_resumed(!spec.checkpoint_prefix().empty());
+        r->set_job_id(spec.job_id());
+        job->events.push_back(restarted);
+        if (absl::Status appended = c->store_.AppendEvent(id, restarted); !appended.ok()) {
+          spdlog::warn("jobs: an event of '{}' is not kept: {}", id, appended.ToString());
+        }
+        c->queue_.push_front(id);
+        spdlog::warn("jobs: '{}' was running when this worker stopped; it runs again first", id);
+        c->Save(*job);
       }
+      c->jobs_[id] = std::move(job);
     }
     c->DropOldFinished();
   }
@@ -188,6 +209,7 @@ absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& id, const std::
       queue_.erase(std::find(queue_.begin(), queue_.end(), id));
       Finish(*job, absl::CancelledError("cancelled while queued"), {});
     } else if (job->record.state() == JobRecord::RUNNING) {
+      job->cancel_requested = true;
       cancellation = cancellation_;
     }
     record = Snapshot(*job);
@@ -202,6 +224,8 @@ absl::StatusOr<std::unique_ptr<Coordinator::Attachment>> Coordinator::Attach(
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Job * job, Find(id, owner));
   for (const RankedEvent& event : job->events) listener->OnEvent(event);
+  // Batch events are not kept; the latest of each worker says where a running job stands.
+  for (const auto& [rank, event] : job->latest_batch) listener->OnEvent(event);
   if (Finished(job->record.state())) {
     listener->OnEnd(Snapshot(*job));
   } else {
@@ -243,10 +267,20 @@ void Coordinator::RunOne(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   cancellation_.reset();
   absl::Status status = eval.status();
-  if (stopping_ && !status.ok()) {
-    status = absl::AbortedError(
-        absl::StrCat("the coordinating worker stopped while the job ran; then ", status.ToString()));
-  } else if (cancellation->cancelled() && !status.ok()) {
+  if (stopping_ && !status.ok() && !jobs_.at(id)->cancel_requested) {
+    // This worker stops (SIGTERM, a pod evicted): the job stays RUNNING on disk and runs again
+    // first when the worker comes back (Open). Its followers' streams end with the server.
+    Job& job = *jobs_.at(id);
+    job.record.set_message(absl::StrCat(
+        "the coordinating worker stopped while the job ran; it runs again when the worker "
+        "comes back (", status.ToString(), ")"));
+    Save(job);
+    for (JobListener* listener : job.listeners) listener->OnEnd(Snapshot(job));
+    job.listeners.clear();
+    spdlog::info("jobs: '{}' left to run again at the next start", id);
+    return;
+  }
+  if (cancellation->cancelled() && !status.ok()) {
     // The workers stop at different batches after a cancel, and one whose round failed
     // because another stopped first may report first: the job was cancelled.
     status = absl::CancelledError(absl::StrCat("cancelled; then ", status.ToString()));
@@ -280,7 +314,10 @@ void Coordinator::OnEvent(const std::string& id, int rank, const JobEvent& event
   RankedEvent ranked;
   ranked.set_rank(rank);
   *ranked.mutable_event() = event;
-  if (!event.has_batch()) {
+  if (event.has_batch()) {
+    job.latest_batch[rank] = ranked;
+  } else {
+    if (event.has_epoch()) job.latest_batch.erase(rank);
     job.events.push_back(ranked);
     if (absl::Status appended = store_.AppendEvent(id, ranked); !appended.ok()) {
       spdlog::warn("jobs: an event of '{}' is not kept: {}", id, appended.ToString());

@@ -7,7 +7,8 @@
 //
 // Durability: records and events live in a JobStore (jobs/job_store.h), so that they survive
 // a restart of the daemon. A job queued when the daemon stopped is queued again when it
-// comes back; a job that was running then ends FAILED (ABORTED): it is not resumed.
+// comes back; a job that was running then runs again first, from its newest checkpoint
+// (jobs/recovery.h).
 //
 // Owners: every call names the caller's owner (the fingerprint of its cluster token); jobs of
 // another owner are NOT_FOUND to it and absent from its list.
@@ -110,6 +111,8 @@ class Coordinator {
     SubmitJobRequest request;
     JobRecord record;
     std::vector<RankedEvent> events;  // but batch events
+    std::map<int, RankedEvent> latest_batch;  // each worker's, until its epoch ends
+    bool cancel_requested = false;  // by a client (not by this coordinator stopping)
     std::set<JobListener*> listeners;
   };
 

@@ -10,7 +10,7 @@ daemons over the same gRPC wire as the C++ client.
 # package (a build's output beside the sources): let the package span both.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
-from tessera.client import Batch, Client, Epoch, Finished, Result, Run, Started  # noqa: E402
+from tessera.client import Batch, Client, Epoch, Finished, Restarted, Result, Run, Started  # noqa: E402
 from tessera.errors import TesseraError  # noqa: E402
 from tessera.job import Job  # noqa: E402
 from tessera import kv  # noqa: E402
@@ -19,5 +19,5 @@ from tessera import progress  # noqa: E402
 from tessera import symbol  # noqa: E402
 from tessera import symbol as sym  # noqa: E402
 
-__all__ = ["Batch", "Client", "Epoch", "Finished", "Job", "LocalCluster", "Result", "Run",
+__all__ = ["Batch", "Client", "Epoch", "Finished", "Job", "LocalCluster", "Restarted", "Result", "Run",
            "Started", "TesseraError", "kv", "progress", "sym", "symbol"]

@@ -1,6 +1,6 @@
-"""Client: runs jobs on worker daemons over the wire of proto/worker.proto, as `tessera submit`
-does: every worker gets its share of the job (its rank, its part of the data, the parameter
-servers), and their event streams are merged.
+"""Client: submits jobs to a cluster of worker daemons over the wire of proto/jobs.proto, as
+`tessera submit` does: the first worker's coordinator gives every worker its share of the job
+(its rank, its part of the data, the parameter servers) and merges their event streams.
 
     client = tessera.Client(workers=["127.0.0.1:7000", "127.0.0.1:7001"],
                             servers=["127.0.0.1:9000"])
@@ -8,16 +8,15 @@ servers), and their event streams are merged.
     for event in run.events():
         print(event)
     print(run.wait().eval)
+    client.jobs(); client.attach(run.id).wait(); client.cancel(run.id)
 
+The cluster owns a submitted job (its first worker coordinates it, docs/jobs.md): it runs
+to its end whether or not this process follows it.
 Security as the C++ client's (rpc/channel.h): TLS with a --tls_dir folder (ca.pem, and
 cert.pem / key.pem for mutual TLS), the cluster token on every call, plaintext only to
 loopback addresses unless `insecure`.
 """
 import dataclasses
-import os
-import queue
-import threading
-import time
 
 import grpc
 import numpy as np
@@ -25,9 +24,16 @@ import numpy as np
 from tessera._channel import load_token, new_channel
 from tessera.errors import TesseraError, from_rpc_error
 from tessera.progress import History, ProgressBar
-from tessera._wire.proto import tensor_pb2, worker_pb2, worker_pb2_grpc
+from tessera._wire.proto import jobs_pb2, jobs_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 
 _MAX_MESSAGE = 1 << 30  # parameters of large networks come in one GetParams reply
+
+# absl::StatusCode numbers, as a job record carries its outcome.
+_STATUS_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
+                 5: "NOT_FOUND", 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED",
+                 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 10: "ABORTED",
+                 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+                 15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
 
 _DTYPES = {
     tensor_pb2.DT_FLOAT32: np.float32, tensor_pb2.DT_FLOAT64: np.float64,
@@ -70,6 +76,15 @@ class Finished:
 
 
 @dataclasses.dataclass
+class Restarted:
+    """The job lost a process and runs again (resumed: from its newest checkpoint)."""
+    rank: int
+    attempt: int
+    reason: str
+    resumed: bool
+
+
+@dataclasses.dataclass
 class Result:
     eval: dict  # worker 0's final evaluation
     seconds: float  # worker 0's training time
@@ -88,6 +103,9 @@ def _event(rank, event):
         return Epoch(rank, e.epoch, dict(e.train), dict(e.eval), e.seconds, e.samples_per_second)
     if kind == "finished":
         return Finished(rank, dict(event.finished.eval), event.finished.seconds)
+    if kind == "restarted":
+        e = event.restarted
+        return Restarted(rank, e.attempt, e.reason, e.resumed)
     return None  # a kind newer than this SDK
 
 
@@ -113,16 +131,47 @@ class Client:
         self._channels = [new_channel(w, tls_dir, token, insecure, _MAX_MESSAGE)
                           for w in self.workers]
         self._stubs = [worker_pb2_grpc.WorkerStub(c) for c in self._channels]
+        self._coordinator = jobs_pb2_grpc.JobsStub(self._channels[0])
 
     def name(self, rank):
         return f"worker {rank} ({self.workers[rank]})"
 
-    def submit(self, job):
-        """Starts `job` (a Job) on every worker; returns its Run at once (also job.last_run,
-        which job.plot() draws)."""
-        run = Run(self, job.spec)
+    def coordinator_name(self):
+        return f"the coordinator, {self.name(0)}"
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=60)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.coordinator_name()) from None
+
+    def submit(self, job, wait=False, progress=None):
+        """Hands `job` (a Job) to the cluster, which runs it to its end (queued behind a
+        running one); returns its Run at once (also job.last_run, which job.plot() draws),
+        or with `wait` after following it to its end (its error raised)."""
+        request = jobs_pb2.SubmitJobRequest(workers=self.workers, servers=self.servers)
+        request.spec.CopyFrom(job.spec)
+        if not request.spec.batch_event_every:
+            request.spec.batch_event_every = 5
+        record = self._call(self._coordinator.Submit, request)
+        run = Run(self, record, job.spec.num_epochs, job.spec.name)
         job.last_run = run
+        if wait:
+            run.wait(progress)
         return run
+
+    def jobs(self):
+        """This token's jobs on the cluster (queued, running and recently finished), oldest
+        first, as JobRecord messages (id, name, state, epoch, batch, samples_per_second...)."""
+        return list(self._call(self._coordinator.List, jobs_pb2.ListJobsRequest()).jobs)
+
+    def attach(self, job_id):
+        """The Run of a job submitted before (by this process or another): events() and
+        wait() follow it from its start."""
+        for record in self.jobs():
+            if record.id == job_id:
+                return Run(self, record)
+        raise TesseraError("NOT_FOUND", f"{self.coordinator_name()}: no job '{job_id}'")
 
     def status(self):
         """Every worker's WorkerStatus message, rank order."""
@@ -134,8 +183,12 @@ class Client:
                 raise from_rpc_error(e, self.name(rank)) from None
         return statuses
 
-    def cancel(self):
-        """Stops the running job on every worker; whether any was running."""
+    def cancel(self, job_id=None):
+        """With `job_id`: cancels that job of the cluster's (queued or running) and returns
+        its record. Without: stops whatever job each worker runs, and returns whether any
+        was running."""
+        if job_id is not None:
+            return self._call(self._coordinator.Cancel, jobs_pb2.CancelJobRequest(id=job_id))
         cancelled = False
         for rank, stub in enumerate(self._stubs):
             try:
@@ -167,70 +220,41 @@ class Client:
 
 
 class Run:
-    """One job running on a client's workers. The first worker whose stream fails cancels
-    the others, and events() / wait() raise its error, naming the worker. `job_id` is the
-    id its workers and parameter servers know it by (a tessera.kv rank joins with it);
-    `history` holds worker 0's metrics per epoch so far, and plot() draws them."""
+    """A job the cluster owns: submitted once to the cluster's coordinator (the first worker),
+    which runs it to its end whether or not this process follows it. events() and wait()
+    follow it (a Run may be dropped or the process killed, and the job goes on; attach(id)
+    follows it again), cancel() stops it. The job's failure is raised as a TesseraError
+    naming the worker. `job_id` is the id its workers and parameter servers know it by (a
+    tessera.kv rank joins with it); `history` holds worker 0's metrics per epoch so far, and
+    plot() draws them."""
 
-    _DONE = object()
-
-    def __init__(self, client, spec):
+    def __init__(self, client, record, num_epochs=0, name=None):
         self._client = client
-        self._events = queue.Queue()
-        self._calls = []
-        self._error = None
-        self._lock = threading.Lock()
+        self.record = record
+        self.job_id = self.id = record.id
+        self._num_epochs = num_epochs or record.num_epochs
+        self.history = History(name or record.name)
         self._result = None
         self._cancelled = False
-        self._spec = spec
-        self.history = History(spec.name)
-        self.job_id = job_id = f"{spec.name}-{int(time.time() * 1e6)}-{os.getpid()}"
-        n = len(client.workers)
-        self._threads = []
-        self._streams_open = n  # streams whose end events() has not seen yet
-        for rank in range(n):
-            mine = worker_pb2.JobSpec()
-            mine.CopyFrom(spec)
-            mine.job_id, mine.rank, mine.num_workers = job_id, rank, n
-            mine.data.part_index, mine.data.num_parts = rank, n
-            del mine.ps_hosts[:]
-            mine.ps_hosts.extend(client.servers)
-            if not mine.batch_event_every:
-                mine.batch_event_every = 5
-            call = client._stubs[rank].RunJob(mine)
-            self._calls.append(call)
-            thread = threading.Thread(target=self._read, args=(rank, call), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _read(self, rank, call):
-        try:
-            for event in call:
-                converted = _event(rank, event)
-                if converted is not None:
-                    self._events.put(converted)
-        except grpc.RpcError as e:
-            with self._lock:
-                first = self._error is None
-                if first:
-                    self._error = from_rpc_error(e, self._client.name(rank))
-            if first:
-                for other in self._calls:
-                    other.cancel()
-        finally:
-            self._events.put(self._DONE)
+        self._stream = None  # the Attach call, opened by the first events()
+        self._ended = False
 
     def events(self, progress=None):
-        """Started, Batch, Epoch and Finished events of every worker as they come (each
-        once: a second call goes on where the first stopped); raises the run's error (a
-        TesseraError) once every stream has ended. Worker 0's progress shows as a tqdm bar
-        when tqdm is importable, unless `progress` is False (True: tqdm is required)."""
-        bar = ProgressBar(self._spec.num_epochs, self._spec.name, progress)
+        """Started, Batch, Epoch, Restarted and Finished events of every worker as they come
+        (the job's past ones first; each once: a second call goes on where the first
+        stopped); raises the job's error (a TesseraError) once it has ended. Worker 0's
+        progress shows as a tqdm bar when tqdm is importable, unless `progress` is False."""
+        bar = ProgressBar(self._num_epochs, self.history.name, progress)
         try:
-            while self._streams_open:
-                event = self._events.get()
-                if event is self._DONE:
-                    self._streams_open -= 1
+            if self._stream is None:
+                self._stream = self._client._coordinator.Attach(
+                    jobs_pb2.AttachRequest(id=self.job_id))
+            for update in self._stream:
+                if update.WhichOneof("update") == "record":
+                    self.record, self._ended = update.record, True
+                    break
+                event = _event(update.event.rank, update.event.event)
+                if event is None:
                     continue
                 if event.rank == 0 and isinstance(event, Finished):
                     self._result = Result(event.eval, event.seconds)
@@ -238,35 +262,23 @@ class Run:
                     self.history.add(event)
                 bar.update(event)
                 yield event
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self._client.coordinator_name()) from None
         finally:
             bar.close()
-        if self._error is not None:
-            self._wait_until_idle()
-            if self._cancelled and self._error.code == "UNAVAILABLE":
-                # After a cancel the workers stop at different batches; one whose round
-                # failed because another stopped first may report first: it was cancelled.
-                raise TesseraError("CANCELLED", f"cancelled; then {self._error}")
-            raise self._error
-
-    def _wait_until_idle(self, seconds=10):
-        """After a failure, as the C++ client: waits (up to `seconds`) until every worker has
-        stopped its share of the job, so that the next run is not refused as a second job."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if all(s.state == worker_pb2.WorkerStatus.IDLE for s in self._client.status()):
-                    return
-            except TesseraError:
-                return  # a worker that does not answer holds no job we could wait for
-            time.sleep(0.05)
+        if self._ended and self.record.state != jobs_pb2.JobRecord.SUCCEEDED:
+            code = "CANCELLED" if self.record.state == jobs_pb2.JobRecord.CANCELLED else \
+                _STATUS_NAMES.get(self.record.code, "UNKNOWN")
+            raise TesseraError(code, self.record.message)
 
     def wait(self, progress=None):
-        """Blocks until the run ends; its Result, or its error raised. `progress` as for
+        """Blocks until the job ends; its Result, or its error raised. `progress` as for
         events()."""
         for _ in self.events(progress):
             pass
         if self._result is None:
-            raise TesseraError("INTERNAL", "the run ended without worker 0's finished event")
+            self._result = Result(dict(self.record.eval),
+                                  (self.record.end_unix_ms - self.record.start_unix_ms) / 1000)
         return self._result
 
     def plot(self):
@@ -274,7 +286,8 @@ class Run:
         return self.history.plot()
 
     def cancel(self):
-        """Asks every worker to stop the job at its next batch (the run then raises
-        CANCELLED)."""
+        """Stops the job (queued: at once; running: at its next batch); the run then raises
+        CANCELLED. Whether it had not ended yet."""
         self._cancelled = True
-        return self._client.cancel()
+        record = self._client.cancel(self.job_id)
+        return record.state == jobs_pb2.JobRecord.CANCELLED

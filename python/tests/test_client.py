@@ -92,12 +92,35 @@ class ClientTest(unittest.TestCase):
             for event in events:
                 if isinstance(event, tessera.Batch):
                     break
-            self.assertTrue(run.cancel())
+            run.cancel()
             with self.assertRaises(tessera.TesseraError) as caught:
                 for _ in events:
                     pass
             self.assertEqual(caught.exception.code, "CANCELLED")
             self.assertTrue(all(s.state == s.IDLE for s in client.status()))
+
+    def test_the_cluster_owns_a_job_listed_attached_and_cancelled_by_id(self):
+        with self.client() as client:
+            # No end of its own: it runs until cancelled, whatever the machine's speed.
+            endless = client.submit(tessera.Job(mlp_job(name="endless", epochs=1000000)))
+            queued = client.submit(tessera.Job(mlp_job(name="queued")))
+            self.assertEqual(queued.record.state, queued.record.QUEUED)
+            listed = [r.id for r in client.jobs()]
+            self.assertLess(listed.index(endless.id), listed.index(queued.id))
+            # The Run that submitted it may be dropped: another follows the job by id.
+            follower = client.attach(endless.id)
+            for event in follower.events(progress=False):
+                if isinstance(event, tessera.Batch):
+                    break
+            client.cancel(endless.id)
+            with self.assertRaises(tessera.TesseraError) as caught:
+                follower.wait(progress=False)
+            self.assertEqual(caught.exception.code, "CANCELLED")
+            result = client.attach(queued.id).wait(progress=False)
+            self.assertGreater(result.eval["accuracy"], 0.9)
+            with self.assertRaises(tessera.TesseraError) as caught:
+                client.attach("no-such-job")
+            self.assertEqual(caught.exception.code, "NOT_FOUND")
 
     def test_a_client_without_the_token_is_turned_away(self):
         with tessera.Client(workers=self.workers) as client:

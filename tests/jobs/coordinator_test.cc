@@ -298,8 +298,10 @@ TEST_F(CoordinatorTest, AttachGivesTheHistoryThenLiveEventsThenTheRecordOnce) {
   Recorder early;
   auto attached = c->Attach(a.id(), "alice", &early);
   ASSERT_THAT(attached.status(), IsOk());
-  ASSERT_EQ(early.events().size(), 3u) << "the history: both Started and the epoch, no batch";
+  ASSERT_EQ(early.events().size(), 4u)
+      << "the history: both Started and the epoch, then worker 0's latest batch";
   EXPECT_EQ(early.events()[1].rank(), 1);
+  EXPECT_EQ(early.events()[3].event().batch().batch(), 20) << "where the job stands";
   cluster_.Emit(0, Batch(1, 30));
   cluster_.Emit(0, Epoch(1, 0.75));
   {
@@ -308,7 +310,7 @@ TEST_F(CoordinatorTest, AttachGivesTheHistoryThenLiveEventsThenTheRecordOnce) {
   }
   cluster_.End(Eval{{"accuracy", 0.75}});
   ASSERT_TRUE(early.AwaitEnd());
-  EXPECT_EQ(early.events().size(), 5u) << "live: the batch and the epoch";
+  EXPECT_EQ(early.events().size(), 6u) << "live: the batch and the epoch";
   EXPECT_EQ(early.ends(), 1);
   EXPECT_EQ(early.end().state(), JobRecord::SUCCEEDED);
   EXPECT_EQ(early.end().epoch(), 2);
@@ -344,19 +346,27 @@ TEST_F(CoordinatorTest, RecordsAndQueueSurviveACrashAndARestart) {
 
   now_ += absl::Hours(1);
   std::unique_ptr<Coordinator> c = Open({.state_dir = crashed});
-  ASSERT_TRUE(cluster_.AwaitRunning(d)) << "the queued job runs after the restart";
-  const std::vector<JobRecord> jobs = c->List("alice");
+  ASSERT_TRUE(cluster_.AwaitRunning(b + ".c1"))
+      << "the job running at the crash runs again first, as a new run for the servers";
+  std::vector<JobRecord> jobs = c->List("alice");
   ASSERT_EQ(jobs.size(), 3u);
   EXPECT_EQ(jobs[0].state(), JobRecord::SUCCEEDED);
   EXPECT_EQ(jobs[0].eval().at("accuracy"), 0.5);
-  EXPECT_EQ(jobs[1].state(), JobRecord::FAILED);
-  EXPECT_EQ(jobs[1].code(), static_cast<int>(absl::StatusCode::kAborted));
-  EXPECT_THAT(jobs[1].message(), HasSubstr("restarted while the job ran"));
+  EXPECT_EQ(jobs[1].state(), JobRecord::RUNNING);
+  EXPECT_EQ(jobs[1].restarts(), 1);
+  EXPECT_EQ(jobs[1].run_id(), b + ".c1");
   EXPECT_EQ(jobs[1].epoch(), 1) << "its progress at the crash";
+  EXPECT_EQ(jobs[2].state(), JobRecord::QUEUED);
   Recorder history;
   ASSERT_THAT(c->Attach(b, "alice", &history).status(), IsOk());
-  ASSERT_EQ(history.events().size(), 1u) << "the torn event is dropped, the whole one kept";
+  ASSERT_EQ(history.events().size(), 2u)
+      << "the torn event is dropped, the whole one kept, then the restart";
   EXPECT_EQ(history.events()[0].event().epoch().eval().at("accuracy"), 0.25);
+  EXPECT_THAT(history.events()[1].event().restarted().reason(), HasSubstr("restarted while the job ran"));
+  cluster_.End(Eval{});
+  ASSERT_TRUE(cluster_.AwaitRunning(d)) << "then the queued job";
+  jobs = c->List("alice");
+  EXPECT_EQ(jobs[1].state(), JobRecord::SUCCEEDED);
   // New ids do not collide with the old ones.
   const JobRecord e = Submit(*c, "a");
   EXPECT_NE(e.id(), a);
@@ -366,7 +376,7 @@ TEST_F(CoordinatorTest, RecordsAndQueueSurviveACrashAndARestart) {
   cluster_.End(Eval{});
 }
 
-TEST_F(CoordinatorTest, StoppingAbortsTheRunningJobAndKeepsTheQueued) {
+TEST_F(CoordinatorTest, AStoppedCoordinatorRunsItsJobAgainWhenItComesBack) {
   const std::string dir = StateDir();
   std::string a, b;
   {
@@ -374,13 +384,16 @@ TEST_F(CoordinatorTest, StoppingAbortsTheRunningJobAndKeepsTheQueued) {
     a = Submit(*c, "a").id();
     ASSERT_TRUE(cluster_.AwaitRunning(a));
     b = Submit(*c, "b").id();
-    c->Stop();
+    c->Stop();  // SIGTERM, a pod evicted
     EXPECT_THAT(c->Submit(Request("late"), "alice"), StatusIs(absl::StatusCode::kUnavailable));
-    EXPECT_EQ(c->Get(a, "alice")->state(), JobRecord::FAILED);
+    EXPECT_EQ(c->Get(a, "alice")->state(), JobRecord::RUNNING);
     EXPECT_THAT(c->Get(a, "alice")->message(), HasSubstr("stopped while the job ran"));
   }
   std::unique_ptr<Coordinator> c = Open({.state_dir = dir});
-  ASSERT_TRUE(cluster_.AwaitRunning(b));
+  ASSERT_TRUE(cluster_.AwaitRunning(a + ".c1")) << "the stopped job first";
+  cluster_.End(Eval{{"accuracy", 0.5}});
+  ASSERT_TRUE(cluster_.AwaitRunning(b)) << "then the queued one";
+  EXPECT_EQ(c->Get(a, "alice")->state(), JobRecord::SUCCEEDED);
   cluster_.End(Eval{});
 }
 
