@@ -38,7 +38,8 @@ int Usage() {
 
 int ClusterMain(int argc, char** argv) {
   // A standing cluster brings back a daemon that dies, as a StatefulSet would.
-  LocalClusterOptions options{.run_dir = "runs/local-cluster", .max_restarts = 10};
+  LocalClusterOptions options{
+      .run_dir = "runs/local-cluster", .max_restarts = 10, .stop_with_this_process = true};
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if ((arg != "-n" && arg != "-s" && arg != "--run_dir" && arg != "--max_restarts") ||

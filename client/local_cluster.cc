@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     argv.push_back("--address=" + address);
     argv.push_back("--port_file=" + port_file);
     argv.push_back("--token_file=" + token_file);
+    if (options.stop_with_this_process) argv.push_back(absl::StrCat("--parent_pid=", getpid()));
     d.socket = address.substr(5);
     d.start = {.argv = argv,
                .env = {{"OMP_NUM_THREADS", omp_threads}},

@@ -53,6 +53,10 @@ struct LocalClusterOptions {
   bool pin_workers = false;
   // Restarts of each daemon that dies; 0: none (the cluster then reports it, CheckAlive).
   int max_restarts = 0;
+  // The daemons stop when this process dies, even by SIGKILL (core/daemon.h StopWithParent).
+  // Only for a cluster started on a thread that lives as long as the process: the kernel
+  // signals them when the starting thread ends.
+  bool stop_with_this_process = false;
 };
 
 // `cpus` split among `parts` workers: contiguous runs of nearly equal size, or with more

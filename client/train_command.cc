@@ -169,7 +169,8 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
                    LocalCluster::Start({.num_servers = job.num_servers,
                                         .num_workers = job.num_workers,
                                         .run_dir = job.run_dir,
-                                        .max_restarts = jobs::RecoveryPolicyOf(job.spec).max_restarts}));
+                                        .max_restarts = jobs::RecoveryPolicyOf(job.spec).max_restarts,
+                                        .stop_with_this_process = true}));
   const Cluster cluster = local->cluster();
   // The embedded workers write under the run folder (their run root), where a relative
   // prefix would land one run folder deeper.

@@ -1,6 +1,8 @@
 #include "core/daemon.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -26,6 +28,13 @@ void OnTerminationSignal(std::function<void(int signo)> on_signal) {
 
 absl::Status WritePortFile(const std::string& path, int port) {
   return Annotate(WriteFileAtomically(path, absl::StrCat(port, "\n")), "the port file");
+}
+
+void StopWithParent(int parent) {
+  if (parent <= 0) return;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The parent may have died before the request: then it will never be signalled.
+  if (getppid() != parent) kill(getpid(), SIGTERM);
 }
 
 }  // namespace tessera

@@ -16,6 +16,12 @@ namespace tessera {
 // before other threads start.
 void OnTerminationSignal(std::function<void(int signo)> on_signal);
 
+// Asks the kernel for SIGTERM when the process that started this one (pid `parent`) dies, so
+// that a daemon of a local cluster stops with its launcher even after a SIGKILL instead of
+// living on orphaned; SIGTERM at once when `parent` is already gone. Call after
+// OnTerminationSignal (the signal then stops the daemon gracefully). `parent` <= 0: nothing.
+void StopWithParent(int parent);
+
 // Writes "<port>\n" to `path` through a temporary file and a rename, so a reader never sees
 // a partial file. INTERNAL naming the path on failure.
 absl::Status WritePortFile(const std::string& path, int port);

@@ -36,6 +36,8 @@
 ABSL_FLAG(std::string, address, "",
           "host:port (or unix:PATH) to listen on; default: 127.0.0.1 and this server's port "
           "in --ps_hosts");
+ABSL_FLAG(int, parent_pid, 0,
+          "stop (SIGTERM) when this process dies, e.g. the launcher of a local cluster; 0: never");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port (0 on a Unix socket) and a newline to this file, once serving");
 ABSL_FLAG(std::optional<int>, index, std::nullopt, "this server's index (TESSERA_INDEX)");
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(serving_mu);
     if (serving != nullptr) serving->Shutdown();
   });
+  tessera::StopWithParent(absl::GetFlag(FLAGS_parent_pid));
   tessera::rpc::SetUpGrpcForDaemon();  // after the signal mask: gRPC starts threads
   absl::StatusOr<tessera::rpc::TransportSecurity> security =
       tessera::rpc::TransportSecurityFromFlags();

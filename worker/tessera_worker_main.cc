@@ -35,6 +35,8 @@
 
 ABSL_FLAG(std::string, address, "127.0.0.1:0",
           "host:port to serve on (port 0: a free one), or unix:PATH");
+ABSL_FLAG(int, parent_pid, 0,
+          "stop (SIGTERM) when this process dies, e.g. the launcher of a local cluster; 0: never");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port (0 on a Unix socket) and a newline to this file, once serving");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the engine's random generators");
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     stop = true;
     cv.notify_all();
   });
+  tessera::StopWithParent(absl::GetFlag(FLAGS_parent_pid));
   tessera::rpc::SetUpGrpcForDaemon();  // after the signal mask: gRPC starts threads
 
   absl::StatusOr<tessera::rpc::TransportSecurity> security =

@@ -472,12 +472,13 @@ std::string NewestCheckpointName(const std::string& dir) {
 }
 
 // A dist_sync job of `tessera train` (its own cluster, supervised) loses its parameter
-// server and then a worker to SIGKILL mid-run. Each comes back, the job resumes from its
-// newest checkpoint and ends with the parameters of the same job run without a fault, byte
-// for byte; metrics.csv holds every epoch once. The kills wait for conditions (a checkpoint
+// server and then a worker to SIGKILL mid-run: each comes back and the job resumes from its
+// newest checkpoint. Then the client is SIGKILLed (its daemons stop with it) and
+// `tessera train --resume` continues. The job ends with the parameters of the same job run
+// without a fault, byte for byte; metrics.csv holds every epoch once. The kills wait for conditions (a checkpoint
 // written, then a newer one), not for time: the job checkpoints after every batch, so it
 // cannot outrun the polling.
-TEST_F(JobTest, AJobThatLosesItsServerAndAWorkerResumesAndEndsBitIdentical) {
+TEST_F(JobTest, AJobThatLosesItsServerAWorkerAndItsClientResumesAndEndsBitIdentical) {
   const std::string policy = "checkpoint: {every_batches: 1, keep: 2}\n";
   const Command whole = Tessera(
       {"train", WriteJob({.name = "recover", .epochs = 3, .extra = policy, .run_dir = RunDir("whole")}),
@@ -515,12 +516,27 @@ TEST_F(JobTest, AJobThatLosesItsServerAndAWorkerResumesAndEndsBitIdentical) {
   const int worker = PidWithArgument(run + "/logs/worker-1.port");
   ASSERT_GT(worker, 0);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
-  absl::StatusOr<ExitStatus> exit = (*train)->Wait(kJobTimeout);
-  ASSERT_THAT(exit.status(), IsOk());
+  for (const absl::Time deadline = absl::Now() + kJobTimeout;
+       absl::Now() < deadline &&
+       !absl::StrContains(ReadFileToString(out).value_or(""), "restart 2,");) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  newer_checkpoint(NewestCheckpointName(checkpoints));
+  // Then the client itself: its daemons stop with it, and --resume continues the job.
+  const int server_now = PidWithArgument(run + "/logs/ps-0.port");
+  ASSERT_GT(server_now, 0);
+  ASSERT_EQ((*train)->Signal(SIGKILL).code(), absl::StatusCode::kOk);
+  ASSERT_THAT((*train)->Wait(absl::Seconds(30)).status(), IsOk());
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30);
+       absl::Now() < deadline && kill(server_now, 0) == 0;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_NE(kill(server_now, 0), 0) << "the killed client's server lives on, orphaned";
   const std::string said = ReadFileToString(out).value_or("");
-  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString() << "\n" << said;
   EXPECT_THAT(said, AllOf(HasSubstr("restart 1, from its newest complete checkpoint"),
                           HasSubstr("restart 2, from its newest complete checkpoint")));
+  const Command resumed = Tessera({"train", job, "--resume", "--json"});
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
   EXPECT_EQ(ReadFileToString(run + "/recover-final.params").value_or("faulted"),
             ReadFileToString(RunDir("whole") + "/recover-final.params").value_or("whole"));
   // Every epoch once, in order.
