@@ -237,29 +237,30 @@ absl::StatusOr<std::unique_ptr<Coordinator::Attachment>> Coordinator::Attach(
 void Coordinator::RunLoop() {
   while (true) {
     std::string id;
+    SubmitJobRequest request;
+    std::shared_ptr<Cancellation> cancellation = std::make_shared<Cancellation>();
     {
+      // Taken off the queue and made RUNNING, with its cancellation in place, in one step:
+      // neither a Stop nor a Cancel may come between (the job would run on uncancellable, or
+      // be looked for in the queue it has left).
       std::unique_lock<std::mutex> lock(mu_);
       queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
       id = queue_.front();
       queue_.pop_front();
+      Job& job = *jobs_.at(id);
+      job.record.set_state(JobRecord::RUNNING);
+      job.record.set_start_unix_ms(NowMs());
+      cancellation_ = cancellation;
+      request = job.request;
+      Save(job);
     }
-    RunOne(id);
+    RunOne(id, request, cancellation);
   }
 }
 
-void Coordinator::RunOne(const std::string& id) {
-  SubmitJobRequest request;
-  std::shared_ptr<Cancellation> cancellation = std::make_shared<Cancellation>();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Job& job = *jobs_.at(id);
-    job.record.set_state(JobRecord::RUNNING);
-    job.record.set_start_unix_ms(NowMs());
-    cancellation_ = cancellation;
-    request = job.request;
-    Save(job);
-  }
+void Coordinator::RunOne(const std::string& id, const SubmitJobRequest& request,
+                         const std::shared_ptr<Cancellation>& cancellation) {
   spdlog::info("jobs: running '{}' on {} worker(s)", id, request.workers_size());
   absl::StatusOr<std::map<std::string, double>> eval = runner_(
       request, [this, &id](int rank, const JobEvent& event) { OnEvent(id, rank, event); },

@@ -119,7 +119,9 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, ClusterRunner runner, JobStore store)
       : options_(std::move(options)), runner_(std::move(runner)), store_(std::move(store)) {}
   void RunLoop();
-  void RunOne(const std::string& id);
+  // Runs job `id`, which RunLoop made RUNNING, to its end.
+  void RunOne(const std::string& id, const SubmitJobRequest& request,
+              const std::shared_ptr<Cancellation>& cancellation);
   void OnEvent(const std::string& id, int rank, const JobEvent& event);
   // Ends `job` with `status` (and worker 0's final evaluation), saves it and tells its
   // listeners.
