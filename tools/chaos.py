@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Fault injection for a training job: `./tessera chaos JOB.yaml` runs the job once without
+faults, then again on its own local cluster while SIGKILLing its processes at random batches,
+and checks what must survive:
+
+  - the faulted job finishes (recovering by itself from lost workers and servers, and with
+    `tessera train --resume` after the client itself is killed);
+  - its final parameters equal the fault-free run's, byte for byte (CPU, fixed threads);
+  - metrics.csv holds every epoch once;
+  - every checkpoint folder left has its manifest (a kill mid-write leaves none behind that
+    a later checkpoint does not replace, and none is loaded).
+
+Kinds of kill (--kill, comma-separated): worker (a random worker daemon), ps (a random
+parameter server), client (the `tessera train` process: its daemons stop with it, and the
+job is resumed with --resume), checkpoint (worker 0 while it writes a checkpoint: killed as
+soon as a checkpoint folder without its manifest is seen).
+
+Recovery time of a kill: from the kill until the job has written two checkpoints past the
+newest at the kill (the first may be one whose write was under way), i.e. one or two batches
+past the point it lost; the job should checkpoint every batch for this to be that close
+(`checkpoint: {every_batches: 1}`). The last line is one
+JSON object: the kills, recovery p50/p99 per kind, and the checks.
+
+usage: tools/chaos.py JOB.yaml [--kill worker,ps,client,checkpoint] [--times N] [--seed S]
+                      [--tessera PATH] [--out DIR]
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import yaml
+
+KINDS = ("worker", "ps", "client", "checkpoint")
+JOB_TIMEOUT = 1800
+
+
+def pid_with_argument(part):
+    """The pid of the process whose command line holds `part`, or None."""
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if part in cmdline:
+            return int(entry.name)
+    return None
+
+
+def checkpoints(folder):
+    """(complete, incomplete) checkpoint folder names under `folder`, sorted."""
+    complete, incomplete = [], []
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith("ckpt-"):
+                (complete if (entry / "MANIFEST").exists() else incomplete).append(entry.name)
+    return complete, incomplete
+
+
+def newest(folder):
+    complete, _ = checkpoints(folder)
+    return complete[-1] if complete else ""
+
+
+def write_job(original, job, run_dir, suffix):
+    """A copy of the job with its run folder set, beside the original (relative data paths
+    stay right)."""
+    changed = dict(job)
+    changed["run_dir"] = str(run_dir)
+    path = original.with_name(f".{original.stem}.chaos-{suffix}.yaml")
+    path.write_text(yaml.safe_dump(changed))
+    return path
+
+
+def train(tessera, job_file, log, resume=False):
+    args = [tessera, "train", str(job_file), "--json"] + (["--resume"] if resume else [])
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("job")
+    parser.add_argument("--kill", default="worker,ps,client,checkpoint")
+    parser.add_argument("--times", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--tessera", default=os.environ.get("TESSERA_BIN", "tessera"))
+    parser.add_argument("--out", default=None, help="the runs' folder (default runs/chaos-NAME)")
+    args = parser.parse_args()
+    kinds = [k for k in args.kill.split(",") if k]
+    for kind in kinds:
+        if kind not in KINDS:
+            sys.exit(f"chaos: --kill: unknown kind '{kind}' (known: {', '.join(KINDS)})")
+    rng = random.Random(args.seed)
+    original = pathlib.Path(args.job).resolve()
+    job = yaml.safe_load(original.read_text())
+    if job.get("checkpoint") is False:
+        sys.exit(f"chaos: {original}: the job takes no checkpoints (checkpoint: false), so "
+                 "it cannot resume")
+    name = job.get("name", original.stem)
+    out = pathlib.Path(args.out or f"runs/chaos-{name}").resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    clean_dir, faulted_dir = out / "clean", out / "faulted"
+    clean_job = write_job(original, job, clean_dir, "clean")
+    faulted_job = write_job(original, job, faulted_dir, "faulted")
+    report = {"job": name, "seed": args.seed, "kills": []}
+    try:
+        with open(out / "clean.log", "w") as log:
+            started = time.monotonic()
+            code = train(args.tessera, clean_job, log).wait(JOB_TIMEOUT)
+            report["clean_seconds"] = round(time.monotonic() - started, 3)
+        if code != 0:
+            sys.exit(f"chaos: the fault-free run failed ({out / 'clean.log'})")
+
+        folder = faulted_dir / f"{name}-checkpoints"
+        log = open(out / "faulted.log", "w")
+        process = train(args.tessera, faulted_job, log)
+        started = time.monotonic()
+        for i in range(args.times):
+            kind = rng.choice(kinds)
+            # A random batch: 1-3 more checkpoints (checkpoint kills: a write in progress).
+            wait_for = rng.randint(1, 3)
+            seen, target = newest(folder), None
+            deadline = time.monotonic() + JOB_TIMEOUT
+            while process.poll() is None and time.monotonic() < deadline:
+                complete, incomplete = checkpoints(folder)
+                if kind == "checkpoint" and incomplete and complete and incomplete[-1] > complete[-1]:
+                    target = pid_with_argument(f"{faulted_dir}/logs/worker-0.port")
+                    break
+                if kind != "checkpoint" and len([c for c in complete if c > seen]) >= wait_for:
+                    if kind == "client":
+                        target = process.pid
+                    else:
+                        daemon = "ps" if kind == "ps" else "worker"
+                        count = len(list((faulted_dir / "logs").glob(f"{daemon}-*.port")))
+                        target = pid_with_argument(
+                            f"{faulted_dir}/logs/{daemon}-{rng.randrange(max(count, 1))}.port")
+                    break
+                time.sleep(0.001)
+            if target is None:
+                break  # the job ended first
+            at = newest(folder)
+            os.kill(target, signal.SIGKILL)
+            killed = time.monotonic()
+            if kind == "client":
+                process.wait()
+                process = train(args.tessera, faulted_job, log, resume=True)
+            # Recovered: two checkpoints past the one the job stood at when it lost the
+            # process (the first may be one its writer finished after the kill).
+            def past():
+                return len([c for c in checkpoints(folder)[0] if c > at])
+            while process.poll() is None and past() < 2:
+                time.sleep(0.001)
+            recovery = time.monotonic() - killed if past() >= 2 else None
+            report["kills"].append({"kind": kind, "checkpoint": at,
+                                    "recovery_seconds": None if recovery is None else round(recovery, 3)})
+            print(f"chaos: kill {i + 1}: {kind} at {at or 'the start'}; recovered in "
+                  f"{'-' if recovery is None else f'{recovery:.2f} s'}", file=sys.stderr)
+        code = process.wait(JOB_TIMEOUT)
+        log.close()
+        report["faulted_seconds"] = round(time.monotonic() - started, 3)
+        report["finished"] = code == 0
+        clean_params = (clean_dir / f"{name}-final.params")
+        faulted_params = (faulted_dir / f"{name}-final.params")
+        report["params_identical"] = (faulted_params.exists() and clean_params.exists() and
+                                      faulted_params.read_bytes() == clean_params.read_bytes())
+        rows = (faulted_dir / "metrics.csv").read_text().splitlines()[1:] \
+            if (faulted_dir / "metrics.csv").exists() else []
+        epochs = [int(row.split(",")[0]) for row in rows if row]
+        report["epochs_once"] = epochs == list(range(1, int(job["epochs"]) + 1))
+        complete, incomplete = checkpoints(folder)
+        report["half_written_left"] = [c for c in incomplete if complete and c < complete[-1]]
+        for kind in kinds:
+            times = sorted(k["recovery_seconds"] for k in report["kills"]
+                           if k["kind"] == kind and k["recovery_seconds"] is not None)
+            if times:
+                report[f"{kind}_recovery_p50_s"] = round(statistics.median(times), 3)
+                report[f"{kind}_recovery_p99_s"] = times[min(len(times) - 1, int(0.99 * len(times)))]
+        report["passed"] = (report["finished"] and report["params_identical"] and
+                            report["epochs_once"] and not report["half_written_left"])
+    finally:
+        clean_job.unlink(missing_ok=True)
+        faulted_job.unlink(missing_ok=True)
+    print(json.dumps(report))
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
