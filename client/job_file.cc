@@ -22,6 +22,8 @@
 #include "core/status_macros.h"
 #include "examples/models.h"
 #include "io/create_data_iter.h"
+#include "jobs/iterator_rules.h"
+#include "kvstore/kvstore.h"
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/params_file.h"
@@ -34,23 +36,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // The KVStore types a job may name (kvstore/kvstore.h).
-constexpr const char* kKVStores[] = {"local",      "local_update_cpu", "local_allreduce_cpu",
-                                     "local_allreduce_device", "device", "nccl",
-                                     "dist_sync",  "dist_async"};
 
 
 // The IDX-file fields of kind mnist; the other kinds read data.train / data.test instead.
 constexpr const char* kMnistFields[] = {"dir",         "train_images", "train_labels",
                                         "test_images", "test_labels",  "flat"};
-// Iterator arguments the job sets (DataSpec's comment), and where from.
-constexpr std::pair<const char*, const char*> kJobSetArgs[] = {
-    {"batch_size", "batch_size"},
-    {"seed", "seed"},
-    {"shuffle", "data.shuffle"},
-    {"part_index", "each worker reads its own part"},
-    {"num_parts", "each worker reads its own part"}};
-// ...and, on the test iterator only, its last batch: padded so every sample counts once.
-constexpr const char* kJobSetTestArgs[] = {"last_batch_handle", "round_batch"};
 
 // The names tools/fetch_mnist.py writes (the standard MNIST distribution's).
 constexpr const char* kTrainImages = "train-images-idx3-ubyte";
@@ -329,9 +319,8 @@ class Parser {
     spec.set_kvstore(job.num_workers > 1 ? "dist_sync" : "local");
     if (auto it = top.find("kvstore"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string kv, String(it->second, "kvstore"));
-      if (!OneOf(kv, kKVStores)) {
-        return Error(it->second, "kvstore",
-                     absl::StrCat("unknown KVStore type \"", kv, "\" (", Names(kKVStores), ")"));
+      if (absl::Status known = kvstore::ParseKVStoreType(kv).status(); !known.ok()) {
+        return Error(it->second, "kvstore", known.message());
       }
       if (IsLocalKVStore(kv) && job.num_workers > 1) {
         return Error(
@@ -608,15 +597,8 @@ class Parser {
     io::IterKwargs kwargs;
     for (const auto& [key, entry] : args) {
       const std::string key_path = Join(path, key);
-      for (const auto& [arg, from] : kJobSetArgs) {
-        if (key == arg) {
-          return Error(entry, key_path, absl::StrCat("the job sets it (", from, ")"));
-        }
-      }
-      if (test && OneOf(key, kJobSetTestArgs)) {
-        return Error(entry, key_path,
-                     "the job sets it (the test iterator pads its last batch so every test "
-                     "sample counts once)");
+      if (std::optional<std::string> set = jobs::JobSetsIterArgument(key, test)) {
+        return Error(entry, key_path, *set);
       }
       ASSIGN_OR_RETURN(std::string value, IterValue(entry, key_path));
       // "NULL" is MXNet's "no file" (label_csv); it and "" are not paths.
@@ -762,7 +744,10 @@ absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::st
   return Parser(file_name_for_errors, base_dir, cluster).Parse(yaml_text);
 }
 
-bool IsLocalKVStore(const std::string& kvstore) { return kvstore.rfind("dist_", 0) != 0; }
+bool IsLocalKVStore(const std::string& kvstore) {
+  absl::StatusOr<kvstore::KVStoreKind> kind = kvstore::ParseKVStoreType(kvstore);
+  return !kind.ok() || !kind->dist;
+}
 
 absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster) {
   std::ifstream in(path, std::ios::binary);

@@ -1,4 +1,4 @@
-// KVStore::Create: the one place store types are chosen by name.
+// KVStore::Create and ParseKVStoreType: the one place store types are told apart by name.
 #include "kvstore/kvstore.h"
 
 #include "absl/strings/str_cat.h"
@@ -8,26 +8,52 @@
 
 namespace tessera::kvstore {
 
+namespace {
+
+struct TypeName {
+  const char* name;
+  KVStoreKind kind;
+};
+constexpr TypeName kTypes[] = {
+    {"local", {.local_update = true}},
+    {"local_update_cpu", {.local_update = true}},
+    {"local_allreduce_cpu", {}},
+    {"local_allreduce_device", {}},
+    {"device", {.used_on_one_device = true}},
+    {"nccl", {.used_on_one_device = true}},
+    {"dist_sync", {.dist = true, .used_on_one_device = true}},
+    {"dist_async", {.dist = true, .sync = false, .used_on_one_device = true}},
+};
+
+}  // namespace
+
+std::string KnownKVStoreTypes() {
+  std::string names;
+  for (const TypeName& t : kTypes) absl::StrAppend(&names, names.empty() ? "" : ", ", t.name);
+  return names;
+}
+
+absl::StatusOr<KVStoreKind> ParseKVStoreType(absl::string_view type) {
+  for (const TypeName& t : kTypes) {
+    if (type == t.name) return t.kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KVStore type \"", type, "\" (known: ", KnownKVStoreTypes(), ")"));
+}
+
 absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type) {
   using internal::LocalKVStore;
   using internal::LocalMode;
-  if (type == "local" || type == "local_update_cpu") {
-    return std::make_unique<LocalKVStore>(type, LocalMode::kUpdateCpu);
-  }
-  if (type == "local_allreduce_cpu") {
-    return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceCpu);
-  }
-  if (type == "local_allreduce_device" || type == "device" || type == "nccl") {
-    return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceDevice);
-  }
-  if (type == "dist_sync" || type == "dist_async") {
+  ASSIGN_OR_RETURN(const KVStoreKind kind, ParseKVStoreType(type));
+  if (kind.dist) {
     ASSIGN_OR_RETURN(DistKVStoreOptions options, DistKVStoreOptionsFromEnvironment());
     return CreateDistKVStore(type, options);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown KVStore type \"", type,
-      "\" (known: local, local_update_cpu, local_allreduce_cpu, local_allreduce_device (also "
-      "device, nccl), dist_sync, dist_async)"));
+  if (kind.local_update) return std::make_unique<LocalKVStore>(type, LocalMode::kUpdateCpu);
+  if (type == "local_allreduce_cpu") {
+    return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceCpu);
+  }
+  return std::make_unique<LocalKVStore>(type, LocalMode::kAllreduceDevice);
 }
 
 absl::StatusOr<std::string> KVStore::SaveOptimizerStates() {

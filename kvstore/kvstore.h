@@ -54,10 +54,26 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
 
 namespace tessera::kvstore {
+
+// What a store type's name says: the one table of the names above, which Create, the job
+// checks (client and worker) and Module all read.
+struct KVStoreKind {
+  bool dist = false;  // dist_sync / dist_async: the parameter servers'
+  bool sync = true;   // false for dist_async
+  bool local_update = false;  // local / local_update_cpu: one device updates in place
+  // device / nccl (and the dist types): used even with one device, which they check (nccl
+  // wants GPUs); the local_* types then leave the one device to update in place.
+  bool used_on_one_device = false;
+};
+// INVALID_ARGUMENT naming the type and the known ones for an unknown name.
+absl::StatusOr<KVStoreKind> ParseKVStoreType(absl::string_view type);
+// "local, local_update_cpu, ...": the known names, for messages.
+std::string KnownKVStoreTypes();
 
 class KVStore {
  public:

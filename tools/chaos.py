@@ -15,10 +15,11 @@ parameter server), client (the `tessera train` process: its daemons stop with it
 job is resumed with --resume), checkpoint (worker 0 while it writes a checkpoint: killed as
 soon as a checkpoint folder without its manifest is seen).
 
-Recovery time of a kill: from the kill until the job has written two checkpoints past the
-newest at the kill (the first may be one whose write was under way), i.e. one or two batches
-past the point it lost; the job should checkpoint every batch for this to be that close
-(`checkpoint: {every_batches: 1}`). The last line is one
+Recovery time of a kill: from the kill until the rerun (announced by the client: "restart N")
+has written its first checkpoint, i.e. its first batch past the point it resumed from; after a
+client kill, until the resumed run has written two checkpoints past the newest at the kill
+(the first may be one the old run's writer finished). The job should checkpoint every batch
+for this to be one batch (`checkpoint: {every_batches: 1}`). The last line is one
 JSON object: the kills, recovery p50/p99 per kind, and the checks.
 
 usage: tools/chaos.py JOB.yaml [--kill worker,ps,client,checkpoint] [--times N] [--seed S]
@@ -71,6 +72,14 @@ def newest(folder):
     return complete[-1] if complete else ""
 
 
+def restarts_said(log_path):
+    """How many restarts `tessera train` has announced in its log."""
+    try:
+        return log_path.read_text(errors="replace").count("; restart ")
+    except OSError:
+        return 0
+
+
 def write_job(original, job, run_dir, suffix):
     """A copy of the job with its run folder set, beside the original (relative data paths
     stay right)."""
@@ -86,47 +95,40 @@ def train(tessera, job_file, log, resume=False):
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("job")
-    parser.add_argument("--kill", default="worker,ps,client,checkpoint")
-    parser.add_argument("--times", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--tessera", default=os.environ.get("TESSERA_BIN", "tessera"))
-    parser.add_argument("--out", default=None, help="the runs' folder (default runs/chaos-NAME)")
-    args = parser.parse_args()
-    kinds = [k for k in args.kill.split(",") if k]
+def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False):
+    """Runs the job without faults, then with `times` kills of `kinds` (each chosen at random,
+    or with `balanced` in turn); the report (a dict, "passed" among its keys)."""
     for kind in kinds:
         if kind not in KINDS:
             sys.exit(f"chaos: --kill: unknown kind '{kind}' (known: {', '.join(KINDS)})")
-    rng = random.Random(args.seed)
-    original = pathlib.Path(args.job).resolve()
+    rng = random.Random(seed)
+    original = pathlib.Path(job_path).resolve()
     job = yaml.safe_load(original.read_text())
     if job.get("checkpoint") is False:
         sys.exit(f"chaos: {original}: the job takes no checkpoints (checkpoint: false), so "
                  "it cannot resume")
     name = job.get("name", original.stem)
-    out = pathlib.Path(args.out or f"runs/chaos-{name}").resolve()
+    out = pathlib.Path(out or f"runs/chaos-{name}").resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     clean_dir, faulted_dir = out / "clean", out / "faulted"
     clean_job = write_job(original, job, clean_dir, "clean")
     faulted_job = write_job(original, job, faulted_dir, "faulted")
-    report = {"job": name, "seed": args.seed, "kills": []}
+    report = {"job": name, "seed": seed, "kills": []}
     try:
         with open(out / "clean.log", "w") as log:
             started = time.monotonic()
-            code = train(args.tessera, clean_job, log).wait(JOB_TIMEOUT)
+            code = train(tessera, clean_job, log).wait(JOB_TIMEOUT)
             report["clean_seconds"] = round(time.monotonic() - started, 3)
         if code != 0:
             sys.exit(f"chaos: the fault-free run failed ({out / 'clean.log'})")
 
         folder = faulted_dir / f"{name}-checkpoints"
         log = open(out / "faulted.log", "w")
-        process = train(args.tessera, faulted_job, log)
+        process = train(tessera, faulted_job, log)
         started = time.monotonic()
-        for i in range(args.times):
-            kind = rng.choice(kinds)
+        for i in range(times):
+            kind = kinds[i % len(kinds)] if balanced else rng.choice(kinds)
             # A random batch: 1-3 more checkpoints (checkpoint kills: a write in progress).
             wait_for = rng.randint(1, 3)
             seen, target = newest(folder), None
@@ -149,18 +151,28 @@ def main():
             if target is None:
                 break  # the job ended first
             at = newest(folder)
+            restarts = restarts_said(out / "faulted.log")
             os.kill(target, signal.SIGKILL)
             killed = time.monotonic()
             if kind == "client":
                 process.wait()
-                process = train(args.tessera, faulted_job, log, resume=True)
-            # Recovered: two checkpoints past the one the job stood at when it lost the
-            # process (the first may be one its writer finished after the kill).
-            def past():
-                return len([c for c in checkpoints(folder)[0] if c > at])
-            while process.poll() is None and past() < 2:
+                process = train(tessera, faulted_job, log, resume=True)
+                # The old run can finish at most the checkpoint it was writing: recovered at
+                # the second past the one it stood at.
+                def recovered():
+                    return len([c for c in checkpoints(folder)[0] if c > at]) >= 2
+            else:
+                # The survivors may finish a round or a write before they see the loss:
+                # recovered at the first checkpoint of the rerun the client announces.
+                while process.poll() is None and restarts_said(out / "faulted.log") <= restarts:
+                    time.sleep(0.001)
+                rerun_from = newest(folder)
+
+                def recovered():
+                    return newest(folder) > rerun_from
+            while process.poll() is None and not recovered():
                 time.sleep(0.001)
-            recovery = time.monotonic() - killed if past() >= 2 else None
+            recovery = time.monotonic() - killed if recovered() else None
             report["kills"].append({"kind": kind, "checkpoint": at,
                                     "recovery_seconds": None if recovery is None else round(recovery, 3)})
             print(f"chaos: kill {i + 1}: {kind} at {at or 'the start'}; recovered in "
@@ -190,6 +202,20 @@ def main():
     finally:
         clean_job.unlink(missing_ok=True)
         faulted_job.unlink(missing_ok=True)
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("job")
+    parser.add_argument("--kill", default="worker,ps,client,checkpoint")
+    parser.add_argument("--times", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--tessera", default=os.environ.get("TESSERA_BIN", "tessera"))
+    parser.add_argument("--out", default=None, help="the runs' folder (default runs/chaos-NAME)")
+    args = parser.parse_args()
+    report = run_chaos(args.job, [k for k in args.kill.split(",") if k], args.times, args.seed,
+                       args.tessera, args.out)
     print(json.dumps(report))
     return 0 if report["passed"] else 1
 

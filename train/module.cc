@@ -194,10 +194,10 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   kvstore_.reset();
   local_optimizer_.reset();
   optimizer_ = nullptr;
-  const bool dist = kvstore.rfind("dist", 0) == 0;
+  ASSIGN_OR_RETURN(const kvstore::KVStoreKind kind, kvstore::ParseKVStoreType(kvstore));
   // One device and a local store: nothing to reduce, update in place (MXNet does the same).
   std::unique_ptr<kvstore::KVStore> store;
-  if (execs_.size() > 1 || kvstore.rfind("local", 0) != 0) {
+  if (execs_.size() > 1 || kind.used_on_one_device) {
     if (fit != nullptr && fit->kvstore_factory) {
       ASSIGN_OR_RETURN(store, fit->kvstore_factory(kvstore));
     } else {
@@ -208,7 +208,7 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   // As MXNet's Module: gradients are summed over the batch (of every worker, for dist_sync),
   // so scale them by 1/batch.
   if (std::none_of(params.begin(), params.end(), [](const auto& kv) { return kv.first == "rescale_grad"; })) {
-    const bool sync = dist && kvstore.find("_sync") != std::string::npos;
+    const bool sync = kind.dist && kind.sync;
     const int64_t samples = batch_size_ * (sync ? store->num_workers() : 1);
     params.emplace_back("rescale_grad", absl::StrCat(1.0 / static_cast<double>(samples)));
   }
@@ -255,7 +255,7 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
     local_optimizer_ = std::move(opt);
     optimizer_ = local_optimizer_.get();
   }
-  if (dist) {
+  if (kind.dist) {
     // Every worker starts from the servers' values (the first worker's Init won).
     RETURN_IF_ERROR(store->Pull(keys, weights));
     for (const auto& list : weights) {

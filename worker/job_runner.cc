@@ -17,7 +17,9 @@
 #include "graph/graph_def.h"
 #include "graph/symbol_json.h"
 #include "io/create_data_iter.h"
+#include "jobs/iterator_rules.h"
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/kvstore.h"
 #include "kvstore/lr_scheduler.h"
 #include "ndarray/params_file.h"
 #include "train/checkpoint.h"
@@ -60,24 +62,19 @@ struct Data {
   std::unique_ptr<io::DataIter> train, test;
 };
 
-// The iterator `iter_name` from the arguments a job gives (at `field`, e.g.
-// "data.train_iter") plus `worker_set`, the arguments the worker takes from the JobSpec and
-// its part, which the job must not give (nor round_batch where last_batch_handle is set:
-// CSVIter refuses both). Errors name the field, and the key when one alone is at fault; the
+// The iterator `iter_name` (the test iterator when `test`) from the arguments a job gives (at
+// `field`, e.g. "data.train_iter") plus those the job sets itself (jobs/iterator_rules.h),
+// which it must not give. Errors name the field, and the key when one alone is at fault; the
 // iterator's own errors (a missing file, an empty part) keep their code.
-absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(const Runtime& rt,
+absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(const Runtime& rt, const JobSpec& spec,
                                                         const std::string& iter_name,
                                                         const std::string& field,
-                                                        const io::IterKwargs& given,
-                                                        const io::IterKwargs& worker_set) {
-  io::IterKwargs kwargs = worker_set;
+                                                        const io::IterKwargs& given, bool test) {
+  io::IterKwargs kwargs = jobs::JobSetIterArguments(spec, test);
   for (const auto& [key, value] : given) {
     const std::string key_field = absl::StrCat(field, ".", key);
-    if (worker_set.contains(key) ||
-        (key == "round_batch" && worker_set.contains("last_batch_handle"))) {
-      return FieldError(absl::StatusCode::kInvalidArgument, key_field,
-                        "the worker sets it from the job (batch_size, seed, data.shuffle, its "
-                        "data part; the test iterator pads its last batch)");
+    if (std::optional<std::string> set = jobs::JobSetsIterArgument(key, test)) {
+      return FieldError(absl::StatusCode::kInvalidArgument, key_field, *set);
     }
     if (absl::Status alone = io::CheckDataIterKwargs(iter_name, {{key, value}}); !alone.ok()) {
       return FieldError(absl::StatusCode::kInvalidArgument, key_field, alone.message());
@@ -140,20 +137,9 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec,
   RETURN_IF_ERROR(ConfineFiles(data_root, train_field, train_names, train));
   RETURN_IF_ERROR(ConfineFiles(data_root, test_field, test_names, test));
   Data data;
-  const io::IterKwargs train_set = {{"batch_size", absl::StrCat(spec.batch_size())},
-                                    {"seed", absl::StrCat(spec.seed())},
-                                    {"shuffle", d.shuffle() ? "1" : "0"},
-                                    {"part_index", absl::StrCat(d.part_index())},
-                                    {"num_parts", absl::StrCat(std::max(1, d.num_parts()))}};
-  ASSIGN_OR_RETURN(data.train, BuildIter(rt, *iter_name, train_field, train, train_set));
+  ASSIGN_OR_RETURN(data.train, BuildIter(rt, spec, *iter_name, train_field, train, false));
   if (!test.empty()) {
-    const io::IterKwargs test_set = {{"batch_size", absl::StrCat(spec.batch_size())},
-                                     {"seed", absl::StrCat(spec.seed())},
-                                     {"shuffle", "0"},
-                                     {"part_index", "0"},
-                                     {"num_parts", "1"},
-                                     {"last_batch_handle", "pad"}};  // each sample once
-    ASSIGN_OR_RETURN(data.test, BuildIter(rt, *iter_name, test_field, test, test_set));
+    ASSIGN_OR_RETURN(data.test, BuildIter(rt, spec, *iter_name, test_field, test, true));
   }
   return data;
 }
@@ -310,7 +296,9 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     return FieldError(absl::StatusCode::kInvalidArgument, "num_epochs", "must be >= 1");
   }
   const std::string kvstore = spec.kvstore().empty() ? "local" : spec.kvstore();
-  const bool dist = kvstore.rfind("dist", 0) == 0;
+  absl::StatusOr<kvstore::KVStoreKind> kind = kvstore::ParseKVStoreType(kvstore);
+  if (!kind.ok()) return FieldError(kind.status().code(), "kvstore", kind.status().message());
+  const bool dist = kind->dist;
   if (dist && spec.ps_hosts().empty()) {
     return FieldError(absl::StatusCode::kFailedPrecondition, "kvstore",
                       absl::StrCat("'", kvstore, "' needs parameter servers (ps_hosts is empty)"));

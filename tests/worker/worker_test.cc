@@ -445,7 +445,7 @@ TEST_F(WorkerTest, BadIteratorArgumentsNameTheFieldKeyOrFile) {
     (*spec.mutable_data()->mutable_train_iter())[key] = "1";
     EXPECT_THAT(run(spec), StatusIs(absl::StatusCode::kInvalidArgument,
                                     AllOf(HasSubstr(absl::StrCat("data.train_iter.", key)),
-                                          HasSubstr("the worker sets it"))));
+                                          HasSubstr("the job sets it"))));
   }
   spec = RecordJob();
   (*spec.mutable_data()->mutable_test_iter())["last_batch_handle"] = "discard";
