@@ -224,6 +224,13 @@ std::string Executor::GraphObstacle() const {
   return "";
 }
 
+bool Executor::draws_random() const {
+  for (const std::unique_ptr<NodeState>& node : nodes_) {
+    if (node != nullptr && node->random) return true;
+  }
+  return false;
+}
+
 absl::Status Executor::BuildPasses() {
   struct Range {
     uint32_t begin, end;

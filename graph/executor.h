@@ -116,6 +116,9 @@ class Executor {
   // random numbers"). Read it after waiting for the executor's work (WaitForAll, or reading
   // an output): the passes update it on the engine's threads.
   std::string cuda_graph_status() const;
+  // Whether an operator of this executor draws random numbers (Dropout, rrelu): its results
+  // then depend on the generators' state, which a trainer reseeds to resume exactly.
+  bool draws_random() const;
 
  private:
   struct NodeState;

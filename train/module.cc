@@ -386,8 +386,14 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
   // The iterator starts at epoch 0; a resumed run moves it to the epoch it resumes at, so
   // its shuffles match the uninterrupted run's.
   for (int e = 0; e < begin_epoch; ++e) RETURN_IF_ERROR(train->Reset());
+  // A network that draws random numbers has its generators reseeded before every batch, so
+  // that a run resumed at any batch draws what the uninterrupted run drew; the reseed is an
+  // engine function per device, which one that draws none does without.
+  const bool reseed_every_batch = std::any_of(
+      execs_.begin(), execs_.end(), [](const auto& exec) { return exec->draws_random(); });
   for (int epoch = begin_epoch; epoch < options.num_epoch; ++epoch) {
     if (epoch > begin_epoch) RETURN_IF_ERROR(train->Reset());
+    if (!reseed_every_batch) RETURN_IF_ERROR(rt_.resources->SeedRandom(EpochSeed(options.seed, epoch)));
     metric->Reset();
     int nbatch = 0;
     if (epoch == begin_epoch && begin_batch > 0) {
@@ -411,7 +417,9 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
       }
       ASSIGN_OR_RETURN(bool more, train->Next());
       if (!more) break;
-      RETURN_IF_ERROR(rt_.resources->SeedRandom(BatchSeed(options.seed, epoch, nbatch)));
+      if (reseed_every_batch) {
+        RETURN_IF_ERROR(rt_.resources->SeedRandom(BatchSeed(options.seed, epoch, nbatch)));
+      }
       const io::DataBatch& batch = train->Value();
       RETURN_IF_ERROR(Forward(batch, /*is_train=*/true));
       RETURN_IF_ERROR(Backward());

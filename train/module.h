@@ -14,7 +14,8 @@
 // produces first, are reduced while Backward still runs.
 //
 // Reproducibility: parameters are initialized from `seed`, every batch reseeds the random
-// generators with (seed, epoch, batch), and iterators shuffle from (seed, epoch). A run
+// generators with (seed, epoch, batch) (every epoch with (seed, epoch) when the network
+// draws no random numbers), and iterators shuffle from (seed, epoch). A run
 // resumed from a complete checkpoint (train/checkpoint.h: parameters, optimizer state,
 // position, running metric) therefore continues the uninterrupted run bit for bit, on the
 // CPU with fixed thread counts.

@@ -11,6 +11,8 @@
 #include "core/cancellation.h"
 #include "core/file.h"
 #include "core/status_matchers.h"
+#include "graph/graph_def.h"
+#include "graph/symbol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ndarray/serialization.h"
@@ -151,6 +153,36 @@ TEST_F(ResumeTest, AnInterruptedJobResumedFromItsNewestCheckpointEndsBitIdentica
   absl::StatusOr<JobResult> last_epoch = Run(from_epoch);
   ASSERT_THAT(last_epoch, IsOk());
   EXPECT_EQ(ParamBytes(*last_epoch), ParamBytes(*whole));
+}
+
+// A network that draws random numbers (Dropout): the resumed run draws what the
+// uninterrupted one drew, as the generators are reseeded per batch.
+TEST_F(ResumeTest, ANetworkWithDropoutResumesBitIdentical) {
+  using graph::Symbol;
+  absl::StatusOr<Symbol> fc1 = Symbol::Create("FullyConnected", {{"num_hidden", "64"}},
+                                              {Symbol::Variable("data")}, "fc1");
+  ASSERT_THAT(fc1.status(), IsOk());
+  absl::StatusOr<Symbol> relu = Symbol::Create("Activation", {{"act_type", "relu"}}, {*fc1}, "relu1");
+  ASSERT_THAT(relu.status(), IsOk());
+  absl::StatusOr<Symbol> drop = Symbol::Create("Dropout", {{"p", "0.3"}}, {*relu}, "drop1");
+  ASSERT_THAT(drop.status(), IsOk());
+  absl::StatusOr<Symbol> fc2 = Symbol::Create("FullyConnected", {{"num_hidden", "10"}}, {*drop}, "fc2");
+  ASSERT_THAT(fc2.status(), IsOk());
+  absl::StatusOr<Symbol> net = Symbol::Create("SoftmaxOutput", {}, {*fc2, Symbol::Variable("softmax_label")}, "softmax");
+  ASSERT_THAT(net.status(), IsOk());
+  auto job = [&](const std::string& prefix) {
+    JobSpec spec = Job(prefix);
+    *spec.mutable_graph() = graph::ToGraphDef(*net);
+    return spec;
+  };
+  absl::StatusOr<JobResult> whole = Run(job("whole"));
+  ASSERT_THAT(whole, IsOk());
+  EXPECT_THAT(Run(job("cut"), 1, 8), StatusIs(absl::StatusCode::kCancelled));
+  JobSpec resumed = job("cut");
+  resumed.set_resume("latest");
+  absl::StatusOr<JobResult> rest = Run(resumed);
+  ASSERT_THAT(rest, IsOk());
+  EXPECT_EQ(ParamBytes(*rest), ParamBytes(*whole));
 }
 
 TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) {
