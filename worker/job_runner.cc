@@ -370,8 +370,21 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   std::optional<train::LoadedCheckpoint> resume;
   bool from_start = false;
   if (spec.resume() == "auto") {
-    // After a lost process: the newest checkpoint if the lost run wrote one.
-    from_start = checkpoint_prefix.empty() ||
+    // After a lost process: the newest checkpoint if the lost run wrote one. Every worker
+    // must decide alike: rank 0 makes the folder when a job starts (below), so a worker that
+    // cannot see it does not share rank 0's run folder, and must not start over alone.
+    std::error_code error;
+    const bool visible = !checkpoint_prefix.empty() &&
+                         std::filesystem::is_directory(CheckpointDir(checkpoint_prefix), error);
+    if (!visible && spec.rank() != 0 && !checkpoint_prefix.empty()) {
+      return FieldError(
+          absl::StatusCode::kFailedPrecondition, "resume",
+          absl::StrCat("worker ", spec.rank(), " cannot see the job's checkpoints (",
+                       CheckpointDir(checkpoint_prefix),
+                       ") under its run root: a dist job resumes only where its workers share "
+                       "the run folder rank 0 writes (one machine, or one shared volume)"));
+    }
+    from_start = !visible ||
                  absl::IsNotFound(train::NewestCheckpoint(CheckpointDir(checkpoint_prefix)).status());
   }
   if (!spec.resume().empty() && !from_start) {
@@ -412,6 +425,13 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   if (spec.rank() == 0 && !checkpoint_prefix.empty()) {
     fit.checkpoint_prefix = checkpoint_prefix;
     fit.checkpoint_dir = CheckpointDir(checkpoint_prefix);
+    // Made now, before any checkpoint: what the other workers of a rerun look for.
+    std::error_code error;
+    std::filesystem::create_directories(fit.checkpoint_dir, error);
+    if (error) {
+      return FieldError(absl::StatusCode::kPermissionDenied, "checkpoint_prefix",
+                        absl::StrCat("cannot make ", fit.checkpoint_dir, ": ", error.message()));
+    }
     fit.checkpoint_policy = {.every_batches = spec.checkpoint().every_batches(),
                              .every_seconds = spec.checkpoint().every_seconds(),
                              .keep = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : 3};
