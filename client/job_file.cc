@@ -196,6 +196,15 @@ class Parser {
     return v;
   }
 
+  // A duration in seconds, > 0.
+  absl::StatusOr<double> Seconds(const Entry& e, const std::string& path) const {
+    double v = 0;
+    if (!e.value.IsScalar() || !absl::SimpleAtod(e.value.Scalar(), &v) || !(v > 0)) {
+      return Error(e, path, absl::StrCat("expected a number of seconds > 0, got ", Describe(e.value)));
+    }
+    return v;
+  }
+
   absl::StatusOr<bool> Bool(const Entry& e, const std::string& path) const {
     bool v = false;
     // yaml-cpp's reading: true/false, yes/no, on/off, y/n in their usual cases.
@@ -400,12 +409,7 @@ class Parser {
       policy->set_every_batches(n);
     }
     if (auto it = entries.find("every_seconds"); it != entries.end()) {
-      double seconds = 0;
-      if (!it->second.value.IsScalar() || !absl::SimpleAtod(it->second.value.Scalar(), &seconds) ||
-          !(seconds > 0)) {
-        return Error(it->second, "checkpoint.every_seconds",
-                     absl::StrCat("expected a number of seconds > 0, got ", Describe(it->second.value)));
-      }
+      ASSIGN_OR_RETURN(const double seconds, Seconds(it->second, "checkpoint.every_seconds"));
       policy->set_every_seconds(seconds);
     }
     if (auto it = entries.find("keep"); it != entries.end()) {
@@ -424,12 +428,7 @@ class Parser {
       policy->set_max_restarts(n == 0 ? -1 : n);  // the spec's 0 is "the default"
     }
     if (auto it = entries.find("wait_seconds"); it != entries.end()) {
-      double seconds = 0;
-      if (!it->second.value.IsScalar() || !absl::SimpleAtod(it->second.value.Scalar(), &seconds) ||
-          !(seconds > 0)) {
-        return Error(it->second, "recovery.wait_seconds",
-                     absl::StrCat("expected a number of seconds > 0, got ", Describe(it->second.value)));
-      }
+      ASSIGN_OR_RETURN(const double seconds, Seconds(it->second, "recovery.wait_seconds"));
       policy->set_wait_seconds(seconds);
     }
     return absl::OkStatus();

@@ -371,8 +371,7 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
   std::optional<CheckpointWriter> writer;
   if (!options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, options.checkpoint_policy.keep);
   auto last_checkpoint = std::chrono::steady_clock::now();
-  auto checkpoint = [&](int epoch, int64_t batch, const EvalMetric* running) -> absl::Status {
-    ASSIGN_OR_RETURN(CheckpointContents contents, CheckpointAt(epoch, batch, running, history, options));
+  auto checkpoint = [&](CheckpointContents contents) -> absl::Status {
     last_checkpoint = std::chrono::steady_clock::now();
     return writer->Write(std::move(contents));
   };
@@ -427,7 +426,11 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
       RETURN_IF_ERROR(UpdateMetric(metric.get(), batch.label, batch.pad));
       ++nbatch;
       if (options.batch_end_callback) options.batch_end_callback({epoch, nbatch, metric.get()});
-      if (writer.has_value() && checkpoint_due(nbatch)) RETURN_IF_ERROR(checkpoint(epoch, nbatch, metric.get()));
+      if (writer.has_value() && checkpoint_due(nbatch)) {
+        ASSIGN_OR_RETURN(CheckpointContents contents,
+                         CheckpointAt(epoch, nbatch, metric.get(), history, options));
+        RETURN_IF_ERROR(checkpoint(std::move(contents)));
+      }
     }
     // Workers meet at each epoch's end. A worker whose partition ran out of batches first
     // waits here, and dist_sync rounds complete without it (kvstore/server_store.h).
@@ -436,15 +439,22 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     if (eval != nullptr) {
       ASSIGN_OR_RETURN(eval_values, Score(eval, eval_metric.get()));
     }
-    if (!options.checkpoint_prefix.empty()) {
-      RETURN_IF_ERROR(
-          SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true, options.checkpoint_format));
-    }
     CheckpointManifest::EpochMetrics& finished = history.emplace_back();
     finished.set_epoch(epoch);
     for (const auto& [name, value] : metric->Get()) (*finished.mutable_train())[name] = value;
     for (const auto& [name, value] : eval_values) (*finished.mutable_eval())[name] = value;
-    if (writer.has_value()) RETURN_IF_ERROR(checkpoint(epoch + 1, 0, nullptr));
+    if (writer.has_value()) {
+      // One copy of the parameters and one fetch of the optimizer state serve both the
+      // complete checkpoint and the epoch's PREFIX-NNNN files.
+      ASSIGN_OR_RETURN(CheckpointContents contents, CheckpointAt(epoch + 1, 0, nullptr, history, options));
+      if (!options.checkpoint_prefix.empty()) {
+        RETURN_IF_ERROR(WriteEpochFiles(options.checkpoint_prefix, epoch + 1, contents));
+      }
+      RETURN_IF_ERROR(checkpoint(std::move(contents)));
+    } else if (!options.checkpoint_prefix.empty()) {
+      RETURN_IF_ERROR(
+          SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true, options.checkpoint_format));
+    }
     if (options.epoch_end_callback) RETURN_IF_ERROR(options.epoch_end_callback(epoch, metric->Get(), eval_values));
   }
   if (writer.has_value()) RETURN_IF_ERROR(writer->Finish());
@@ -519,6 +529,13 @@ absl::StatusOr<std::map<std::string, NDArray>> Module::GetAuxParams() const {
     ASSIGN_OR_RETURN(out[name], CopyTo(aux.at(name), Context::CPU()));
   }
   return out;
+}
+
+absl::Status Module::WriteEpochFiles(const std::string& prefix, int epoch,
+                                     const CheckpointContents& contents) const {
+  RETURN_IF_ERROR(graph::SaveSymbolFile(symbol_, prefix + "-symbol.json"));
+  RETURN_IF_ERROR(SaveParamsFile(ParamsPath(prefix, epoch), contents.params, contents.format));
+  return WriteStringToFile(StatesPath(prefix, epoch), contents.optimizer_state);
 }
 
 absl::Status Module::SaveCheckpoint(const std::string& prefix, int epoch,

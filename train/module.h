@@ -207,6 +207,10 @@ class Module {
       int epoch, int64_t batch, const EvalMetric* running,
       const std::vector<CheckpointManifest::EpochMetrics>& history,
       const FitOptions& options) const;
+  // PREFIX-symbol.json, PREFIX-NNNN.params and .states (SaveCheckpoint's files) from
+  // `contents`.
+  absl::Status WriteEpochFiles(const std::string& prefix, int epoch,
+                               const CheckpointContents& contents) const;
 
   Runtime rt_;
   graph::Symbol symbol_;
