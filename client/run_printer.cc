@@ -17,7 +17,16 @@ std::string FormatMetrics(const std::map<std::string, double>& values) {
 
 void RunPrinter::OnEvent(int rank, const JobEvent& event) {
   if (rank != 0) return;
-  if (event.has_started()) batches_per_epoch_ = event.started().batches_per_epoch();
+  if (event.has_started()) {
+    const JobEvent::Started& s = event.started();
+    batches_per_epoch_ = s.batches_per_epoch();
+    if (!s.resumed_from().empty()) {
+      std::fprintf(out_, "tessera: resumed from %s (epoch %d, after batch %lld)\n",
+                   s.resumed_from().c_str(), s.resume_epoch() + 1,
+                   static_cast<long long>(s.resume_batch()));
+      std::fflush(out_);
+    }
+  }
   if (event.has_batch() && progress_) {
     const JobEvent::Batch& b = event.batch();
     const std::string line =

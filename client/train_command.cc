@@ -178,7 +178,7 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
     job.spec.set_checkpoint_prefix((std::filesystem::absolute(job.run_dir) / job.spec.name()).string());
   }
   // A checkpoint named here is named from this process's folder, not the workers'.
-  if (!job.spec.resume().empty() && job.spec.resume() != "latest") {
+  if (!job.spec.resume().empty() && job.spec.resume() != "latest" && job.spec.resume() != "auto") {
     job.spec.set_resume(std::filesystem::absolute(job.spec.resume()).string());
   }
   JobSpec spec = job.spec;
@@ -232,12 +232,14 @@ namespace {
 int Usage() {
   std::fprintf(
       stderr,
-      "usage: tessera train JOB.yaml [--json] [--format tessera|mxnet] [--resume[=PATH]]\n"
-      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json] [--format F] [--resume[=PATH]]\n"
+      "usage: tessera train JOB.yaml [--json] [--format tessera|mxnet] [--resume[=auto|PATH]]\n"
+      "       tessera launch -n WORKERS -s SERVERS JOB.yaml [--json] [--format F]\n"
+      "              [--resume[=auto|PATH]]\n"
       "       tessera submit --workers H:P,... [--servers H:P,...] JOB.yaml [--json]\n"
-      "              [--format F] [--no-wait] [--resume[=PATH]]\n"
+      "              [--format F] [--no-wait] [--resume[=auto|PATH]]\n"
       "--resume continues from the job's newest complete checkpoint, --resume=PATH from that\n"
-      "checkpoint folder.\n"
+      "checkpoint folder, --resume=auto from the newest if there is one and from the start\n"
+      "otherwise (for a job restarted by Kubernetes).\n"
       "       tessera status --workers H:P,...\n"
       "submit and status reach the workers with --tls_dir DIR (ca.pem; cert.pem and key.pem\n"
       "for mutual TLS), --token_file FILE, and --insecure for plaintext beyond loopback\n"

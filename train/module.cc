@@ -247,7 +247,15 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
     weights.emplace_back();
     for (auto& exec : execs_) weights.back().push_back(exec->arg_arrays()[param_position_[i]]);
   }
-  RETURN_IF_ERROR(store->Init(keys, values));
+  if (kind.dist && store->rank() != 0) {
+    // The first worker's values win: a resumed run's come from its checkpoint, which only
+    // the first worker reads. The others Init after it (the servers keep the first value).
+    RETURN_IF_ERROR(store->Barrier());
+    RETURN_IF_ERROR(store->Init(keys, values));
+  } else {
+    RETURN_IF_ERROR(store->Init(keys, values));
+    if (kind.dist) RETURN_IF_ERROR(store->Barrier());
+  }
   if (update_on_kvstore_) {
     RETURN_IF_ERROR(store->SetOptimizer(std::move(opt)));
     optimizer_ = store->optimizer();
@@ -338,6 +346,31 @@ absl::Status Module::UpdateMetric(EvalMetric* metric, const std::vector<NDArray>
   return absl::OkStatus();
 }
 
+absl::StatusOr<TrainingPosition> Module::ShareStart(TrainingPosition mine) {
+  // Through the servers, as the parameters travel: the first worker Inits a key beyond the
+  // parameters' with its position, the others Init theirs after it (ignored: the first value
+  // wins) and pull the first worker's. Each int64 travels as two floats below 2^24, exact.
+  constexpr int64_t kUnit = int64_t{1} << 24;
+  if (mine.epoch < 0 || mine.batch < 0 || mine.batch >= kUnit * kUnit) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot start at epoch ", mine.epoch, " batch ", mine.batch));
+  }
+  const std::vector<float> encoded = {
+      static_cast<float>(mine.epoch / kUnit), static_cast<float>(mine.epoch % kUnit),
+      static_cast<float>(mine.batch / kUnit), static_cast<float>(mine.batch % kUnit)};
+  ASSIGN_OR_RETURN(NDArray value, FromVector<float>(rt_, Shape({4}), encoded));
+  const int key = static_cast<int>(param_names_.size()) + shared_starts_++;
+  if (kvstore_->rank() != 0) RETURN_IF_ERROR(kvstore_->Barrier());
+  RETURN_IF_ERROR(kvstore_->Init({key}, {value}));
+  if (kvstore_->rank() == 0) {
+    RETURN_IF_ERROR(kvstore_->Barrier());
+    return mine;
+  }
+  RETURN_IF_ERROR(kvstore_->Pull({key}, {{value}}));
+  ASSIGN_OR_RETURN(std::vector<float> first, value.AsVector<float>());
+  return TrainingPosition{static_cast<int>(static_cast<int64_t>(first[0]) * kUnit + static_cast<int64_t>(first[1])),
+                          static_cast<int64_t>(first[2]) * kUnit + static_cast<int64_t>(first[3])};
+}
+
 absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptions& options) {
   if (!binded()) RETURN_IF_ERROR(Bind(train->provide_data(), train->provide_label(), true));
   if (!params_initialized_) {
@@ -358,15 +391,18 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     RETURN_IF_ERROR(graph::SaveSymbolFile(symbol_, options.checkpoint_prefix + "-symbol.json"));
   }
   const LoadedCheckpoint* resume = options.resume;
-  const int begin_epoch = resume != nullptr ? resume->manifest.epoch() : options.begin_epoch;
-  const int64_t begin_batch = resume != nullptr ? resume->manifest.batch() : 0;
+  TrainingPosition start{resume != nullptr ? resume->manifest.epoch() : options.begin_epoch,
+                         resume != nullptr ? resume->manifest.batch() : 0};
+  if (kvstore_ != nullptr && kvstore_->num_workers() > 1) {
+    ASSIGN_OR_RETURN(start, ShareStart(start));
+  }
+  const int begin_epoch = start.epoch;
+  const int64_t begin_batch = start.batch;
   std::vector<CheckpointManifest::EpochMetrics> history;
   if (resume != nullptr) {
     history.assign(resume->manifest.history().begin(), resume->manifest.history().end());
-    if (options.resume_optimizer_state) {
-      RETURN_IF_ERROR(Annotate(LoadOptimizerStateBytes(resume->optimizer_state),
-                               absl::StrCat(resume->path, ": optimizer.states")));
-    }
+    RETURN_IF_ERROR(Annotate(LoadOptimizerStateBytes(resume->optimizer_state),
+                             absl::StrCat(resume->path, ": optimizer.states")));
   }
   std::optional<CheckpointWriter> writer;
   if (!options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, options.checkpoint_policy.keep);
@@ -402,13 +438,16 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
         ASSIGN_OR_RETURN(bool more, train->Next());
         if (!more) {
           return absl::FailedPreconditionError(absl::StrCat(
-              resume->path, ": resumes after batch ", begin_batch, " of epoch ", epoch,
+              resume != nullptr ? resume->path : "the first worker's checkpoint",
+              ": resumes after batch ", begin_batch, " of epoch ", epoch,
               ", but this worker's data has only ", nbatch, " batches in it"));
         }
       }
-      std::vector<std::pair<double, int64_t>> totals;
-      for (const auto& t : resume->manifest.metric_totals()) totals.emplace_back(t.sum(), t.count());
-      RETURN_IF_ERROR(Annotate(metric->RestoreTotals(totals), resume->path));
+      if (resume != nullptr) {
+        std::vector<std::pair<double, int64_t>> totals;
+        for (const auto& t : resume->manifest.metric_totals()) totals.emplace_back(t.sum(), t.count());
+        RETURN_IF_ERROR(Annotate(metric->RestoreTotals(totals), resume->path));
+      }
     }
     while (true) {
       if (options.should_stop && options.should_stop()) {

@@ -107,11 +107,17 @@ struct FitOptions {
   std::string checkpoint_job;
   int checkpoint_num_workers = 1;
   // Continue from this checkpoint (its parameters already set with SetParams): Fit skips to
-  // its position, restores the epoch's running metric and the history, and - with
-  // `resume_optimizer_state` (false on every dist worker but the first, whose load reaches
-  // the servers) - loads the optimizer state. begin_epoch is ignored.
+  // its position, restores the epoch's running metric and the history, and loads the
+  // optimizer state. begin_epoch is ignored. A dist job resumes from the first worker's
+  // checkpoint alone: the others pass none, and start from the servers' parameters at the
+  // first worker's position (their running metric restarts at the resumed batch).
   const LoadedCheckpoint* resume = nullptr;
-  bool resume_optimizer_state = true;
+};
+
+// Where training starts or resumes: before batch `batch` of epoch `epoch`.
+struct TrainingPosition {
+  int epoch = 0;
+  int64_t batch = 0;
 };
 
 // How SetParams / LoadParams treat what the given parameters lack or add, as MXNet's
@@ -207,6 +213,8 @@ class Module {
       int epoch, int64_t batch, const EvalMetric* running,
       const std::vector<CheckpointManifest::EpochMetrics>& history,
       const FitOptions& options) const;
+  // The first dist worker's `mine`, on every worker (the servers carry it).
+  absl::StatusOr<TrainingPosition> ShareStart(TrainingPosition mine);
   // PREFIX-symbol.json, PREFIX-NNNN.params and .states (SaveCheckpoint's files) from
   // `contents`.
   absl::Status WriteEpochFiles(const std::string& prefix, int epoch,
@@ -229,6 +237,7 @@ class Module {
   bool update_on_kvstore_ = false;
   kvstore::Optimizer* optimizer_ = nullptr;
   std::vector<int> trained_;  // indices into param_names_ of parameters with gradients
+  int shared_starts_ = 0;     // ShareStart's keys follow the parameters' (one per Fit)
 };
 
 }  // namespace tessera::train

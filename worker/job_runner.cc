@@ -366,25 +366,14 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
       return FieldError(loaded.code(), "initial_params", loaded.message());
     }
   }
-  // A resumed job: its checkpoint, whole and of this job, before anything is trained.
+  // A resumed job: its checkpoint, whole and of this job, before anything is trained. Only
+  // the first worker reads it: the others start from the servers' parameters, at the first
+  // worker's position (Module::Fit), so their run folders need not be the first's.
   std::optional<train::LoadedCheckpoint> resume;
-  bool from_start = false;
-  if (spec.resume() == "auto") {
-    // After a lost process: the newest checkpoint if the lost run wrote one. Every worker
-    // must decide alike: rank 0 makes the folder when a job starts (below), so a worker that
-    // cannot see it does not share rank 0's run folder, and must not start over alone.
-    std::error_code error;
-    const bool visible = !checkpoint_prefix.empty() &&
-                         std::filesystem::is_directory(CheckpointDir(checkpoint_prefix), error);
-    if (!visible && spec.rank() != 0 && !checkpoint_prefix.empty()) {
-      return FieldError(
-          absl::StatusCode::kFailedPrecondition, "resume",
-          absl::StrCat("worker ", spec.rank(), " cannot see the job's checkpoints (",
-                       CheckpointDir(checkpoint_prefix),
-                       ") under its run root: a dist job resumes only where its workers share "
-                       "the run folder rank 0 writes (one machine, or one shared volume)"));
-    }
-    from_start = !visible ||
+  bool from_start = spec.rank() != 0;
+  if (spec.resume() == "auto" && !from_start) {
+    // After a lost process: the newest checkpoint if the lost run wrote one.
+    from_start = checkpoint_prefix.empty() ||
                  absl::IsNotFound(train::NewestCheckpoint(CheckpointDir(checkpoint_prefix)).status());
   }
   if (!spec.resume().empty() && !from_start) {
@@ -425,7 +414,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   if (spec.rank() == 0 && !checkpoint_prefix.empty()) {
     fit.checkpoint_prefix = checkpoint_prefix;
     fit.checkpoint_dir = CheckpointDir(checkpoint_prefix);
-    // Made now, before any checkpoint: what the other workers of a rerun look for.
+    // Made now: a run folder it cannot write fails the job before it trains.
     std::error_code error;
     std::filesystem::create_directories(fit.checkpoint_dir, error);
     if (error) {
@@ -440,11 +429,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     fit.checkpoint_num_workers = workers;
   }
   fit.checkpoint_format = *checkpoint_format;
-  if (resume.has_value()) {
-    fit.resume = &*resume;
-    // A dist worker but the first would load the servers' state a second time.
-    fit.resume_optimizer_state = !dist || spec.rank() == 0;
-  }
+  if (resume.has_value()) fit.resume = &*resume;
   fit.should_stop = [cancellation] { return cancellation != nullptr && cancellation->cancelled(); };
   if (dist) {
     kvstore::DistKVStoreOptions options;
@@ -519,6 +504,11 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     }
     started->set_parameters(parameters);
     started->set_batches_per_epoch(std::max<int64_t>(0, data.train->num_batches()));
+    if (resume.has_value()) {
+      started->set_resumed_from(resume->path);
+      started->set_resume_epoch(resume->manifest.epoch());
+      started->set_resume_batch(resume->manifest.batch());
+    }
     emit(event);
   }
   // A resumed job reports the epochs its checkpoint had finished first, so that its

@@ -1,8 +1,9 @@
 // Complete checkpoints and exact resume through RunJob: a job interrupted at a chosen batch
 // and resumed from its newest checkpoint ends with the uninterrupted job's parameters, byte
-// for byte, with the local store and in dist_sync with 2 workers on a real parameter server;
-// and every bad checkpoint (cut short, damaged, another job's, another network's, outside
-// the run root) is refused naming the file or what differs. Synthetic digits as IDX files.
+// for byte, with the local store and in dist_sync with 2 workers on 1 and 2 real parameter
+// servers; and every bad checkpoint (cut short, damaged, another job's, another network's,
+// outside the run root) is refused naming the file or what differs. Synthetic digits as IDX
+// files.
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -109,6 +110,8 @@ class ResumeTest : public ::testing::Test {
     return RunJob(rt(), spec, callbacks, &cancellation, environment);
   }
 
+  void DistSyncResumesBitIdentical(int servers);
+
   static std::string* data_;
   std::string run_;
   std::unique_ptr<OwnedRuntime> owned_;
@@ -185,11 +188,20 @@ TEST_F(ResumeTest, ANetworkWithDropoutResumesBitIdentical) {
   EXPECT_EQ(ParamBytes(*rest), ParamBytes(*whole));
 }
 
-TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) {
+// dist_sync with 2 workers on `servers` real parameter servers. Each worker has a run
+// folder of its own (as pods with their own volumes): only rank 0's holds checkpoints, and
+// rank 1 resumes at rank 0's position without seeing them.
+void ResumeTest::DistSyncResumesBitIdentical(int servers) {
   kvstore::ServerStoreOptions options;
   options.num_workers = 2;
-  auto ps = server::ParameterServer::Start("127.0.0.1:0", options);
-  ASSERT_THAT(ps, IsOk());
+  options.num_servers = servers;
+  std::vector<std::unique_ptr<server::ParameterServer>> ps;
+  for (int s = 0; s < servers; ++s) {
+    options.server_index = s;
+    auto started = server::ParameterServer::Start("127.0.0.1:0", options);
+    ASSERT_THAT(started, IsOk());
+    ps.push_back(*std::move(started));
+  }
   // Both ranks of one run, on threads; rank 0 is cancelled at (stop_epoch, stop_batch) and
   // takes rank 1 with it. Rank 0's results.
   auto run_both = [&](const std::string& prefix, const std::string& job_id,
@@ -201,9 +213,10 @@ TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) {
     for (int rank = 0; rank < 2; ++rank) {
       workers.emplace_back([&, rank] {
         JobSpec spec = Job(prefix);
+        if (rank != 0) spec.set_checkpoint_prefix(run_ + "/rank1/" + prefix);
         spec.set_job_id(job_id);
         spec.set_kvstore("dist_sync");
-        spec.add_ps_hosts((*ps)->address());
+        for (const auto& server : ps) spec.add_ps_hosts(server->address());
         spec.set_rank(rank);
         spec.set_num_workers(2);
         spec.mutable_data()->set_part_index(rank);
@@ -232,10 +245,16 @@ TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) {
   absl::StatusOr<std::string> newest = train::NewestCheckpoint(Checkpoints("cut"));
   ASSERT_THAT(newest, IsOk());
   EXPECT_EQ(fs::path(*newest).filename(), train::CheckpointName(1, 5));
-  absl::StatusOr<JobResult> rest = run_both("cut", "cut-resumed", "latest", -1, -1);
+  EXPECT_FALSE(fs::exists(run_ + "/rank1/cut-checkpoints"));
+  // As a recovery reruns it: "auto", the newest checkpoint where rank 0 finds one.
+  absl::StatusOr<JobResult> rest = run_both("cut", "cut-resumed", "auto", -1, -1);
   ASSERT_THAT(rest, IsOk());
   EXPECT_EQ(ParamBytes(*rest), ParamBytes(*whole));
 }
+
+TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) { DistSyncResumesBitIdentical(1); }
+
+TEST_F(ResumeTest, ADistSyncJobOnTwoServersResumesBitIdentical) { DistSyncResumesBitIdentical(2); }
 
 TEST_F(ResumeTest, BadCheckpointsAreRefusedNamingTheFileOrWhatDiffers) {
   ASSERT_THAT(Run(Job("good"), 0, 5), StatusIs(absl::StatusCode::kCancelled));
