@@ -22,6 +22,7 @@
 #include "kvstore/kvstore.h"
 #include "kvstore/lr_scheduler.h"
 #include "ndarray/params_file.h"
+#include "spdlog/spdlog.h"
 #include "train/checkpoint.h"
 #include "train/initializer.h"
 #include "train/module.h"
@@ -414,8 +415,21 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   if (spec.rank() == 0 && !checkpoint_prefix.empty()) {
     fit.checkpoint_prefix = checkpoint_prefix;
     fit.checkpoint_dir = CheckpointDir(checkpoint_prefix);
-    // Made now: a run folder it cannot write fails the job before it trains.
     std::error_code error;
+    if (spec.resume().empty() && std::filesystem::exists(fit.checkpoint_dir, error)) {
+      // A fresh run of the job: an earlier run's checkpoints move aside (one generation is
+      // kept), so that a recovery of this run ("auto") never resumes from them.
+      const std::string previous = fit.checkpoint_dir + ".previous";
+      std::filesystem::remove_all(previous, error);
+      std::filesystem::rename(fit.checkpoint_dir, previous, error);
+      if (error) {
+        return FieldError(absl::StatusCode::kPermissionDenied, "checkpoint_prefix",
+                          absl::StrCat("cannot move an earlier run's checkpoints aside to ",
+                                       previous, ": ", error.message()));
+      }
+      spdlog::info("job '{}': an earlier run's checkpoints moved to {}", spec.name(), previous);
+    }
+    // Made now: a run folder it cannot write fails the job before it trains.
     std::filesystem::create_directories(fit.checkpoint_dir, error);
     if (error) {
       return FieldError(absl::StatusCode::kPermissionDenied, "checkpoint_prefix",

@@ -48,6 +48,11 @@ ABSL_FLAG(int32_t, max_queued_jobs, 16,
 ABSL_FLAG(std::string, run_root, "",
           "jobs write checkpoints only under this folder (TESSERA_RUN_ROOT; default: the working "
           "directory)");
+ABSL_FLAG(bool, keep_jobs, true,
+          "keep the records and events of the jobs submitted to this worker's coordinator "
+          "under RUN_ROOT/jobs, so that they outlive this process and the job it ran runs again "
+          "when it is back; false where something else owns the jobs (a JobSet, or a Job whose "
+          "submitter resubmits with --resume=auto)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-worker: runs Tessera training jobs");
@@ -84,7 +89,7 @@ int main(int argc, char** argv) {
   tessera::worker::WorkerServiceImpl service(&jobs);
   absl::StatusOr<std::unique_ptr<tessera::jobs::Coordinator>> coordinator =
       tessera::jobs::Coordinator::Open(
-          {.state_dir = environment->run_root + "/jobs",
+          {.state_dir = absl::GetFlag(FLAGS_keep_jobs) ? environment->run_root + "/jobs" : "",
            .max_queued = absl::GetFlag(FLAGS_max_queued_jobs)},
           tessera::jobs::GrpcClusterRunner(*security));
   if (!coordinator.ok()) return fail(coordinator.status());

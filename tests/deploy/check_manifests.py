@@ -106,6 +106,10 @@ def check_pod(where, spec, daemon):
         for arg in c.get("command", []) + c.get("args", []):
             for var in re.findall(r"\$\((\w+)\)", arg):
                 check(var in defined, f"{name}: its command uses $({var}), which is not set")
+        for m in c.get("volumeMounts", []):
+            for var in re.findall(r"\$\((\w+)\)", m.get("subPathExpr", "")):
+                check(var in defined, f"{name}: volume {m['name']}'s subPathExpr uses $({var}), "
+                      "which is not set")
         check_known_to_binary(name, c)
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     for c in spec["containers"]:

@@ -150,6 +150,19 @@ TEST_F(ResumeTest, AnInterruptedJobResumedFromItsNewestCheckpointEndsBitIdentica
   }
   EXPECT_EQ(epochs, std::vector<int>({0, 1, 2}));
 
+  // A fresh run of the job moves the earlier run's checkpoints aside: stopped before its
+  // own first one, its recovery ("auto") starts over instead of taking the earlier run's.
+  EXPECT_THAT(Run(Job("whole"), 0, 3), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(train::NewestCheckpoint(Checkpoints("whole")), StatusIs(absl::StatusCode::kNotFound));
+  JobSpec recovered = Job("whole");
+  recovered.set_resume("auto");
+  absl::StatusOr<JobResult> again = Run(recovered);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(ParamBytes(*again), ParamBytes(*whole));
+  EXPECT_EQ(std::distance(fs::directory_iterator(Checkpoints("whole") + ".previous"),
+                          fs::directory_iterator()),
+            12);
+
   // At an epoch's start, and from an explicit folder of another run of the same job.
   JobSpec from_epoch = Job("from-epoch");
   from_epoch.set_resume(Checkpoints("whole") + "/" + train::CheckpointName(2, 0));
