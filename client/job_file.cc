@@ -23,6 +23,7 @@
 #include "examples/models.h"
 #include "io/create_data_iter.h"
 #include "jobs/iterator_rules.h"
+#include "jobs/job_spec_check.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
@@ -760,7 +761,12 @@ absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverri
   std::error_code ec;
   fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
   if (ec) dir = fs::path(path).parent_path();
-  return ParseJobFile(text.str(), dir.lexically_normal().string(), path, cluster);
+  ASSIGN_OR_RETURN(JobFile job, ParseJobFile(text.str(), dir.lexically_normal().string(), path, cluster));
+  // What the coordinator and the workers will check, before anything starts.
+  if (absl::Status checked = jobs::CheckJobSpec(job.spec); !checked.ok()) {
+    return absl::Status(checked.code(), absl::StrCat(path, ": ", checked.message()));
+  }
+  return job;
 }
 
 }  // namespace tessera::client

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "jobs/job_client.h"
+#include "jobs/job_spec_check.h"
 #include "jobs/recovery.h"
 #include "spdlog/spdlog.h"
 
@@ -145,6 +146,7 @@ void Coordinator::Stop() {
 absl::StatusOr<JobRecord> Coordinator::Submit(SubmitJobRequest request, const std::string& owner) {
   if (request.workers().empty()) return absl::InvalidArgumentError("the job names no workers");
   if (request.spec().name().empty()) return absl::InvalidArgumentError("the job has no name");
+  RETURN_IF_ERROR(CheckJobSpec(request.spec()));
   JobSpec& spec = *request.mutable_spec();
   if (options_.batch_event_every > 0 &&
       (spec.batch_event_every() <= 0 || spec.batch_event_every() > options_.batch_event_every)) {

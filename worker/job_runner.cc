@@ -34,7 +34,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 absl::Status FieldError(absl::StatusCode code, const std::string& field, absl::string_view what) {
-  return absl::Status(code, absl::StrCat("job field '", field, "': ", what));
+  return jobs::JobFieldError(code, field, what);
 }
 
 // The error with "network: " in front, keeping its code.
@@ -116,12 +116,7 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec,
   io::IterKwargs test(d.test_iter().begin(), d.test_iter().end());
   std::string train_field = "data.train_iter", test_field = "data.test_iter";
   std::map<std::string, std::string> train_names, test_names;
-  if (d.kind() == "mnist") {
-    if (!train.empty() || !test.empty()) {
-      return FieldError(absl::StatusCode::kInvalidArgument,
-                        train.empty() ? "data.test_iter" : "data.train_iter",
-                        "only for kinds csv and imagerecord");
-    }
+  if (d.kind() == "mnist") {  // CheckJobSpec: no iterator arguments
     const std::string flat = d.flat() ? "1" : "0";
     train = {{"image", d.train_images()}, {"label", d.train_labels()}, {"flat", flat}};
     if (!d.test_images().empty()) {
@@ -130,10 +125,6 @@ absl::StatusOr<Data> BuildData(const Runtime& rt, const JobSpec& spec,
     train_field = test_field = "data";
     train_names = {{"image", "train_images"}, {"label", "train_labels"}};
     test_names = {{"image", "test_images"}, {"label", "test_labels"}};
-  } else if (train.empty()) {
-    return FieldError(
-        absl::StatusCode::kInvalidArgument, "data.train_iter",
-        absl::StrCat("required for kind '", d.kind(), "' (the ", *iter_name, " arguments)"));
   }
   RETURN_IF_ERROR(ConfineFiles(data_root, train_field, train_names, train));
   RETURN_IF_ERROR(ConfineFiles(data_root, test_field, test_names, test));
@@ -286,16 +277,7 @@ absl::StatusOr<JobEnvironment> DaemonJobEnvironment(const rpc::TransportSecurity
 
 absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const JobCallbacks& callbacks,
                                  Cancellation* cancellation, const JobEnvironment& environment) {
-  if (spec.version() > kJobSpecVersion) {
-    return FieldError(absl::StatusCode::kInvalidArgument, "version",
-                      absl::StrCat(spec.version(), " is newer than this worker's ", kJobSpecVersion));
-  }
-  if (spec.batch_size() < 1) {
-    return FieldError(absl::StatusCode::kInvalidArgument, "batch_size", "must be >= 1");
-  }
-  if (spec.num_epochs() < 1) {
-    return FieldError(absl::StatusCode::kInvalidArgument, "num_epochs", "must be >= 1");
-  }
+  RETURN_IF_ERROR(jobs::CheckJobSpec(spec));
   const std::string kvstore = spec.kvstore().empty() ? "local" : spec.kvstore();
   absl::StatusOr<kvstore::KVStoreKind> kind = kvstore::ParseKVStoreType(kvstore);
   if (!kind.ok()) return FieldError(kind.status().code(), "kvstore", kind.status().message());

@@ -22,12 +22,13 @@
 #include "core/cancellation.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
+#include "jobs/job_spec_check.h"
 #include "proto/worker.pb.h"
 #include "rpc/transport_security.h"
 
 namespace tessera::worker {
 
-inline constexpr uint32_t kJobSpecVersion = 3;
+using jobs::kJobSpecVersion;
 
 struct JobResult {
   std::map<std::string, NDArray> arg_params, aux_params;

@@ -139,6 +139,9 @@ SubmitJobRequest Request(const std::string& name, int epochs = 3) {
   SubmitJobRequest request;
   request.mutable_spec()->set_name(name);
   request.mutable_spec()->set_num_epochs(epochs);
+  request.mutable_spec()->set_batch_size(32);
+  request.mutable_spec()->mutable_data()->set_kind("mnist");
+  request.mutable_spec()->set_kvstore("dist_sync");
   request.add_workers("unix:/w0.sock");
   request.add_workers("unix:/w1.sock");
   request.add_servers("unix:/ps0.sock");
@@ -238,6 +241,11 @@ TEST_F(CoordinatorTest, TheQueueIsBoundedAndSaysByWhat) {
   EXPECT_THAT(c->Submit(Request("d"), "alice"),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("at most 2")));
   EXPECT_THAT(c->Submit(SubmitJobRequest(), "alice"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no workers")));
+  // A job the workers would refuse is refused at once, not after the jobs ahead of it.
+  SubmitJobRequest bad = Request("e");
+  bad.mutable_spec()->set_kvstore("dist_sinc");
+  EXPECT_THAT(c->Submit(bad, "alice"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job field 'kvstore'")));
   EXPECT_EQ(c->List("alice").size(), 3u);
   cluster_.End(Eval{});
 }
