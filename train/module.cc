@@ -18,6 +18,16 @@
 namespace tessera::train {
 namespace {
 
+// A dist store's Init whose values are the first worker's on every server: it Inits before a
+// barrier, the others after it, and the servers keep a key's first value.
+absl::Status InitAsFirstWorker(kvstore::KVStore& store, const std::vector<int>& keys,
+                               const std::vector<NDArray>& values) {
+  if (store.rank() != 0) RETURN_IF_ERROR(store.Barrier());
+  RETURN_IF_ERROR(store.Init(keys, values));
+  if (store.rank() == 0) RETURN_IF_ERROR(store.Barrier());
+  return absl::OkStatus();
+}
+
 bool Contains(const std::vector<std::string>& list, const std::string& name) {
   return std::find(list.begin(), list.end(), name) != list.end();
 }
@@ -247,15 +257,9 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
     weights.emplace_back();
     for (auto& exec : execs_) weights.back().push_back(exec->arg_arrays()[param_position_[i]]);
   }
-  if (kind.dist && store->rank() != 0) {
-    // The first worker's values win: a resumed run's come from its checkpoint, which only
-    // the first worker reads. The others Init after it (the servers keep the first value).
-    RETURN_IF_ERROR(store->Barrier());
-    RETURN_IF_ERROR(store->Init(keys, values));
-  } else {
-    RETURN_IF_ERROR(store->Init(keys, values));
-    if (kind.dist) RETURN_IF_ERROR(store->Barrier());
-  }
+  // The first worker's values win: a resumed run's come from its checkpoint, which only the
+  // first worker reads.
+  RETURN_IF_ERROR(kind.dist ? InitAsFirstWorker(*store, keys, values) : store->Init(keys, values));
   if (update_on_kvstore_) {
     RETURN_IF_ERROR(store->SetOptimizer(std::move(opt)));
     optimizer_ = store->optimizer();
@@ -347,9 +351,9 @@ absl::Status Module::UpdateMetric(EvalMetric* metric, const std::vector<NDArray>
 }
 
 absl::StatusOr<TrainingPosition> Module::ShareStart(TrainingPosition mine) {
-  // Through the servers, as the parameters travel: the first worker Inits a key beyond the
-  // parameters' with its position, the others Init theirs after it (ignored: the first value
-  // wins) and pull the first worker's. Each int64 travels as two floats below 2^24, exact.
+  // Through the servers, as the parameters travel: a key beyond the parameters' holds the
+  // first worker's position, which the others pull. Each int64 travels as two floats below
+  // 2^24, exact.
   constexpr int64_t kUnit = int64_t{1} << 24;
   if (mine.epoch < 0 || mine.batch < 0 || mine.batch >= kUnit * kUnit) {
     return absl::InvalidArgumentError(absl::StrCat("cannot start at epoch ", mine.epoch, " batch ", mine.batch));
@@ -359,12 +363,8 @@ absl::StatusOr<TrainingPosition> Module::ShareStart(TrainingPosition mine) {
       static_cast<float>(mine.batch / kUnit), static_cast<float>(mine.batch % kUnit)};
   ASSIGN_OR_RETURN(NDArray value, FromVector<float>(rt_, Shape({4}), encoded));
   const int key = static_cast<int>(param_names_.size()) + shared_starts_++;
-  if (kvstore_->rank() != 0) RETURN_IF_ERROR(kvstore_->Barrier());
-  RETURN_IF_ERROR(kvstore_->Init({key}, {value}));
-  if (kvstore_->rank() == 0) {
-    RETURN_IF_ERROR(kvstore_->Barrier());
-    return mine;
-  }
+  RETURN_IF_ERROR(InitAsFirstWorker(*kvstore_, {key}, {value}));
+  if (kvstore_->rank() == 0) return mine;
   RETURN_IF_ERROR(kvstore_->Pull({key}, {{value}}));
   ASSIGN_OR_RETURN(std::vector<float> first, value.AsVector<float>());
   return TrainingPosition{static_cast<int>(static_cast<int64_t>(first[0]) * kUnit + static_cast<int64_t>(first[1])),
