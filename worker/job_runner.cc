@@ -33,6 +33,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Every job error names its field (jobs/job_spec_check.h).
 absl::Status FieldError(absl::StatusCode code, const std::string& field, absl::string_view what) {
   return jobs::JobFieldError(code, field, what);
 }
@@ -64,24 +65,15 @@ struct Data {
 };
 
 // The iterator `iter_name` (the test iterator when `test`) from the arguments a job gives (at
-// `field`, e.g. "data.train_iter") plus those the job sets itself (jobs/iterator_rules.h),
-// which it must not give. Errors name the field, and the key when one alone is at fault; the
-// iterator's own errors (a missing file, an empty part) keep their code.
+// `field`, e.g. "data.train_iter"; jobs::CheckJobSpec has checked each) plus those the job
+// sets itself (jobs/iterator_rules.h). The iterator's own errors (a missing file, an empty
+// part, arguments wrong together) name the field and keep their code.
 absl::StatusOr<std::unique_ptr<io::DataIter>> BuildIter(const Runtime& rt, const JobSpec& spec,
                                                         const std::string& iter_name,
                                                         const std::string& field,
                                                         const io::IterKwargs& given, bool test) {
   io::IterKwargs kwargs = jobs::JobSetIterArguments(spec, test);
-  for (const auto& [key, value] : given) {
-    const std::string key_field = absl::StrCat(field, ".", key);
-    if (std::optional<std::string> set = jobs::JobSetsIterArgument(key, test)) {
-      return FieldError(absl::StatusCode::kInvalidArgument, key_field, *set);
-    }
-    if (absl::Status alone = io::CheckDataIterKwargs(iter_name, {{key, value}}); !alone.ok()) {
-      return FieldError(absl::StatusCode::kInvalidArgument, key_field, alone.message());
-    }
-    kwargs.emplace(key, value);
-  }
+  kwargs.insert(given.begin(), given.end());
   kwargs.emplace("silent", "1");  // job events report progress; a job may still say "0"
   absl::StatusOr<std::unique_ptr<io::DataIter>> iter = io::CreateDataIter(rt, iter_name, kwargs);
   if (!iter.ok()) return FieldError(iter.status().code(), field, iter.status().message());
