@@ -356,6 +356,7 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     key.merged = std::move(merged);
     key.pushed.assign(options_.num_workers, 0);
     key.pushes.assign(options_.num_workers, 0);
+    key.staged.resize(options_.num_workers);
     Share(header.key(), key);
     return absl::OkStatus();
   }();
@@ -511,18 +512,38 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   }
 }
 
-absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
-                                         const std::vector<std::string_view>& pieces) {
+void ServerStore::AddToRound(Key& key, const std::vector<std::string_view>& pieces) {
   char* merged = static_cast<char*>(key.merged.data().dptr);
-  if (key.pushed_count == 0) {
+  if (key.merged_empty) {
     CopyPieces(pieces, merged);
-    key.round_opened = absl::Now();
   } else {
     AddPieces(pieces, reinterpret_cast<float*>(merged));
   }
+  key.merged_empty = false;
+}
+
+absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
+                                         const std::vector<std::string_view>& pieces) {
+  if (key.pushed_count == 0) key.round_opened = absl::Now();
   key.pushed[rank] = 1;
   ++key.pushed_count;
   key.pushes[rank] = key.rounds_done + 1;
+  if (rank != key.next_rank) {
+    // Copied, not kept by reference: a shared-memory slot is the worker's again once the
+    // push is acknowledged.
+    std::vector<float>& staged = key.staged[rank];
+    staged.resize(static_cast<size_t>(key.shape.Size()));
+    CopyPieces(pieces, reinterpret_cast<char*>(staged.data()));
+    return absl::OkStatus();
+  }
+  AddToRound(key, pieces);
+  // The staged pushes it was waiting for.
+  for (++key.next_rank; key.next_rank < options_.num_workers && key.pushed[key.next_rank];
+       ++key.next_rank) {
+    const std::vector<float>& staged = key.staged[key.next_rank];
+    AddToRound(key, {std::string_view(reinterpret_cast<const char*>(staged.data()),
+                                      staged.size() * sizeof(float))});
+  }
   return absl::OkStatus();
 }
 
@@ -531,9 +552,18 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   for (int r = 0; r < options_.num_workers; ++r) {
     if (!key.pushed[r] && barrier_[r].session == nullptr) return absl::OkStatus();
   }
+  // The staged pushes above a rank that did not push (it waits in the barrier), in order.
+  for (int r = key.next_rank; r < options_.num_workers; ++r) {
+    if (!key.pushed[r]) continue;
+    const std::vector<float>& staged = key.staged[r];
+    AddToRound(key, {std::string_view(reinterpret_cast<const char*>(staged.data()),
+                                      staged.size() * sizeof(float))});
+  }
   absl::Status applied = Apply(key_id, key, key.merged);
   std::fill(key.pushed.begin(), key.pushed.end(), 0);
   key.pushed_count = 0;
+  key.next_rank = 0;
+  key.merged_empty = true;
   if (!applied.ok()) {
     // The value is unchanged; the round's pulls learn why.
     applied = absl::InternalError(absl::StrCat("update of key ", key_id, " on server ",

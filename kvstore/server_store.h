@@ -11,7 +11,8 @@
 //   Init      the first value of a key wins; a later Init of the same shape and dtype is
 //             accepted and ignored, another shape or dtype is INVALID_ARGUMENT.
 //   dist_sync for each key, one round takes one push from every worker; the pushes are
-//             summed in a merge buffer and, when the last arrives, the optimizer runs once
+//             summed in rank order (so a run's result does not depend on the order they
+//             arrive in) and, when the last arrives, the optimizer runs once
 //             (update_on_kvstore) or the sum becomes the value (the workers update). A pull
 //             from worker w is answered once every round w has pushed into is complete, so
 //             it never sees a half-applied round. A second push of w into the same open
@@ -197,7 +198,14 @@ class ServerStore {
     std::mutex mu;  // taken after the store's lock, never before it
     Shape shape;
     NDArray value;   // float32 CPU, the key's part
-    NDArray merged;  // dist_sync: the open round's sum
+    // dist_sync: the open round's pushes, summed in rank order whatever order they come in
+    // (float addition is not associative: a run's result must not depend on timing). The
+    // pushes of ranks below `next_rank` are summed into `merged` (none yet: `merged_empty`);
+    // a push of a higher rank waits in `staged` until those below it are summed.
+    NDArray merged;
+    int next_rank = 0;
+    bool merged_empty = true;
+    std::vector<std::vector<float>> staged;  // per rank; kept allocated across rounds
     int64_t rounds_done = 0;
     std::vector<char> pushed;       // per rank, into the open round
     int pushed_count = 0;
@@ -239,10 +247,13 @@ class ServerStore {
   // A push's bytes, in order: its received pieces, or (`shared`) the rank's slot.
   static std::vector<std::string_view> Payload(const Key& key, int rank,
                                                const std::vector<std::string>& pieces, bool shared);
-  // Sums a push into the open round (dist_sync) and completes the round when it is whole.
+  // Takes a push into the open round (dist_sync): summed at once when every lower rank's is,
+  // staged otherwise.
   absl::Status AcceptSyncPush(int key_id, Key& key, int rank,
                               const std::vector<std::string_view>& payload)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Adds one push to the open round's sum (the first becomes it).
+  static void AddToRound(Key& key, const std::vector<std::string_view>& payload);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
   absl::Status MaybeCompleteRound(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies `grad` to the key's value: the optimizer, or a copy.

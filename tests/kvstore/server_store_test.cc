@@ -4,6 +4,7 @@
 // gRPC is not instrumented), chunk reassembly, and a departure while a round is open.
 #include "kvstore/server_store.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -386,6 +387,42 @@ TEST_F(ServerStoreTest, ASecondPushIntoAnOpenRoundWaitsForTheNextRound) {
   workers_[1]->Send(false, 0, {20});
   EXPECT_EQ(workers_[1]->Next().code(), 0);
   EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>{120});
+}
+
+// Float addition is not associative: a round sums its pushes in rank order, so the value does
+// not depend on the order they arrive in. ((1e8 + 1) - 1e8) + 1 is 1 in float32; other orders
+// give 0 or 2.
+TEST_F(ServerStoreTest, ARoundSumsItsPushesInRankOrderWhateverOrderTheyArriveIn) {
+  Start(4, SYNC_MODE_SYNC);
+  InitEverywhere(0, {0, 0});
+  const std::vector<std::vector<float>> pushes = {{1e8f, 1}, {1, 1e8f}, {-1e8f, -1e8f}, {1, 1}};
+  std::vector<int> order = {0, 1, 2, 3};
+  do {
+    for (int rank : order) {
+      workers_[rank]->Send(false, 0, pushes[rank]);
+      EXPECT_EQ(workers_[rank]->Next().code(), 0);
+    }
+    EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({1, 1})) << "arrival order "
+        << order[0] << order[1] << order[2] << order[3];
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+// A push held until the ranks below it arrive is a copy: its worker may write its slot again
+// once the push is acknowledged.
+TEST_F(ServerStoreTest, AHeldPushThroughASlotIsCopiedBeforeItIsAcknowledged) {
+  Start(2, SYNC_MODE_SYNC, 1 << 20, absl::Seconds(120), [](ServerStoreOptions& o) {
+    o.shared_memory = true;
+    o.shared_memory_min_bytes = 16;
+  });
+  InitEverywhere(0, {0, 0, 0, 0});
+  ASSERT_THAT(workers_[1]->Map(0), IsOk());
+  workers_[1]->SharedPush(0, {1, 2, 3, 4}, /*push_pull=*/false);  // held: rank 0 has not pushed
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  workers_[1]->SharedPush(0, {-9, -9, -9, -9}, /*push_pull=*/false);  // parked for round 2
+  EXPECT_FALSE(workers_[1]->HasReply());
+  workers_[0]->Send(false, 0, {10, 20, 30, 40});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({11, 22, 33, 44}));
 }
 
 TEST_F(ServerStoreTest, APushPullIsAnsweredWithTheValueOfTheRoundItPushedInto) {

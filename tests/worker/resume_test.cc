@@ -110,7 +110,7 @@ class ResumeTest : public ::testing::Test {
     return RunJob(rt(), spec, callbacks, &cancellation, environment);
   }
 
-  void DistSyncResumesBitIdentical(int servers);
+  void DistSyncResumesBitIdentical(int workers, int servers);
 
   static std::string* data_;
   std::string run_;
@@ -201,12 +201,12 @@ TEST_F(ResumeTest, ANetworkWithDropoutResumesBitIdentical) {
   EXPECT_EQ(ParamBytes(*rest), ParamBytes(*whole));
 }
 
-// dist_sync with 2 workers on `servers` real parameter servers. Each worker has a run
-// folder of its own (as pods with their own volumes): only rank 0's holds checkpoints, and
-// rank 1 resumes at rank 0's position without seeing them.
-void ResumeTest::DistSyncResumesBitIdentical(int servers) {
+// dist_sync with `workers` workers on `servers` real parameter servers. Each worker has a
+// run folder of its own (as pods with their own volumes): only rank 0's holds checkpoints,
+// and the others resume at rank 0's position without seeing them.
+void ResumeTest::DistSyncResumesBitIdentical(int workers, int servers) {
   kvstore::ServerStoreOptions options;
-  options.num_workers = 2;
+  options.num_workers = workers;
   options.num_servers = servers;
   std::vector<std::unique_ptr<server::ParameterServer>> ps;
   for (int s = 0; s < servers; ++s) {
@@ -215,25 +215,25 @@ void ResumeTest::DistSyncResumesBitIdentical(int servers) {
     ASSERT_THAT(started, IsOk());
     ps.push_back(*std::move(started));
   }
-  // Both ranks of one run, on threads; rank 0 is cancelled at (stop_epoch, stop_batch) and
-  // takes rank 1 with it. Rank 0's results.
-  auto run_both = [&](const std::string& prefix, const std::string& job_id,
+  // Every rank of one run, on threads; rank 0 is cancelled at (stop_epoch, stop_batch) and
+  // takes the others with it. Rank 0's results.
+  auto run_all = [&](const std::string& prefix, const std::string& job_id,
                       const std::string& resume, int stop_epoch,
                       int stop_batch) -> absl::StatusOr<JobResult> {
     Cancellation cancellation;
-    std::vector<absl::StatusOr<JobResult>> results(2, absl::UnknownError("not run"));
-    std::vector<std::thread> workers;
-    for (int rank = 0; rank < 2; ++rank) {
-      workers.emplace_back([&, rank] {
+    std::vector<absl::StatusOr<JobResult>> results(workers, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < workers; ++rank) {
+      threads.emplace_back([&, rank] {
         JobSpec spec = Job(prefix);
-        if (rank != 0) spec.set_checkpoint_prefix(run_ + "/rank1/" + prefix);
+        if (rank != 0) spec.set_checkpoint_prefix(absl::StrCat(run_, "/rank", rank, "/", prefix));
         spec.set_job_id(job_id);
         spec.set_kvstore("dist_sync");
         for (const auto& server : ps) spec.add_ps_hosts(server->address());
         spec.set_rank(rank);
-        spec.set_num_workers(2);
+        spec.set_num_workers(workers);
         spec.mutable_data()->set_part_index(rank);
-        spec.mutable_data()->set_num_parts(2);
+        spec.mutable_data()->set_num_parts(workers);
         spec.set_batch_size(16);
         spec.set_resume(resume);
         JobCallbacks callbacks;
@@ -245,29 +245,47 @@ void ResumeTest::DistSyncResumesBitIdentical(int servers) {
         results[rank] = RunJob(rt(), spec, callbacks, &cancellation);
       });
     }
-    for (auto& t : workers) t.join();
-    if (results[0].ok() && results[1].ok()) {
-      EXPECT_EQ(ParamBytes(*results[0]), ParamBytes(*results[1]));
+    for (auto& t : threads) t.join();
+    for (int rank = 1; rank < workers; ++rank) {
+      if (results[0].ok() && results[rank].ok()) {
+        EXPECT_EQ(ParamBytes(*results[0]), ParamBytes(*results[rank])) << "rank " << rank;
+      }
     }
     return results[0];
   };
-  absl::StatusOr<JobResult> whole = run_both("whole", "whole", "", -1, -1);
+  absl::StatusOr<JobResult> whole = run_all("whole", "whole", "", -1, -1);
   ASSERT_THAT(whole, IsOk());
   EXPECT_GT(whole->eval.at("accuracy"), 0.9);
-  EXPECT_THAT(run_both("cut", "cut", "", 1, 7), StatusIs(absl::StatusCode::kCancelled));
+  // Whatever order the pushes of a round reach the servers in, the same bytes.
+  absl::StatusOr<JobResult> again = run_all("again", "again", "", -1, -1);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(ParamBytes(*again), ParamBytes(*whole));
+  EXPECT_THAT(run_all("cut", "cut", "", 1, 7), StatusIs(absl::StatusCode::kCancelled));
   absl::StatusOr<std::string> newest = train::NewestCheckpoint(Checkpoints("cut"));
   ASSERT_THAT(newest, IsOk());
   EXPECT_EQ(fs::path(*newest).filename(), train::CheckpointName(1, 5));
-  EXPECT_FALSE(fs::exists(run_ + "/rank1/cut-checkpoints"));
+  for (int rank = 1; rank < workers; ++rank) {
+    EXPECT_FALSE(fs::exists(absl::StrCat(run_, "/rank", rank, "/cut-checkpoints")));
+  }
   // As a recovery reruns it: "auto", the newest checkpoint where rank 0 finds one.
-  absl::StatusOr<JobResult> rest = run_both("cut", "cut-resumed", "auto", -1, -1);
+  absl::StatusOr<JobResult> rest = run_all("cut", "cut-resumed", "auto", -1, -1);
   ASSERT_THAT(rest, IsOk());
   EXPECT_EQ(ParamBytes(*rest), ParamBytes(*whole));
 }
 
-TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) { DistSyncResumesBitIdentical(1); }
+TEST_F(ResumeTest, ADistSyncJobOfTwoWorkersResumesBitIdentical) {
+  DistSyncResumesBitIdentical(/*workers=*/2, /*servers=*/1);
+}
 
-TEST_F(ResumeTest, ADistSyncJobOnTwoServersResumesBitIdentical) { DistSyncResumesBitIdentical(2); }
+TEST_F(ResumeTest, ADistSyncJobOnTwoServersResumesBitIdentical) {
+  DistSyncResumesBitIdentical(/*workers=*/2, /*servers=*/2);
+}
+
+// Four workers: the servers sum each round's pushes in rank order, so two runs write the
+// same bytes and a resumed run ends with the uninterrupted one's.
+TEST_F(ResumeTest, ADistSyncJobOfFourWorkersIsReproducibleAndResumesBitIdentical) {
+  DistSyncResumesBitIdentical(/*workers=*/4, /*servers=*/2);
+}
 
 TEST_F(ResumeTest, BadCheckpointsAreRefusedNamingTheFileOrWhatDiffers) {
   ASSERT_THAT(Run(Job("good"), 0, 5), StatusIs(absl::StatusCode::kCancelled));
