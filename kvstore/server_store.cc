@@ -497,7 +497,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   if (then_pull) {
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, 0); !st.ok()) return fail(st);
   }
-  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, Payload(key, rank, pieces, shared));
+  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, std::move(pieces), shared);
       !st.ok()) {
     return fail(st);
   }
@@ -523,28 +523,30 @@ void ServerStore::AddToRound(Key& key, const std::vector<std::string_view>& piec
 }
 
 absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
-                                         const std::vector<std::string_view>& pieces) {
+                                         std::vector<std::string> pieces, bool shared) {
   if (key.pushed_count == 0) key.round_opened = absl::Now();
   key.pushed[rank] = 1;
   ++key.pushed_count;
   key.pushes[rank] = key.rounds_done + 1;
   if (rank != key.next_rank) {
-    // Copied, not kept by reference: a shared-memory slot is the worker's again once the
-    // push is acknowledged.
-    std::vector<float>& staged = key.staged[rank];
-    staged.resize(static_cast<size_t>(key.shape.Size()));
-    CopyPieces(pieces, reinterpret_cast<char*>(staged.data()));
+    // Held as received; a push in shared memory is copied, as its slot is the worker's again
+    // once the push is acknowledged.
+    key.staged[rank] = shared ? std::vector<std::string>{std::string(Payload(key, rank, {}, true)[0])}
+                              : std::move(pieces);
     return absl::OkStatus();
   }
-  AddToRound(key, pieces);
-  // The staged pushes it was waiting for.
+  AddToRound(key, Payload(key, rank, pieces, shared));
+  // The held pushes it was waiting for.
   for (++key.next_rank; key.next_rank < options_.num_workers && key.pushed[key.next_rank];
        ++key.next_rank) {
-    const std::vector<float>& staged = key.staged[key.next_rank];
-    AddToRound(key, {std::string_view(reinterpret_cast<const char*>(staged.data()),
-                                      staged.size() * sizeof(float))});
+    AddStaged(key, key.next_rank);
   }
   return absl::OkStatus();
+}
+
+void ServerStore::AddStaged(Key& key, int rank) {
+  AddToRound(key, Payload(key, rank, key.staged[rank], /*shared=*/false));
+  key.staged[rank].clear();
 }
 
 absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
@@ -554,10 +556,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   }
   // The staged pushes above a rank that did not push (it waits in the barrier), in order.
   for (int r = key.next_rank; r < options_.num_workers; ++r) {
-    if (!key.pushed[r]) continue;
-    const std::vector<float>& staged = key.staged[r];
-    AddToRound(key, {std::string_view(reinterpret_cast<const char*>(staged.data()),
-                                      staged.size() * sizeof(float))});
+    if (key.pushed[r]) AddStaged(key, r);
   }
   absl::Status applied = Apply(key_id, key, key.merged);
   std::fill(key.pushed.begin(), key.pushed.end(), 0);
@@ -586,7 +585,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       key.parked.push_back(std::move(p));
       continue;
     }
-    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, Payload(key, p.rank, p.pieces, p.shared)));
+    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, std::move(p.pieces), p.shared));
     if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
       p.waiter.session->parked_bytes_ -= p.bytes;
       key.pulls.push_back({p.waiter, p.rank, key.pushes[p.rank], p.shared});

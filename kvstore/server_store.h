@@ -201,11 +201,11 @@ class ServerStore {
     // dist_sync: the open round's pushes, summed in rank order whatever order they come in
     // (float addition is not associative: a run's result must not depend on timing). The
     // pushes of ranks below `next_rank` are summed into `merged` (none yet: `merged_empty`);
-    // a push of a higher rank waits in `staged` until those below it are summed.
+    // a push of a higher rank waits in `staged` (its pieces) until those below it are summed.
     NDArray merged;
     int next_rank = 0;
     bool merged_empty = true;
-    std::vector<std::vector<float>> staged;  // per rank; kept allocated across rounds
+    std::vector<std::vector<std::string>> staged;  // per rank
     int64_t rounds_done = 0;
     std::vector<char> pushed;       // per rank, into the open round
     int pushed_count = 0;
@@ -249,11 +249,12 @@ class ServerStore {
                                                const std::vector<std::string>& pieces, bool shared);
   // Takes a push into the open round (dist_sync): summed at once when every lower rank's is,
   // staged otherwise.
-  absl::Status AcceptSyncPush(int key_id, Key& key, int rank,
-                              const std::vector<std::string_view>& payload)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status AcceptSyncPush(int key_id, Key& key, int rank, std::vector<std::string> pieces,
+                              bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Adds one push to the open round's sum (the first becomes it).
   static void AddToRound(Key& key, const std::vector<std::string_view>& payload);
+  // Adds `rank`'s held push to the open round's sum, and lets it go.
+  static void AddStaged(Key& key, int rank);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
   absl::Status MaybeCompleteRound(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies `grad` to the key's value: the optimizer, or a copy.
