@@ -70,6 +70,10 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY_SECONDS = 120  # daemons become ready (the workers' init container runs first)
 RUN_SECONDS = 600  # one training run of the rendered job on a small machine
 FAIL_SECONDS = 60  # a run whose worker was killed reports it within this
+# A worker that tests lose mid-run sends at this rate: LeNet's push (1.7 MB) takes 14 ms, so
+# an epoch (125 batches of 32 per worker of 8,000 digits) takes 1.7 s or more and the job
+# outlasts the test's reaction (0.5 s polls) by seconds on any machine.
+PACE = "1gbit"
 # ... and one whose worker was cut off: keepalive notices within 15 s (rpc/server.h).
 PARTITION_FAIL_SECONDS = 60
 
@@ -126,6 +130,13 @@ class Network:
     def set_link(self, ns, state):
         """Cuts a host off the network ("down") or joins it again ("up")."""
         run(["ip", "-n", ns, "link", "set", "eth0", state])
+
+    def pace(self, ns, rate):
+        """Limits what the host sends to `rate` (tc's tbf, e.g. "1gbit"): a dist_sync job with
+        a worker there takes at least a push's bytes over the rate per batch on any machine,
+        so a test that must act while the job runs does not depend on the CPU's speed."""
+        run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+             "rate", rate, "burst", "256kb", "latency", "200ms"])
 
     def tcp_open(self, address, port):
         """A TCP probe from the node, as the kubelet's."""
@@ -898,6 +909,9 @@ def restart_the_jobset_mid_run(cluster, daemons):
         raise Failure(f"{jobset['metadata']['name']}: failurePolicy.maxRestarts < 1, so a "
                       "lost pod fails the JobSet")
     results = cluster.claims["tessera-results"]
+    (victim,) = [p for p in daemons if p.volumes.get("results") == results and
+                 p.plan.annotations.get("batch.kubernetes.io/job-completion-index") == "1"]
+    cluster.network.pace(victim.netns, PACE)
     first = submit(cluster, 1)
 
     def checkpointed():
@@ -907,8 +921,6 @@ def restart_the_jobset_mid_run(cluster, daemons):
         return newest_checkpoint(results / "workers") is not None
 
     wait_for(checkpointed, RUN_SECONDS, "rank 0's first checkpoint on the results volume")
-    (victim,) = [p for p in daemons if p.volumes.get("results") == results and
-                 p.plan.annotations.get("batch.kubernetes.io/job-completion-index") == "1"]
     victim.kill()
     for pod in daemons + [first]:
         pod.stop(pod.spec.get("terminationGracePeriodSeconds", 30))
@@ -926,6 +938,7 @@ def lose_a_worker_mid_run(cluster, daemons, report):
     to its end. The other daemons keep serving, and the next run trains."""
     victim = next(p for p in daemons if p.name.endswith("worker-1"))
     others = [p for p in daemons if p is not victim]
+    cluster.network.pace(victim.netns, PACE)
     attempt = 2
     for how, lose, mend, within in [
             ("killed", victim.kill, victim.start_main, FAIL_SECONDS),
