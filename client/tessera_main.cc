@@ -43,9 +43,11 @@
 
 namespace {
 
-int Usage() {
+// The commands, on `out`; the exit code is 0 when the user asked for them (--help), 2 when
+// the command line was wrong.
+int Usage(std::FILE* out = stderr) {
   std::fprintf(
-      stderr,
+      out,
       "usage: tessera COMMAND [ARGS...]\n\n"
       "  ops [NAME] [--json]        list every registered operator (or one) with its\n"
       "                             arguments, outputs and parameters\n"
@@ -79,8 +81,9 @@ int Usage() {
       "                             DIR/HOST for --tls_dir (ca.pem, cert.pem, key.pem)\n"
       "  job spec JOB.yaml --output FILE [--base_dir DIR]\n"
       "                             the job file's JobSpec, checked, as binary protobuf\n"
-      "                             (relative paths from DIR, default the file's folder)\n");
-  return 2;
+      "                             (relative paths from DIR, default the file's folder)\n"
+      "  help, --help, -h           this text\n");
+  return out == stderr ? 2 : 0;
 }
 
 int Fail(const std::string& command, const absl::Status& status) {
@@ -303,6 +306,7 @@ int RunJobSpec(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc < 2) return Usage();
   const std::string command = argv[1];
+  if (command == "help" || command == "--help" || command == "-h") return Usage(stdout);
   if (command == "ops") return RunOps(argc, argv);
   if (command == "graph") return RunGraph(argc, argv);
   if (command == "params") return RunParams(argc, argv);

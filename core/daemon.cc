@@ -8,10 +8,26 @@
 #include <cstdio>
 #include <thread>
 
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/file.h"
 
 namespace tessera {
+
+void ParseDaemonFlags(int argc, char** argv, const char* usage) {
+  absl::SetProgramUsageMessage(usage);
+  absl::FlagsUsageConfig config;
+  // Tessera's flags are defined in its own files, named relative to the workspace; absl's
+  // (--flagfile, --fromenv ...) in its library's, absolute.
+  config.contains_help_flags = [](absl::string_view file) {
+    return !absl::StartsWith(file, "/") && !absl::StrContains(file, "absl/");
+  };
+  absl::SetFlagsUsageConfig(config);
+  absl::ParseCommandLine(argc, argv);
+}
 
 void OnTerminationSignal(std::function<void(int signo)> on_signal) {
   sigset_t signals;

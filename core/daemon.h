@@ -1,4 +1,5 @@
-// What every Tessera daemon's main() needs around its gRPC server: SIGTERM/SIGINT turned
+// What every Tessera daemon's main() needs around its gRPC server: its flags parsed, with
+// --help listing them; SIGTERM/SIGINT turned
 // into a call (a thread waits for them; signal handlers could not shut gRPC down), and the
 // bound port written to a file for whoever started it on port 0 (tests, launchers).
 #ifndef TESSERA_CORE_DAEMON_H_
@@ -10,6 +11,11 @@
 #include "absl/status/status.h"
 
 namespace tessera {
+
+// Sets the daemon's usage line and parses its flags. --help (and --helpfull) list every flag
+// Tessera itself defines, wherever it is defined; absl alone would list only those of a
+// source file named after the program, none here.
+void ParseDaemonFlags(int argc, char** argv, const char* usage);
 
 // Blocks SIGTERM and SIGINT in this and every thread started later, and starts a detached
 // thread that calls `on_signal(signo)` once the first of them arrives. Call early in main(),

@@ -19,8 +19,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "core/daemon.h"
 #include "core/logging.h"
@@ -62,8 +60,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("tessera-ps: a Tessera parameter server (dist_sync, dist_async)");
-  absl::ParseCommandLine(argc, argv);
+  tessera::ParseDaemonFlags(argc, argv, "tessera-ps: a Tessera parameter server (dist_sync, dist_async)");
   // Every round allocates and frees buffers of the size of the pushed and pulled parts. By
   // default glibc hands freed memory above 128 KiB back to the kernel, and each new buffer
   // then costs a page fault per 4 KiB (half the daemon's time with 64 MiB arrays). Keep it:

@@ -16,8 +16,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "core/metrics.h"
@@ -55,8 +53,7 @@ ABSL_FLAG(bool, keep_jobs, true,
           "submitter resubmits with --resume=auto)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("tessera-worker: runs Tessera training jobs");
-  absl::ParseCommandLine(argc, argv);
+  tessera::ParseDaemonFlags(argc, argv, "tessera-worker: runs Tessera training jobs");
   tessera::InitLogging();
   auto fail = [](const absl::Status& status) {
     spdlog::error("tessera-worker: {}", std::string(status.message()));

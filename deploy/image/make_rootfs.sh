@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The container image's runtime stage as a root file system, from Debian's archive: Debian 12
-# (debootstrap, minbase), install_runtime.sh run inside it as the Dockerfile runs it, then
+# (debootstrap.sh), install_runtime.sh run inside it as the Dockerfile runs it, then
 # FILES (./tessera image-files) copied over it. Made once; later calls run install_runtime.sh
 # again only when it or its package lists changed, and copy FILES again.
 # usage: make_rootfs.sh ROOTFS FILES [cpu|cuda]   (as root)
@@ -11,14 +11,7 @@ log() { echo "make_rootfs: $*" >&2; }
 
 # What install_runtime.sh installs: when it changes, it runs again over the same Debian.
 recipe="$(cat "$here"/install_runtime.sh "$here"/*-packages.txt | sha256sum | cut -d' ' -f1) $variant"
-if [[ ! -f "$rootfs/.debootstrapped" ]]; then
-  command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-  rm -rf "$rootfs" && mkdir -p "$rootfs"
-  log "debootstrap bookworm into $rootfs"
-  debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
-  touch "$rootfs/.debootstrapped"
-fi
+"$here"/debootstrap.sh "$rootfs"
 if [[ "$(cat "$rootfs/.runtime-installed" 2>/dev/null)" != "$recipe" ]]; then
   mkdir -p "$rootfs/tmp/image"
   cp "$here"/install_runtime.sh "$here"/*-packages.txt "$rootfs/tmp/image/"

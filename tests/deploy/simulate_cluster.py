@@ -31,21 +31,24 @@ server runs on the node with the scrape configuration the Prometheus Operator wo
 it (the selected pods' named ports, its scheme, interval, CA and bearer token from the
 Secret), and the test finds every daemon up and the job's samples/s in it.
 
-The image is either the root file system given with --image_root (deploy/image/make_rootfs.sh
-makes the image's as one: ./tessera test-deploy), or the files given with --image_file layered
-over this machine's /usr and /etc (Debian 12, python3, and the CUDA libraries the binaries
-link where the build has CUDA). Not simulated: the NetworkPolicy, cgroup limits, and the
-probes' timing.
+The containers are either real ones, of the image built by ./tessera image (--image NAME: run
+by podman, each daemon its container's PID 1), or chroots of the image's files: the root file
+system given with --image_root (deploy/image/make_rootfs.sh makes the image's as one), or the
+files given with --image_file layered over this machine's /usr and /etc (Debian 12, python3,
+and the CUDA libraries the binaries link where the build has CUDA). Not simulated: the
+NetworkPolicy, cgroup limits, and the probes' timing.
 
 Needs root (namespaces, mounts) and kubectl (kustomize); without them the checks are reported
 as skipped, with the reason. Writes JUnit XML to $XML_OUTPUT_FILE when Bazel sets it.
 
 usage: simulate_cluster.py KUSTOMIZATION_OR_FILE... --tessera PATH
-           (--image_file PATH_IN_IMAGE=FILE... | --image_root DIR) --mnist_dir DIR [--work_dir DIR]
+           (--image NAME | --image_file PATH_IN_IMAGE=FILE... | --image_root DIR)
+           --mnist_dir DIR [--work_dir DIR]
 """
 import argparse
 import collections
 import copy
+import errno
 import json
 import math
 import os
@@ -69,6 +72,7 @@ NODE_ADDRESS = f"{SUBNET}.254"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY_SECONDS = 120  # daemons become ready (the workers' init container runs first)
 RUN_SECONDS = 600  # one training run of the rendered job on a small machine
+ACCURACY = 0.975  # LeNet's test accuracy after the job's 5 epochs (README: 97.50-98.00%)
 FAIL_SECONDS = 60  # a run whose worker was killed reports it within this
 # A worker that tests lose mid-run sends at this rate: LeNet's push (1.7 MB) takes 14 ms, so
 # an epoch (125 batches of 32 per worker of 8,000 digits) takes 1.7 s or more and the job
@@ -168,6 +172,171 @@ def expand(value, env):
                   value)
 
 
+Launch = collections.namedtuple("Launch", [
+    "name",  # the container's name: POD-CONTAINER
+    "etc",  # a folder with the pod's hosts and hostname files
+    "env", "mounts",  # the environment; volumes as (source, mountPath, read-only)
+    "user", "group", "groups",  # runAsUser, runAsGroup; fsGroup and supplementalGroups
+    "no_new_privileges", "drop_all_capabilities", "read_only_root",
+    "command", "args", "working_dir"])  # command, args (both expanded), workingDir
+
+
+class ChrootRuntime:
+    """Containers as chroots of the image's files: the image's /usr and its /etc under the
+    pod's hosts file and hostname, in the pod's network namespace with mounts of its own,
+    credentials set by setpriv."""
+
+    def __init__(self, work, image_files, image_root):
+        # The pods' /usr: overlay lower layers, uppermost first (a read-only overlay needs
+        # two), and where their /etc comes from.
+        if image_root:
+            self.image_root = image_root.resolve()
+            empty = work / "empty"
+            empty.mkdir()
+            self.usr_layers = f"{empty}:{self.image_root}/usr"
+        else:
+            self.image_root = pathlib.Path("/")
+            layer = work / "image"
+            for path_in_image, source in image_files.items():
+                target = layer / path_in_image.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, target)
+                target.chmod(0o755)
+            self.usr_layers = f"{layer}/usr:/usr"
+
+    def start(self, pod, launch, log):
+        root = pod.dir / "root"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        for d in ("usr", "etc", "proc", "dev", "sys"):
+            (root / d).mkdir()
+        for link in ("bin", "sbin", "lib", "lib64"):  # Debian's merged /usr
+            (root / link).symlink_to(f"usr/{link}")
+        for _, target, _ in launch.mounts:
+            # A mount point in the image: under /etc in the pod's etc layer, else in the root.
+            if target.parts[1] == "etc":
+                (launch.etc / target.relative_to("/etc")).mkdir(parents=True, exist_ok=True)
+            else:
+                (root / target.relative_to("/")).mkdir(parents=True, exist_ok=True)
+
+        def mount(*args):
+            return shlex.join(["mount", *map(str, args)])
+
+        script = [
+            "set -e",
+            mount("--bind", root, root),
+            mount("-t", "overlay", "overlay", "-o", f"lowerdir={self.usr_layers}",
+                  root / "usr"),
+            mount("-t", "overlay", "overlay", "-o",
+                  f"lowerdir={launch.etc}:{self.image_root}/etc", root / "etc"),
+            mount("-t", "proc", "proc", root / "proc"),
+            mount("--rbind", "/dev", root / "dev"),
+            mount("--rbind", "/sys", root / "sys"),
+            mount("-o", "remount,bind,ro", root / "sys"),
+        ]
+        for source, target, read_only in launch.mounts:
+            script.append(mount("--bind", source, f"{root}{target}"))
+            if read_only:
+                script.append(mount("-o", "remount,bind,ro", f"{root}{target}"))
+        if launch.read_only_root:
+            script.append(mount("-o", "remount,bind,ro", root))
+        script.append(shlex.join(["hostname", pod.hostname]))
+        credentials = [f"--reuid={launch.user}", f"--regid={launch.group}",
+                       f"--groups={','.join(map(str, launch.groups))}" if launch.groups
+                       else "--clear-groups"]
+        if launch.no_new_privileges:
+            credentials.append("--no-new-privs")
+        if launch.drop_all_capabilities:
+            credentials += ["--inh-caps=-all", "--bounding-set=-all"]
+        inner = (["chroot", str(root), "/usr/bin/setpriv"] + credentials +
+                 ["--", "/usr/bin/env", "-i", "-C", launch.working_dir] +
+                 [f"{k}={v}" for k, v in launch.env.items()] + launch.command + launch.args)
+        script.append("exec " + shlex.join(inner))
+        return subprocess.Popen(
+            ["taskset", "-c", pod.cpus, "ip", "netns", "exec", pod.netns, "unshare",
+             "--mount", "--uts", "--propagation", "private", "/bin/sh", "-c",
+             "\n".join(script)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def run_tessera(self, binary, work, args):
+        """Runs the administrator's `tessera` command (certificates into `work`)."""
+        return run([binary] + args)
+
+    def pid(self, pod):
+        """The daemon's process: the launcher's own, every step of it an exec."""
+        return pod.process.pid
+
+    def signal(self, pod, signo):
+        os.killpg(pod.process.pid, signo)
+
+    def close(self):
+        pass
+
+
+class PodmanRuntime:
+    """Containers of a built image, run by podman as a kubelet's runtime runs them: in the
+    pod's network namespace with the pod's hosts file, the volumes bound at their mountPaths,
+    the security context as podman's options (user and groups, a read-only root file system
+    without podman's own writable /tmp, no capabilities, no new privileges), the pod's CPUs
+    as its cpuset. The daemon is its container's PID 1, as in a pod."""
+
+    def __init__(self, image):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+        from container_engine import EngineError, Podman
+        try:
+            self.podman = Podman.detect()
+            if not self.podman.has_image(image):
+                raise EngineError(f"no image {image}: ./tessera image builds it")
+            self.podman.check_runs(image)
+        except EngineError as e:
+            raise Failure(f"podman: {e}")
+        self.image = image
+        self.names = set()
+
+    def start(self, pod, launch, log):
+        options = ["--rm", "--replace", "--name", launch.name,
+                   "--network", f"ns:/run/netns/{pod.netns}", "--hostname", pod.hostname,
+                   "--no-hosts", "--volume", f"{launch.etc / 'hosts'}:/etc/hosts:ro",
+                   "--cpuset-cpus", pod.cpus, "--user", f"{launch.user}:{launch.group}",
+                   "--workdir", launch.working_dir]
+        for group in launch.groups:
+            options += ["--group-add", str(group)]
+        if launch.no_new_privileges:
+            options += ["--security-opt", "no-new-privileges"]
+        if launch.drop_all_capabilities:
+            options += ["--cap-drop", "all"]
+        if launch.read_only_root:
+            options += ["--read-only", "--read-only-tmpfs=false"]
+        for source, target, read_only in launch.mounts:
+            options += ["--volume", f"{source}:{target}:{'ro' if read_only else 'rw'}"]
+        for key, value in launch.env.items():
+            options += ["--env", f"{key}={value}"]
+        if launch.command:  # Kubernetes' command takes the place of the image's ENTRYPOINT
+            options += ["--entrypoint", json.dumps(launch.command)]
+        self.names.add(launch.name)
+        return subprocess.Popen(self.podman.argv("run", *options, self.image, *launch.args),
+                                env=self.podman.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def run_tessera(self, binary, work, args):
+        """Runs the image's own `tessera` (`binary` is not needed) as root, `work` bound."""
+        return run(self.podman.argv("run", "--rm", "--network", "none", "--user", "0:0",
+                                    "--volume", f"{work}:{work}", self.image, *args),
+                   env=self.podman.env)
+
+    def pid(self, pod):
+        """The daemon's process: its container's PID 1, as this machine numbers it."""
+        return int(self.podman.run("inspect", "--format", "{{.State.Pid}}",
+                                   pod.container).stdout)
+
+    def signal(self, pod, signo):
+        self.podman.run("kill", "--signal", str(int(signo)), pod.container, check=False)
+
+    def close(self):
+        if self.names:
+            self.podman.run("rm", "--force", "--ignore", *sorted(self.names), check=False)
+
+
 class Pod:
     """One pod: its host, its volumes and its containers' processes."""
 
@@ -187,6 +356,7 @@ class Pod:
         self.dns = plan.dns  # its name in cluster DNS (without .cluster.local), if any
         self.volumes = {}
         self.process = None
+        self.container = None  # the name of the container started last
         self.log = None
 
     def make_volumes(self):
@@ -255,16 +425,11 @@ class Pod:
         return fields[path]
 
     def start(self, container):
-        """Starts `container` of this pod (a dict from its spec); its output goes to its log."""
-        root = self.dir / "root"
+        """Starts `container` of this pod (a dict from its spec) through the cluster's
+        runtime; its output goes to its log."""
         etc = self.dir / "etc"
-        for d in (root, etc):
-            shutil.rmtree(d, ignore_errors=True)
-            d.mkdir(parents=True)
-        for d in ("usr", "etc", "proc", "dev", "sys"):
-            (root / d).mkdir()
-        for link in ("bin", "sbin", "lib", "lib64"):  # Debian's merged /usr
-            (root / link).symlink_to(f"usr/{link}")
+        shutil.rmtree(etc, ignore_errors=True)
+        etc.mkdir(parents=True)
         hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         hosts += [f"{p.address} {p.dns}.cluster.local {p.dns} {p.hostname}"
                   for p in self.cluster.pods.values() if p.dns]
@@ -275,65 +440,32 @@ class Pod:
         env = self.env(container)
         mounts = []
         for m in container.get("volumeMounts", []):
-            target = pathlib.PurePosixPath(m["mountPath"])
-            # A mount point in the image: under /etc in the pod's etc layer, else in the root.
-            if target.parts[1] == "etc":
-                (etc / target.relative_to("/etc")).mkdir(parents=True, exist_ok=True)
-            else:
-                (root / target.relative_to("/")).mkdir(parents=True, exist_ok=True)
             source = self.volumes[m["name"]]
             sub = m.get("subPath") or expand(m.get("subPathExpr", ""), env)
             if sub:
                 source = self.subpath(source, sub, m["name"])
-            mounts.append((source, target, m.get("readOnly", False)))
+            mounts.append((source, pathlib.PurePosixPath(m["mountPath"]),
+                           m.get("readOnly", False)))
         sc = container.get("securityContext", {})
         pod_sc = self.spec.get("securityContext", {})
-        def mount(*args):
-            return shlex.join(["mount", *map(str, args)])
-
-        script = [
-            "set -e",
-            mount("--bind", root, root),
-            mount("-t", "overlay", "overlay", "-o", f"lowerdir={self.cluster.usr_layers}",
-                  root / "usr"),
-            mount("-t", "overlay", "overlay", "-o",
-                  f"lowerdir={etc}:{self.cluster.image_root}/etc", root / "etc"),
-            mount("-t", "proc", "proc", root / "proc"),
-            mount("--rbind", "/dev", root / "dev"),
-            mount("--rbind", "/sys", root / "sys"),
-            mount("-o", "remount,bind,ro", root / "sys"),
-        ]
-        for source, target, read_only in mounts:
-            script.append(mount("--bind", source, f"{root}{target}"))
-            if read_only:
-                script.append(mount("-o", "remount,bind,ro", f"{root}{target}"))
-        if sc.get("readOnlyRootFilesystem"):
-            script.append(mount("-o", "remount,bind,ro", root))
-        script.append(shlex.join(["hostname", self.hostname]))
-        user = sc.get("runAsUser", pod_sc.get("runAsUser", 0))
-        group = sc.get("runAsGroup", pod_sc.get("runAsGroup", 0))
-        groups = [g for g in [pod_sc.get("fsGroup")] + pod_sc.get("supplementalGroups", [])
-                  if g is not None]
-        credentials = [f"--reuid={user}", f"--regid={group}",
-                       f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
-        if sc.get("allowPrivilegeEscalation") is False:
-            credentials.append("--no-new-privs")
-        if sc.get("capabilities", {}).get("drop") == ["ALL"]:
-            credentials += ["--inh-caps=-all", "--bounding-set=-all"]
-        argv = [expand(a, env) for a in container.get("command", []) + container.get("args", [])]
-        inner = (["chroot", str(root), "/usr/bin/setpriv"] + credentials +
-                 ["--", "/usr/bin/env", "-i", "-C", container.get("workingDir", "/")] +
-                 [f"{k}={v}" for k, v in env.items()] + argv)
-        script.append("exec " + shlex.join(inner))
+        launch = Launch(
+            name=f"{self.name}-{container['name']}", etc=etc, env=env, mounts=mounts,
+            user=sc.get("runAsUser", pod_sc.get("runAsUser", 0)),
+            group=sc.get("runAsGroup", pod_sc.get("runAsGroup", 0)),
+            groups=[g for g in [pod_sc.get("fsGroup")] + pod_sc.get("supplementalGroups", [])
+                    if g is not None],
+            no_new_privileges=sc.get("allowPrivilegeEscalation") is False,
+            drop_all_capabilities=sc.get("capabilities", {}).get("drop") == ["ALL"],
+            read_only_root=bool(sc.get("readOnlyRootFilesystem")),
+            command=[expand(a, env) for a in container.get("command", [])],
+            args=[expand(a, env) for a in container.get("args", [])],
+            working_dir=container.get("workingDir", "/"))
         self.log = self.dir / f"{container['name']}.log"
         with open(self.log, "ab") as log:
-            log.write(f"--- {' '.join(argv)}\n".encode())
+            log.write(f"--- {' '.join(launch.command + launch.args)}\n".encode())
             log.flush()
-            self.process = subprocess.Popen(
-                ["taskset", "-c", self.cpus, "ip", "netns", "exec", self.netns, "unshare",
-                 "--mount", "--uts", "--propagation", "private", "/bin/sh", "-c",
-                 "\n".join(script)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.container = launch.name
+            self.process = self.cluster.runtime.start(self, launch, log)
         return self.process
 
     def subpath(self, volume, sub, name):
@@ -369,14 +501,14 @@ class Pod:
 
     def kill(self):
         if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            self.cluster.runtime.signal(self, signal.SIGKILL)
             self.process.wait()
 
     def stop(self, grace):
         """SIGTERM, then SIGKILL after the pod's grace period; the exit code (or None)."""
         if not self.process or self.process.poll() is not None:
             return self.process.poll() if self.process else None
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self.cluster.runtime.signal(self, signal.SIGTERM)
         try:
             return self.process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
@@ -519,7 +651,7 @@ def plan_tfjob(tfjob):
 class Cluster:
     """The rendered objects and the pods made from them."""
 
-    def __init__(self, docs, work, tessera, image_files, image_root, mnist_dir):
+    def __init__(self, docs, work, tessera, runtime, mnist_dir):
         self.docs, self.work = docs, work
         self.daemon_plans, self.submitter_plan = plan_pods(docs)
         self.network = Network()
@@ -528,22 +660,7 @@ class Cluster:
         self.hosts = 0  # hosts made so far
         self.claims = {}
         self.next_cpu = 0
-        # The pods' /usr: overlay lower layers, uppermost first (a read-only overlay needs
-        # two), and where their /etc comes from.
-        if image_root:
-            self.image_root = image_root.resolve()
-            empty = work / "empty"
-            empty.mkdir()
-            self.usr_layers = f"{empty}:{self.image_root}/usr"
-        else:
-            self.image_root = pathlib.Path("/")
-            layer = work / "image"
-            for path_in_image, source in image_files.items():
-                target = layer / path_in_image.lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(source, target)
-                target.chmod(0o755)
-            self.usr_layers = f"{layer}/usr:/usr"
+        self.runtime = runtime
         self.mnist_dir = mnist_dir
         self.secrets = {"tessera-cluster": self._cluster_secret(tessera)}
         self.prometheus = None
@@ -554,7 +671,7 @@ class Cluster:
         certs = self.work / "certs"
         domains = sorted({p.dns.split(".", 1)[1] for p in self.daemon_plans})
         hosts = "+".join(f"*.{d}" for d in domains)
-        run([tessera, "certs", str(certs), "--hosts", hosts])
+        self.runtime.run_tessera(tessera, self.work, ["certs", str(certs), "--hosts", hosts])
         folder = certs / f"_.{domains[0]}"
         secret = {name: (folder / name).read_bytes() for name in ("ca.pem", "cert.pem",
                                                                   "key.pem")}
@@ -611,6 +728,7 @@ class Cluster:
             self.prometheus.close()
         for pod in self.every_pod:
             pod.kill()
+        self.runtime.close()
         self.network.close()
 
 
@@ -775,7 +893,8 @@ def checks(cluster):
                if any(d["kind"] == "PodMonitor" for d in cluster.docs) else [])
     restarted = (["JobSetRestartResumesTheJob"]
                  if any(d["kind"] in ("JobSet", "TrainJob") for d in cluster.docs) else [])
-    return (["DaemonsBecomeReady", "SubmitterTrainsTheJob"] + restarted + scraped + lost +
+    return (["DaemonsBecomeReady", "DaemonsRunAsTheirSecurityContextSays",
+             "SubmitterTrainsTheJob"] + restarted + scraped + lost +
             ["DaemonsStopWithinTheirGracePeriod"])
 
 
@@ -831,9 +950,60 @@ def start_daemons(cluster):
     return daemons
 
 
+def cpu_set(text):
+    """The CPUs of a list such as "0-2,5"."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def check_security(cluster, pod):
+    """What the kernel says of the daemon's process, against its pod's spec: its user and
+    groups, its capabilities and no_new_privs, a read-only root file system, its CPUs."""
+    (container,) = pod.spec["containers"]
+    sc, pod_sc = container.get("securityContext", {}), pod.spec.get("securityContext", {})
+    pid = cluster.runtime.pid(pod)
+    status = dict(line.split(":", 1) for line in
+                  pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
+    status = {k: v.split() for k, v in status.items()}
+    wrong = []
+    want = {"Uid": sc.get("runAsUser", pod_sc.get("runAsUser", 0)),
+            "Gid": sc.get("runAsGroup", pod_sc.get("runAsGroup", 0))}
+    for key, value in want.items():
+        if status[key][0] != str(value):
+            wrong.append(f"{key} {status[key][0]}, not {value}")
+    if "fsGroup" in pod_sc and str(pod_sc["fsGroup"]) not in status["Groups"]:
+        wrong.append(f"groups {status['Groups']} without fsGroup {pod_sc['fsGroup']}")
+    if sc.get("capabilities", {}).get("drop") == ["ALL"]:
+        for key in ("CapEff", "CapPrm", "CapBnd"):
+            if int(status[key][0], 16) != 0:
+                wrong.append(f"{key} {status[key][0]}")
+    if sc.get("allowPrivilegeEscalation") is False and status["NoNewPrivs"] != ["1"]:
+        wrong.append("no_new_privs unset")
+    if sc.get("readOnlyRootFilesystem"):
+        try:
+            probe = pathlib.Path(f"/proc/{pid}/root/tessera-write-probe")
+            probe.touch()
+            probe.unlink()
+            wrong.append("its root file system is writable")
+        except OSError as e:
+            if e.errno != errno.EROFS:
+                raise
+    cpus = status["Cpus_allowed_list"][0]
+    if cpu_set(cpus) != cpu_set(pod.cpus):
+        wrong.append(f"CPUs {cpus}, not {pod.cpus}")
+    if wrong:
+        raise Failure(f"{pod.name}'s daemon (pid {pid}): {', '.join(wrong)}")
+    return f"{pod.name} uid {status['Uid'][0]}, no capabilities, read-only root, CPUs {cpus}"
+
+
 def simulate(cluster, report):
     daemons = start_daemons(cluster)
     report.case("DaemonsBecomeReady", "passed")
+    report.case("DaemonsRunAsTheirSecurityContextSays", "passed",
+                "; ".join(check_security(cluster, pod) for pod in daemons))
     if "PrometheusScrapesTheJobsMetrics" in checks(cluster):
         cluster.prometheus = Prometheus(cluster, daemons)
 
@@ -852,7 +1022,7 @@ def simulate(cluster, report):
     results = cluster.claims.get("tessera-results")
     made = sorted(str(p.relative_to(results)) for p in results.rglob("*")
                   if "workers" not in p.relative_to(results).parts) if results else []
-    if code != 0 or not accuracy or accuracy[-1] < 0.9 or not any(
+    if code != 0 or not accuracy or accuracy[-1] < ACCURACY or not any(
             m.endswith("metrics.csv") for m in made):
         raise Failure(f"exit {code}, test accuracy {accuracy[-1:]}, results {made}"
                       f"{tail(first)}{''.join(tail(p) for p in daemons)}")
@@ -1002,9 +1172,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sources", type=pathlib.Path, nargs="+",
                         help="kustomization folders and manifest files, rendered together")
-    parser.add_argument("--tessera", required=True)
+    parser.add_argument("--tessera", help="the tessera CLI (with --image, the image's)")
     parser.add_argument("--image_file", action="append", default=[])
     parser.add_argument("--image_root", type=pathlib.Path)
+    parser.add_argument("--image", help="run the pods as containers of this image (podman)")
     parser.add_argument("--mnist_dir", default=os.environ.get("TESSERA_MNIST_DIR"))
     parser.add_argument("--work_dir", type=pathlib.Path)
     args = parser.parse_args()
@@ -1013,6 +1184,8 @@ def main():
     xml = os.environ.get("XML_OUTPUT_FILE")
 
     skip = None
+    if not args.tessera and not args.image:
+        parser.error("--tessera is needed unless --image is given")
     if os.geteuid() != 0:
         skip = "needs root (network namespaces, mounts)"
     elif shutil.which("kubectl") is None:
@@ -1031,7 +1204,9 @@ def main():
     work.chmod(0o755)  # the pods' users walk into their root file systems through it
     cluster = None
     try:
-        cluster = Cluster(render(args.sources), work, args.tessera, image_files, args.image_root,
+        runtime = (PodmanRuntime(args.image) if args.image else
+                   ChrootRuntime(work, image_files, args.image_root))
+        cluster = Cluster(render(args.sources), work, args.tessera, runtime,
                           pathlib.Path(args.mnist_dir))
         simulate(cluster, report)
     except Failure as e:
