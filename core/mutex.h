@@ -23,6 +23,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 
+// An exclusive release, not ABSL_UNLOCK_FUNCTION's generic one: clang takes back at a
+// scope's end only what was released exclusively (or shared).
+#if defined(__clang__)
+#define TESSERA_RELEASE_CAPABILITY(x) __attribute__((release_capability(x)))
+#else
+#define TESSERA_RELEASE_CAPABILITY(x)
+#endif
+
 namespace tessera {
 
 class ABSL_LOCKABLE Mutex {
@@ -58,8 +66,8 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 // it again at the end.
 class ABSL_SCOPED_LOCKABLE MutexUnlock {
  public:
-  explicit MutexUnlock(Mutex* mu) ABSL_UNLOCK_FUNCTION(mu) : mu_(mu) { mu_->Unlock(); }
-  ~MutexUnlock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_->Lock(); }
+  explicit MutexUnlock(Mutex* mu) TESSERA_RELEASE_CAPABILITY(mu) : mu_(mu) { mu_->Unlock(); }
+  ~MutexUnlock() ABSL_UNLOCK_FUNCTION() { mu_->Lock(); }
   MutexUnlock(const MutexUnlock&) = delete;
   MutexUnlock& operator=(const MutexUnlock&) = delete;
 

@@ -11,18 +11,18 @@
 namespace tessera::engine {
 
 void Profiler::Start(Mode mode) {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   events_.clear();
   mode_.store(static_cast<int>(mode), std::memory_order_relaxed);
 }
 
 void Profiler::Record(const ProfileEvent& event) {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   events_.push_back(event);
 }
 
 std::vector<ProfileEvent> Profiler::events() const {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   return events_;
 }
 

@@ -11,13 +11,13 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "core/context.h"
+#include "core/mutex.h"
 #include "engine/engine.h"
 
 namespace tessera::engine {
@@ -36,7 +36,7 @@ class Profiler {
   enum class Mode : int { kOff = 0, kMarked = 1, kAll = 2 };
 
   // Clears earlier events and starts recording.
-  void Start(Mode mode = Mode::kAll);
+  void Start(Mode mode = Mode::kAll) ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() { mode_.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed); }
 
   // Whether a function pushed with this `profiling` flag is recorded now.
@@ -46,8 +46,8 @@ class Profiler {
            (profiling && mode == static_cast<int>(Mode::kMarked));
   }
 
-  void Record(const ProfileEvent& event);
-  std::vector<ProfileEvent> events() const;
+  void Record(const ProfileEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<ProfileEvent> events() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // {"traceEvents": [...]} with one complete ("X") event per function, microseconds.
   std::string ChromeTraceJson() const;
@@ -59,7 +59,7 @@ class Profiler {
 
  private:
   std::atomic<int> mode_{static_cast<int>(Mode::kOff)};
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<ProfileEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 

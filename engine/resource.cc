@@ -113,7 +113,7 @@ ResourceManager::~ResourceManager() {
   std::vector<std::unique_ptr<ResourceState>> states;
   {
     // Not held while waiting: a function still running might call Request.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     states.swap(states_);
   }
   for (const std::unique_ptr<ResourceState>& state : states) {
@@ -149,7 +149,7 @@ absl::StatusOr<Resource> ResourceManager::Request(Context ctx, const ResourceReq
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown resource type ", static_cast<int>(request.type), " for ", ctx.ToString()));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(DeviceResources * found, Device(ctx));
   DeviceResources& device = *found;
   ResourceState* state = nullptr;
@@ -190,7 +190,7 @@ Resource ResourceManager::HandleOf(ResourceState* state) {
 }
 
 absl::StatusOr<Resource> ResourceManager::RequestPrivateTempSpace(Context ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(Device(ctx).status());
   return HandleOf(NewState(ResourceRequest::kTempSpace, ctx));
 }
@@ -198,7 +198,7 @@ absl::StatusOr<Resource> ResourceManager::RequestPrivateTempSpace(Context ctx) {
 void ResourceManager::ReleasePrivateTempSpace(const Resource& resource) {
   std::shared_ptr<ResourceState> state;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = std::find_if(states_.begin(), states_.end(),
                            [&](const auto& s) { return s.get() == resource.state_; });
     TESSERA_CHECK(it != states_.end());
@@ -223,7 +223,7 @@ void ResourceManager::ReleasePrivateTempSpace(const Resource& resource) {
 }
 
 absl::Status ResourceManager::SeedRandom(uint64_t seed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   seed_ = seed;
   for (const auto& [ctx, device] : devices_) {
     ResourceState* state = device.random;

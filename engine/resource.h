@@ -32,7 +32,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/context.h"
+#include "core/mutex.h"
 #include "engine/engine.h"
 #include "engine/philox.h"
 #include "engine/storage.h"
@@ -145,9 +145,10 @@ class ResourceManager {
   Storage* const storage_;  // not owned
   const int temp_space_copies_;
 
-  // std::mutex rather than absl::Mutex: Debian's Abseil is not built with ThreadSanitizer,
-  // which then cannot see absl::Mutex's synchronization (these tests run under TSan).
-  std::mutex mu_;
+  // tessera::Mutex (a std::mutex) rather than absl::Mutex: Debian's Abseil is not built with
+  // ThreadSanitizer, which then cannot see absl::Mutex's synchronization (these tests run
+  // under TSan).
+  Mutex mu_;
   uint64_t seed_ ABSL_GUARDED_BY(mu_);
   int32_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<Context, DeviceResources> devices_ ABSL_GUARDED_BY(mu_);

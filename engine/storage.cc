@@ -1,15 +1,15 @@
 // Storage: the CPU and pinned pools, the pool logic shared by every device, and the
 // factory. The CUDA allocators live in gpu_storage.cc.
 //
-// Locks are std::mutex, not absl::Mutex (unlike STYLE.md's habit 7): Debian's Abseil is not
-// built with ThreadSanitizer, so TSan cannot see absl::Mutex's synchronization and would
-// report false races on everything it guards. The Storage tests run under --config=tsan.
+// Locks are tessera::Mutex (a std::mutex, annotated for clang's thread-safety analysis), not
+// absl::Mutex (unlike STYLE.md's habit 7): Debian's Abseil is not built with ThreadSanitizer,
+// so TSan cannot see absl::Mutex's synchronization and would report false races on
+// everything it guards. The Storage tests run under --config=tsan.
 #include "engine/storage.h"
 
 #include <bit>
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera::engine {
@@ -66,7 +67,7 @@ class DevicePool {
       : ctx_(ctx), limit_bytes_(limit_bytes), allocator_(std::move(allocator)) {}
 
   ~DevicePool() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!live_.empty()) {
       spdlog::warn("Storage destroyed with {} blocks ({} bytes) still in use on {}; freeing them",
                    live_.size(), stats_.bytes_in_use, ctx_.ToString());
@@ -79,7 +80,7 @@ class DevicePool {
   // `bytes` > 0.
   absl::StatusOr<void*> Alloc(size_t bytes) {
     const size_t size = StorageSizeClass(bytes);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     void* ptr = nullptr;
     size_t block = size;
     // The smallest pooled block this request may take (free_ holds no empty lists).
@@ -110,7 +111,7 @@ class DevicePool {
 
   // Back to the pool, or to the system when `to_system`.
   void Free(void* ptr, bool to_system) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = live_.find(ptr);
     if (it == live_.end()) {
       ++stats_.invalid_frees;
@@ -132,12 +133,12 @@ class DevicePool {
   }
 
   void ReleaseAll() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ReleasePoolLocked();
   }
 
   StorageStats Stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stats_;
   }
 
@@ -174,7 +175,7 @@ class DevicePool {
 
   const Context ctx_;
   const size_t limit_bytes_;  // 0: unlimited
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::unique_ptr<DeviceAllocator> allocator_ ABSL_GUARDED_BY(mu_);
   // Size class -> pooled blocks, ordered so Alloc finds the smallest block that fits.
   std::map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
@@ -253,7 +254,7 @@ class PooledStorage final : public Storage {
   }
 
   std::vector<Context> Devices() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<Context> devices;
     for (const auto& [ctx, pool] : pools_) devices.push_back(ctx);
     return devices;
@@ -275,7 +276,7 @@ class PooledStorage final : public Storage {
   // Pools are created on first use and live as long as the Storage, so the raw pointers
   // handed out stay valid without holding mu_.
   DevicePool* FindPool(Context ctx) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = pools_.find(ctx);
     return it == pools_.end() ? nullptr : it->second.get();
   }
@@ -285,7 +286,7 @@ class PooledStorage final : public Storage {
       return absl::InvalidArgumentError(
           absl::StrCat("device id of ", ctx.ToString(), " is negative"));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = pools_.find(ctx);
     if (it != pools_.end()) return it->second.get();
     // A failure is not cached: a GPU that is missing now yields the same error next time.
@@ -300,7 +301,7 @@ class PooledStorage final : public Storage {
   }
 
   const StorageOptions options_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<Context, std::unique_ptr<DevicePool>> pools_ ABSL_GUARDED_BY(mu_);
 };
 

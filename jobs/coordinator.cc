@@ -66,7 +66,7 @@ ClusterRunner GrpcClusterRunner(rpc::TransportSecurity security) {
 }
 
 Coordinator::Attachment::~Attachment() {
-  std::lock_guard<std::mutex> lock(owner_->mu_);
+  MutexLock lock(&owner_->mu_);
   for (auto& [id, job] : owner_->jobs_) job->listeners.erase(listener_);
 }
 
@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOption
   });
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(runner), std::move(store)));
   {
-    std::lock_guard<std::mutex> lock(c->mu_);
+    MutexLock lock(&c->mu_);
     for (StoredJob& s : stored) {
       auto job = std::make_unique<Job>();
       job->request = std::move(s.request);
@@ -134,10 +134,10 @@ Coordinator::~Coordinator() { Stop(); }
 void Coordinator::Stop() {
   std::shared_ptr<Cancellation> cancellation;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     cancellation = cancellation_;
-    queue_cv_.notify_all();
+    queue_cv_.SignalAll();
   }
   if (cancellation != nullptr) cancellation->Cancel();
   if (thread_.joinable()) thread_.join();
@@ -152,7 +152,7 @@ absl::StatusOr<JobRecord> Coordinator::Submit(SubmitJobRequest request, const st
       (spec.batch_event_every() <= 0 || spec.batch_event_every() > options_.batch_event_every)) {
     spec.set_batch_event_every(options_.batch_event_every);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is stopping");
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -180,12 +180,12 @@ absl::StatusOr<JobRecord> Coordinator::Submit(SubmitJobRequest request, const st
   queue_.push_back(id);
   Job& ref = *job;
   jobs_[id] = std::move(job);
-  queue_cv_.notify_all();
+  queue_cv_.SignalAll();
   return Snapshot(ref);
 }
 
 std::vector<JobRecord> Coordinator::List(const std::string& owner) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<JobRecord> records;
   for (const auto& [id, job] : jobs_) {
     if (job->record.owner() == owner) records.push_back(Snapshot(*job));
@@ -196,7 +196,7 @@ std::vector<JobRecord> Coordinator::List(const std::string& owner) const {
 }
 
 absl::StatusOr<JobRecord> Coordinator::Get(const std::string& id, const std::string& owner) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Find(id, owner));
   return Snapshot(*job);
 }
@@ -205,7 +205,7 @@ absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& id, const std::
   std::shared_ptr<Cancellation> cancellation;
   JobRecord record;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(Job * job, Find(id, owner));
     if (job->record.state() == JobRecord::QUEUED) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), id));
@@ -223,7 +223,7 @@ absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& id, const std::
 
 absl::StatusOr<std::unique_ptr<Coordinator::Attachment>> Coordinator::Attach(
     const std::string& id, const std::string& owner, JobListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Find(id, owner));
   for (const RankedEvent& event : job->events) listener->OnEvent(event);
   // Batch events are not kept; the latest of each worker says where a running job stands.
@@ -245,8 +245,8 @@ void Coordinator::RunLoop() {
       // Taken off the queue and made RUNNING, with its cancellation in place, in one step:
       // neither a Stop nor a Cancel may come between (the job would run on uncancellable, or
       // be looked for in the queue it has left).
-      std::unique_lock<std::mutex> lock(mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) queue_cv_.Wait(&mu_);
       if (stopping_) return;
       id = queue_.front();
       queue_.pop_front();
@@ -267,7 +267,7 @@ void Coordinator::RunOne(const std::string& id, const SubmitJobRequest& request,
   absl::StatusOr<std::map<std::string, double>> eval = runner_(
       request, [this, &id](int rank, const JobEvent& event) { OnEvent(id, rank, event); },
       cancellation.get());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cancellation_.reset();
   absl::Status status = eval.status();
   if (stopping_ && !status.ok() && !jobs_.at(id)->cancel_requested) {
@@ -294,7 +294,7 @@ void Coordinator::RunOne(const std::string& id, const SubmitJobRequest& request,
 }
 
 void Coordinator::OnEvent(const std::string& id, int rank, const JobEvent& event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Job& job = *jobs_.at(id);
   JobRecord& r = job.record;
   if (rank == 0) {

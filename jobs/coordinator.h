@@ -17,12 +17,10 @@
 #ifndef TESSERA_JOBS_COORDINATOR_H_
 #define TESSERA_JOBS_COORDINATOR_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/cancellation.h"
+#include "core/mutex.h"
 #include "jobs/job_store.h"
 #include "proto/jobs.pb.h"
 #include "rpc/transport_security.h"
@@ -91,20 +90,25 @@ class Coordinator {
   // queued jobs stay queued in the store for the next Open; later Submits are UNAVAILABLE.
   // A daemon calls it while its server still serves, so that the job's workers hear the
   // cancel. Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   ~Coordinator();  // Stop()
 
   // Queues the job: QUEUED with its position, or RUNNING when it started at once.
-  absl::StatusOr<JobRecord> Submit(SubmitJobRequest request, const std::string& owner);
-  std::vector<JobRecord> List(const std::string& owner) const;
-  absl::StatusOr<JobRecord> Get(const std::string& id, const std::string& owner) const;
+  absl::StatusOr<JobRecord> Submit(SubmitJobRequest request, const std::string& owner)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<JobRecord> List(const std::string& owner) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobRecord> Get(const std::string& id, const std::string& owner) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A queued job leaves the queue; a running one is asked to stop (its record says RUNNING
   // until it has). A finished job is returned as it is.
-  absl::StatusOr<JobRecord> Cancel(const std::string& id, const std::string& owner);
+  absl::StatusOr<JobRecord> Cancel(const std::string& id, const std::string& owner)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // `listener` (not owned; outlives the attachment) gets the job's events so far, at once on
   // this thread, then the live ones, then OnEnd; for a finished job all of it at once.
-  absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& id, const std::string& owner,
-                                                     JobListener* listener);
+  absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& id,
+                                                     const std::string& owner,
+                                                     JobListener* listener)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Job {
@@ -118,11 +122,11 @@ class Coordinator {
 
   Coordinator(CoordinatorOptions options, ClusterRunner runner, JobStore store)
       : options_(std::move(options)), runner_(std::move(runner)), store_(std::move(store)) {}
-  void RunLoop();
+  void RunLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs job `id`, which RunLoop made RUNNING, to its end.
   void RunOne(const std::string& id, const SubmitJobRequest& request,
-              const std::shared_ptr<Cancellation>& cancellation);
-  void OnEvent(const std::string& id, int rank, const JobEvent& event);
+              const std::shared_ptr<Cancellation>& cancellation) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnEvent(const std::string& id, int rank, const JobEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends `job` with `status` (and worker 0's final evaluation), saves it and tells its
   // listeners.
   void Finish(Job& job, const absl::Status& status, const std::map<std::string, double>& eval)
@@ -137,8 +141,8 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   const ClusterRunner runner_;
-  mutable std::mutex mu_;  // std::mutex for TSan (kvstore/optimizer.h says why)
-  std::condition_variable queue_cv_;
+  mutable Mutex mu_;
+  CondVar queue_cv_;
   JobStore store_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // ids, next first

@@ -72,7 +72,7 @@ class Reader {
 }  // namespace
 
 absl::Status Optimizer::CheckUpdate(int index, const NDArray& weight, const NDArray& grad) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return CheckUpdateLocked(index, weight, grad);
 }
 
@@ -121,7 +121,7 @@ double Optimizer::BaseLrLocked() const {
 
 absl::Status Optimizer::Update(int index, const NDArray& weight, const NDArray& grad,
                                int priority) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckUpdateLocked(index, weight, grad));
   // What the engine or the allocator refuses (a GPU this process does not see, memory) says
   // which update it refused.
@@ -164,7 +164,7 @@ absl::Status Optimizer::Update(int index, const NDArray& weight, const NDArray& 
 }
 
 absl::Status Optimizer::SetLearningRate(double lr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (scheduler_ != nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": SetLearningRate with a learning-rate scheduler (",
@@ -175,54 +175,54 @@ absl::Status Optimizer::SetLearningRate(double lr) {
 }
 
 double Optimizer::learning_rate() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return BaseLrLocked();
 }
 
 void Optimizer::SetLrMult(std::map<int, double> lr_mult) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   lr_mult_ = std::move(lr_mult);
 }
 
 void Optimizer::SetWdMult(std::map<int, double> wd_mult) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   wd_mult_ = std::move(wd_mult);
 }
 
 std::map<int, double> Optimizer::lr_mult() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return lr_mult_;
 }
 
 std::map<int, double> Optimizer::wd_mult() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return wd_mult_;
 }
 
 const LRScheduler* Optimizer::lr_scheduler() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return scheduler_.get();
 }
 
 void Optimizer::SetLrScheduler(std::unique_ptr<LRScheduler> scheduler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   scheduler_ = std::move(scheduler);
   if (scheduler_ != nullptr && lr_given_) scheduler_->SetBaseLr(lr_);
 }
 
 int64_t Optimizer::num_update() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return num_update_;
 }
 
 int64_t Optimizer::update_count(int index, Context ctx) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(KeyOf(index, ctx));
   return it == slots_.end() ? 0 : it->second.count;
 }
 
 absl::StatusOr<std::string> Optimizer::SaveState() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Writer w;
   w.PutBytes(kMagic, sizeof(kMagic));
   w.Put<uint32_t>(kVersion);
@@ -357,7 +357,7 @@ absl::Status Optimizer::LoadState(const Runtime& rt, const std::string& bytes) {
     }
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if ((scheduler_ != nullptr) != (has_scheduler != 0) ||
       (scheduler_ != nullptr && scheduler_name != scheduler_->name())) {
     return absl::InvalidArgumentError(

@@ -35,7 +35,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/context.h"
+#include "core/mutex.h"
 #include "kvstore/lr_scheduler.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
@@ -148,9 +148,9 @@ class Optimizer {
 
   const std::string name_;
   ops::KwArgs params_;  // set once by Create
-  // std::mutex, not absl::Mutex: Debian's Abseil is not built with ThreadSanitizer, which
-  // then cannot see absl::Mutex's synchronization (the KVStore tests run under TSan).
-  mutable std::mutex mu_;
+  // Mutex (a std::mutex), not absl::Mutex: Debian's Abseil is not built with ThreadSanitizer,
+  // which then cannot see absl::Mutex's synchronization (the KVStore tests run under TSan).
+  mutable Mutex mu_;
   double lr_ ABSL_GUARDED_BY(mu_);
   const bool lr_given_;
   const double wd_;

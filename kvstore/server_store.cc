@@ -1,9 +1,8 @@
 #include "kvstore/server_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
-#include <mutex>
-#include <shared_mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -218,12 +217,12 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
 
 ServerStore::~ServerStore() {
   {
-    std::lock_guard<std::mutex> lock(watchdog_mu_);
+    MutexLock lock(&watchdog_mu_);
     stopping_ = true;
-    watchdog_cv_.notify_all();
+    watchdog_cv_.SignalAll();
   }
   watchdog_.join();
-  std::unique_lock<SharedMutex> lock(mu_);
+  WriterLock lock(&mu_);
   for (auto& [id, key] : keys_) {
     (void)key.value.WaitToWrite();
     if (!key.merged.is_none()) (void)key.merged.WaitToWrite();
@@ -240,7 +239,7 @@ absl::Status ServerStore::CheckSession(const Session* s) const {
 }
 
 void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
-  std::unique_lock<SharedMutex> lock(mu_);
+  WriterLock lock(&mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (hello.protocol_version() != kKVStoreProtocolVersion) {
     return fail(absl::FailedPreconditionError(
@@ -332,8 +331,9 @@ absl::StatusOr<ServerStore::Key*> ServerStore::FindKey(const char* what, const A
 
 void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
                        std::vector<std::string> pieces) {
-  std::unique_lock<SharedMutex> lock(mu_);
-  auto status = [&]() -> absl::Status {
+  WriterLock lock(&mu_);
+  // Runs here, under the lock: annotated, as the analysis checks a lambda on its own.
+  auto status = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     RETURN_IF_ERROR(CheckSession(s));
     if (header.in_shared_memory()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -399,7 +399,7 @@ std::vector<std::string_view> ServerStore::Payload(const Key& key, int rank,
 }
 
 void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) {
-  std::shared_lock<SharedMutex> lock(mu_);
+  ReaderLock lock(&mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
   absl::StatusOr<Key*> found = LookUp("MapKey", request.key());
@@ -455,13 +455,13 @@ void ServerStore::PushPull(Session* s, uint64_t id, const ArrayChunk& header,
 
 void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
                              std::vector<std::string> pieces, bool then_pull) {
-  std::shared_lock<SharedMutex> lock(mu_);
+  ReaderLock lock(&mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
   absl::StatusOr<Key*> found = FindKey("push", header);
   if (!found.ok()) return fail(found.status());
   Key& key = **found;
-  std::lock_guard<std::mutex> key_lock(key.mu);
+  MutexLock key_lock(&key.mu);
   const int rank = s->rank_;
   const bool shared = header.in_shared_memory();
   if (shared && !key.shared.has_value()) {
@@ -648,13 +648,13 @@ void ServerStore::ServePulls(int key_id, Key& key) {
 }
 
 void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
-  std::shared_lock<SharedMutex> lock(mu_);
+  ReaderLock lock(&mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
   absl::StatusOr<Key*> found = LookUp("pull", pull.key());
   if (!found.ok()) return fail(found.status());
   Key& key = **found;
-  std::lock_guard<std::mutex> key_lock(key.mu);
+  MutexLock key_lock(&key.mu);
   const bool shared = pull.into_shared_memory();
   if (shared && !key.shared.has_value()) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -670,7 +670,7 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
 }
 
 void ServerStore::Barrier(Session* s, uint64_t id) {
-  std::unique_lock<SharedMutex> lock(mu_);
+  WriterLock lock(&mu_);
   if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
   for (int r = 0; r < options_.num_workers; ++r) {
     if (!departed_[r].ok()) {
@@ -700,7 +700,7 @@ void ServerStore::Barrier(Session* s, uint64_t id) {
 }
 
 void ServerStore::Leave(Session* s, const absl::Status& why) {
-  std::unique_lock<SharedMutex> lock(mu_);
+  WriterLock lock(&mu_);
   const int rank = s->rank_;
   if (rank < 0 || sessions_[rank] != s) return;
   sessions_[rank] = nullptr;
@@ -773,22 +773,26 @@ absl::Status ServerStore::CheckWaitingBound(const Session* s, int key_id, uint64
 
 void ServerStore::WatchDeadlines() {
   const absl::Duration tick = std::min(absl::Seconds(1), options_.round_timeout / 4);
-  std::unique_lock<std::mutex> watchdog_lock(watchdog_mu_);
-  while (!watchdog_cv_.wait_for(watchdog_lock, absl::ToChronoNanoseconds(tick),
-                                [&] { return stopping_; })) {
-    watchdog_lock.unlock();
+  MutexLock watchdog_lock(&watchdog_mu_);
+  while (true) {
+    // A tick, or until stopping_.
+    const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(tick);
+    while (!stopping_) {
+      if (!watchdog_cv_.WaitUntil(&watchdog_mu_, deadline)) break;
+    }
+    if (stopping_) return;
+    MutexUnlock unlocked(&watchdog_mu_);
     const absl::Time now = absl::Now();
     bool barrier_overdue = false;
     {
-      std::shared_lock<SharedMutex> lock(mu_);
+      ReaderLock lock(&mu_);
       FailOverdueRounds(now);
       barrier_overdue = barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout;
     }
     if (barrier_overdue) {
-      std::unique_lock<SharedMutex> lock(mu_);
+      WriterLock lock(&mu_);
       FailOverdueBarrier(now);
     }
-    watchdog_lock.lock();
   }
 }
 
@@ -807,7 +811,7 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
   std::vector<char> in_barrier(options_.num_workers, 0);
   for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
   for (auto& [key_id, key] : keys_) {
-    std::lock_guard<std::mutex> key_lock(key.mu);
+    MutexLock key_lock(&key.mu);
     if (key.pushed_count == 0 || now - key.round_opened < options_.round_timeout) continue;
     std::vector<char> arrived = key.pushed;
     for (int r = 0; r < options_.num_workers; ++r) arrived[r] |= in_barrier[r];
@@ -845,7 +849,7 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
   CommandReply reply;
   {
     // One job's trainer must not change another's optimizer or read its state.
-    std::shared_lock<SharedMutex> lock(mu_);
+    ReaderLock lock(&mu_);
     const bool connected = std::any_of(sessions_.begin(), sessions_.end(),
                                        [](const Session* p) { return p != nullptr; });
     if (!connected || request.job_id() != job_id_) {
@@ -860,7 +864,7 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
       const OptimizerSpec& spec = request.set_optimizer();
       {
         // Every worker sends the trainer's optimizer; copies of the one running change nothing.
-        std::shared_lock<SharedMutex> lock(mu_);
+        ReaderLock lock(&mu_);
         if (optimizer_ != nullptr &&
             google::protobuf::util::MessageDifferencer::Equals(spec, optimizer_spec_)) {
           return reply;
@@ -878,14 +882,14 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
                          CreateLRScheduler(spec.lr_scheduler(), args));
         optimizer->SetLrScheduler(std::move(scheduler));
       }
-      std::unique_lock<SharedMutex> lock(mu_);
+      WriterLock lock(&mu_);
       optimizer_ = std::move(optimizer);
       optimizer_spec_ = spec;
       return reply;
     }
     case CommandRequest::kSaveOptimizerState: {
       // Exclusively: no update runs while the state is read.
-      std::unique_lock<SharedMutex> lock(mu_);
+      WriterLock lock(&mu_);
       if (optimizer_ == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "server ", options_.server_index, " has no optimizer whose state to save"));
@@ -894,7 +898,7 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
       return reply;
     }
     case CommandRequest::kLoadOptimizerState: {
-      std::unique_lock<SharedMutex> lock(mu_);
+      WriterLock lock(&mu_);
       if (optimizer_ == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "server ", options_.server_index, " has no optimizer to load a state into"));

@@ -54,13 +54,11 @@
 #define TESSERA_KVSTORE_SERVER_STORE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,6 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 #include "core/shared_memory.h"
 #include "core/shared_mutex.h"
 #include "kvstore/optimizer.h"
@@ -163,13 +162,13 @@ class ServerStore {
   };
 
   ServerStore(const Runtime& rt, ServerStoreOptions options);
-  ~ServerStore();
+  ~ServerStore() ABSL_LOCKS_EXCLUDED(mu_, watchdog_mu_);
 
   // A session for one worker stream; replies go to `send`.
   std::unique_ptr<Session> Open(Send send);
 
   // The command channel. `stop` is the daemon's business and is not handled here.
-  absl::StatusOr<CommandReply> Command(const CommandRequest& request);
+  absl::StatusOr<CommandReply> Command(const CommandRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerStoreOptions& options() const { return options_; }
 
@@ -195,7 +194,9 @@ class ServerStore {
   // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
   // lock is held shared, and by the store's lock alone when it is held exclusively.
   struct Key {
-    std::mutex mu;  // taken after the store's lock, never before it
+    // Taken after the store's lock, never before it. Not ABSL_GUARDED_BY on the fields: the
+    // analysis cannot express "mu, or the store's lock exclusively".
+    Mutex mu;
     Shape shape;
     NDArray value;   // float32 CPU, the key's part
     // dist_sync: the open round's pushes, summed in rank order whatever order they come in
@@ -217,20 +218,23 @@ class ServerStore {
     uint64_t slot_stride = 0;
   };
 
-  void Greet(Session* s, uint64_t id, const Hello& hello);
+  void Greet(Session* s, uint64_t id, const Hello& hello) ABSL_LOCKS_EXCLUDED(mu_);
   // `pieces`: the request's payload in chunk order, exactly the header's size in all.
-  void Init(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
-  void Push(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
-  void PushPull(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces);
+  void Init(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Push(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void PushPull(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Push and PushPull: `then_pull` answers with the value instead of an acknowledgement.
   void AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
-                  std::vector<std::string> pieces, bool then_pull);
-  void Pull(Session* s, uint64_t id, const PullRequest& pull);
-  void MapKey(Session* s, uint64_t id, const MapKeyRequest& request);
+                  std::vector<std::string> pieces, bool then_pull) ABSL_LOCKS_EXCLUDED(mu_);
+  void Pull(Session* s, uint64_t id, const PullRequest& pull) ABSL_LOCKS_EXCLUDED(mu_);
+  void MapKey(Session* s, uint64_t id, const MapKeyRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // Gives a new key a region in shared memory if the options and the budget allow.
   void Share(int key_id, Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Barrier(Session* s, uint64_t id);
-  void Leave(Session* s, const absl::Status& why);
+  void Barrier(Session* s, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  void Leave(Session* s, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The key `key_id`; NOT_FOUND naming `what` and the key when it is not initialized.
   absl::StatusOr<Key*> LookUp(const char* what, int key_id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -271,7 +275,7 @@ class ServerStore {
   // round_timeout / 4, at most every second.
   void FailOverdueRounds(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailOverdueBarrier(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WatchDeadlines();
+  void WatchDeadlines() ABSL_LOCKS_EXCLUDED(mu_, watchdog_mu_);
   // Answers a waiting pull or parked push, which stops counting against its worker's bounds.
   static void Answer(const PendingPull& p, std::vector<ServerMessage> replies);
   static void Answer(const ParkedPush& p, std::vector<ServerMessage> replies);
@@ -301,9 +305,9 @@ class ServerStore {
   std::vector<Waiter> barrier_ ABSL_GUARDED_BY(mu_);      // per rank, session null if absent
   int barrier_count_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time barrier_opened_ ABSL_GUARDED_BY(mu_);  // when the first waiter came
-  std::mutex watchdog_mu_;
+  Mutex watchdog_mu_;
   bool stopping_ ABSL_GUARDED_BY(watchdog_mu_) = false;
-  std::condition_variable watchdog_cv_;
+  CondVar watchdog_cv_;  // stopping_ became true
   std::thread watchdog_;  // WatchDeadlines; last member: starts after the others exist
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from

@@ -2,11 +2,12 @@
 
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "spdlog/spdlog.h"
 #include "kvstore/transport.h"
 
@@ -35,13 +36,13 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     }
     // The worker closed its side, went away, or the stream was cancelled.
     session_->Close(absl::UnavailableError(absl::StrCat("its stream from ", peer_, " ended")));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     read_done_ = true;
     MaybeFinishLocked();
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.pop_front();
     if (!ok) {
       queue_.clear();  // the stream is broken; the failed read will finish it
@@ -61,8 +62,8 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   }
 
  private:
-  void Enqueue(std::vector<ServerMessage> replies) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Enqueue(std::vector<ServerMessage> replies) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     if (read_done_ || write_failed_) return;
     for (ServerMessage& r : replies) queue_.push_back(kvstore::EncodeServerMessage(std::move(r)));
     if (!writing_ && !queue_.empty()) {
@@ -71,7 +72,7 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     }
   }
 
-  void MaybeFinishLocked() {
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (read_done_ && !writing_ && !finished_) {
       finished_ = true;
       Finish(grpc::Status::OK);
@@ -81,12 +82,13 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   const std::string peer_;
   std::unique_ptr<kvstore::ServerStore::Session> session_;
   grpc::ByteBuffer in_;  // only touched by the read callbacks, which never overlap
-  std::mutex mu_;
-  std::deque<grpc::ByteBuffer> queue_;  // front: being written (deque keeps it in place)
-  bool writing_ = false;
-  bool read_done_ = false;
-  bool write_failed_ = false;
-  bool finished_ = false;
+  Mutex mu_;
+  // Front: being written (a deque keeps it in place).
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

@@ -20,9 +20,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), store_options);
   ParameterServer* raw = ps.get();
   ps->service_ = std::make_unique<KVStoreServiceImpl>(ps->store_.get(), [raw] {
-    std::lock_guard<std::mutex> lock(raw->mu_);
+    MutexLock lock(&raw->mu_);
     raw->stop_requested_ = true;
-    raw->cv_.notify_all();
+    raw->cv_.SignalAll();
   });
   ASSIGN_OR_RETURN(
       rpc::RunningServer running,
@@ -45,18 +45,18 @@ ParameterServer::~ParameterServer() {
 
 void ParameterServer::Wait() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return stop_requested_ || shut_down_; });
+    MutexLock lock(&mu_);
+    while (!stop_requested_ && !shut_down_) cv_.Wait(&mu_);
   }
   Shutdown();
 }
 
 void ParameterServer::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   if (server_ == nullptr) return;  // Start failed before serving
   // Streams still open after the deadline are cancelled: their workers see UNAVAILABLE.

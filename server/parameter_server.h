@@ -8,12 +8,12 @@
 #ifndef TESSERA_SERVER_PARAMETER_SERVER_H_
 #define TESSERA_SERVER_PARAMETER_SERVER_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "core/mutex.h"
 #include "kvstore/server_store.h"
 #include "ndarray/runtime.h"
 #include "rpc/transport_security.h"
@@ -40,9 +40,9 @@ class ParameterServer {
   const Runtime& runtime() const { return runtime_->get(); }
 
   // Blocks until a stop command arrives or Shutdown is called; then shuts gRPC down.
-  void Wait();
+  void Wait() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every stream (workers see UNAVAILABLE) and stops serving.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   ParameterServer() = default;
@@ -55,10 +55,10 @@ class ParameterServer {
   std::string address_;
   std::string listening_address_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_requested_ = false;  // guarded by mu_
-  bool shut_down_ = false;       // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;  // stop_requested_ or shut_down_ became true
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tessera::server

@@ -14,7 +14,6 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -23,6 +22,7 @@
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "core/metrics.h"
+#include "core/mutex.h"
 #include "kvstore/cluster_spec.h"
 #include "ndarray/runtime_metrics.h"
 #include "rpc/metrics_flags.h"
@@ -99,10 +99,10 @@ int main(int argc, char** argv) {
 
   // Signals stop the server from a thread of their own (set up before gRPC starts threads).
   tessera::server::ParameterServer* serving = nullptr;
-  std::mutex serving_mu;
+  tessera::Mutex serving_mu;
   tessera::OnTerminationSignal([&](int signo) {
     spdlog::info("tessera-ps: signal {}, shutting down", signo);
-    std::lock_guard<std::mutex> lock(serving_mu);
+    tessera::MutexLock lock(&serving_mu);
     if (serving != nullptr) serving->Shutdown();
   });
   tessera::StopWithParent(absl::GetFlag(FLAGS_parent_pid));
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
       tessera::server::ParameterServer::Start(address, options, *security);
   if (!ps.ok()) return Fail(ps.status());
   {
-    std::lock_guard<std::mutex> lock(serving_mu);
+    tessera::MutexLock lock(&serving_mu);
     serving = ps->get();
   }
   spdlog::info("tessera-ps {} of {} serving {} workers on {}", spec->index, spec->num_servers(),
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   }
   (*ps)->Wait();
   {
-    std::lock_guard<std::mutex> lock(serving_mu);
+    tessera::MutexLock lock(&serving_mu);
     serving = nullptr;
   }
   spdlog::info("tessera-ps {} stopped", spec->index);

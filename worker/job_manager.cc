@@ -1,5 +1,6 @@
 #include "worker/job_manager.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,7 @@ JobManager::~JobManager() {
   std::thread thread, cutter;
   std::shared_ptr<Cancellation> cancellation;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     thread = std::move(thread_);
     cutter = std::move(cutter_);
     cancellation = cancellation_;
@@ -25,7 +26,7 @@ JobManager::~JobManager() {
 
 absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
                                std::function<void(absl::Status)> done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (running_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("this worker is running job '", status_.job(), "'; one job at a time"));
@@ -41,7 +42,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
                          done = std::move(done), cancellation = cancellation_] {
     // Every batch, not only those with an event: `tessera status` shows where a job is.
     auto progress = [&](int epoch, int batch) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       status_.set_epoch(epoch);
       status_.set_batch(batch);
     };
@@ -55,9 +56,9 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       result = absl::CancelledError(absl::StrCat("cancelled; then ", result.status().ToString()));
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       running_ = false;
-      idle_cv_.notify_all();
+      idle_cv_.SignalAll();
       status_.set_state(WorkerStatus::IDLE);
       status_.set_last_result(result.ok() ? "OK" : result.status().ToString());
       unavailable_since_.reset();
@@ -76,7 +77,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
 bool JobManager::Cancel() {
   std::thread finished_cutter;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!running_) {
       if (unavailable_since_.has_value() && absl::Now() - *unavailable_since_ < kCancelGrace) {
         status_.set_last_result(absl::StrCat("CANCELLED: cancelled; then ", status_.last_result()));
@@ -88,11 +89,18 @@ bool JobManager::Cancel() {
     cancellation_->RequestStop();
     finished_cutter = std::move(cutter_);  // a previous job's, done or about to be
     cutter_ = std::thread([this, cancellation = cancellation_] {
-      std::unique_lock<std::mutex> lock(mu_);
-      const bool stopped = idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(kCancelGrace), [&] {
-        return !running_ || cancellation_ != cancellation;
-      });
-      lock.unlock();
+      bool stopped;
+      {
+        MutexLock lock(&mu_);
+        const auto deadline =
+            std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(kCancelGrace);
+        stopped = !running_ || cancellation_ != cancellation;
+        // As wait_for with a predicate: the condition is checked once more at the deadline.
+        for (bool timed_out = false; !stopped && !timed_out;) {
+          timed_out = !idle_cv_.WaitUntil(&mu_, deadline);
+          stopped = !running_ || cancellation_ != cancellation;
+        }
+      }
       // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
       if (!stopped) cancellation->Cancel();
     });
@@ -102,12 +110,12 @@ bool JobManager::Cancel() {
 }
 
 WorkerStatus JobManager::Status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return status_;
 }
 
 absl::StatusOr<GetParamsReply> JobManager::Params(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!last_) return absl::FailedPreconditionError("no job has finished on this worker yet");
   if (!job_id.empty() && job_id != last_job_id_) {
     return absl::FailedPreconditionError(absl::StrCat("the last job this worker finished is '",

@@ -6,10 +6,8 @@
 #ifndef TESSERA_WORKER_JOB_MANAGER_H_
 #define TESSERA_WORKER_JOB_MANAGER_H_
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -18,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/cancellation.h"
+#include "core/mutex.h"
 #include "ndarray/runtime.h"
 #include "proto/worker.pb.h"
 #include "worker/job_runner.h"
@@ -36,21 +35,23 @@ class JobManager {
 
   // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
   // that thread; `done` is the last call). RESOURCE_EXHAUSTED while another job runs.
-  absl::Status Start(JobSpec spec, JobEventSink sink, std::function<void(absl::Status)> done);
+  absl::Status Start(JobSpec spec, JobEventSink sink, std::function<void(absl::Status)> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Asks the running job to stop before its next batch; if it has not within
   // kCancelGrace (it waits on a frozen parameter server, say), cuts its parameter-server
   // streams so that it stops then. False when no job runs.
-  bool Cancel();
-  WorkerStatus Status() const;
+  bool Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  WorkerStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
   // The running job's progress is not a snapshot of parameters: these are the last
   // finished job's. FAILED_PRECONDITION before any job finished, or when `job_id` (unless
   // empty) is not the last finished job's.
-  absl::StatusOr<GetParamsReply> Params(const std::string& job_id = "") const;
+  absl::StatusOr<GetParamsReply> Params(const std::string& job_id = "") const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const Runtime rt_;
   const JobEnvironment environment_;
-  mutable std::mutex mu_;  // std::mutex for TSan (kvstore/optimizer.h says why)
+  mutable Mutex mu_;
   std::thread thread_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   // The running (or last) job's; a new one per job.
@@ -59,7 +60,7 @@ class JobManager {
   // every worker of a dist job see its own Cancel and stop at a batch boundary; cutting at
   // once would fail the others' rounds (UNAVAILABLE) before their Cancel arrives.
   std::thread cutter_ ABSL_GUARDED_BY(mu_);
-  std::condition_variable idle_cv_;  // a job ended
+  CondVar idle_cv_;  // a job ended
   WorkerStatus status_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> last_ ABSL_GUARDED_BY(mu_);
   std::string last_job_id_ ABSL_GUARDED_BY(mu_);  // last_'s

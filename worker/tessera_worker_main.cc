@@ -11,14 +11,14 @@
 // Beyond loopback it serves only over TLS with a cluster token (or with --insecure); the
 // same settings secure its jobs' connections to the parameter servers (rpc/server.h). Jobs
 // read data only under --data_root and write checkpoints only under --run_root.
-#include <condition_variable>
-#include <mutex>
+#include <chrono>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "core/metrics.h"
+#include "core/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "jobs/coordinator.h"
 #include "jobs/jobs_service.h"
@@ -60,14 +60,14 @@ int main(int argc, char** argv) {
     return 1;
   };
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
+  tessera::Mutex mu;
+  tessera::CondVar cv;
+  bool stop = false;  // under mu (a local cannot be ABSL_GUARDED_BY)
   tessera::OnTerminationSignal([&](int signo) {
     spdlog::info("tessera-worker: signal {}, shutting down", signo);
-    std::lock_guard<std::mutex> lock(mu);
+    tessera::MutexLock lock(&mu);
     stop = true;
-    cv.notify_all();
+    cv.SignalAll();
   });
   tessera::StopWithParent(absl::GetFlag(FLAGS_parent_pid));
   tessera::rpc::SetUpGrpcForDaemon();  // after the signal mask: gRPC starts threads
@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
       return fail(written);
   }
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return stop; });
+    tessera::MutexLock lock(&mu);
+    while (!stop) cv.Wait(&mu);
   }
   (*coordinator)->Stop();  // while serving: the job's workers, this one too, hear its cancel
   jobs.Cancel();

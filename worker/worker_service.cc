@@ -1,9 +1,9 @@
 #include "worker/worker_service.h"
 
 #include <deque>
-#include <mutex>
 #include <optional>
 
+#include "core/mutex.h"
 #include "kvstore/transport.h"
 
 namespace tessera::worker {
@@ -22,14 +22,14 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
       Finish(kvstore::ToGrpcStatus(started));
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     started_ = true;
   }
 
   void OnWriteDone(bool ok) override {
     std::optional<grpc::Status> finish;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       queue_.pop_front();
       writing_ = false;
       if (!ok) queue_.clear();  // the client is gone; OnCancel stops the job
@@ -41,7 +41,7 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   // ended, must not stop the job another client is running.
   void OnCancel() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!started_ || done_) return;
     }
     jobs_->Cancel();
@@ -52,7 +52,7 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   void Enqueue(const JobEvent& event) {
     std::optional<grpc::Status> finish;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       queue_.push_back(event);
       finish = WriteNextLocked();
     }
@@ -61,7 +61,7 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   void Done(absl::Status status) {
     std::optional<grpc::Status> finish;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       done_ = true;
       status_ = std::move(status);
       finish = WriteNextLocked();
@@ -70,7 +70,7 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   }
   // Starts the next write, or returns the status to finish with once the job is done and
   // every event written (then exactly once).
-  std::optional<grpc::Status> WriteNextLocked() {
+  std::optional<grpc::Status> WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_) return std::nullopt;
     if (!queue_.empty()) {
       writing_ = true;
@@ -83,13 +83,13 @@ class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
   }
 
   JobManager* const jobs_;  // not owned
-  std::mutex mu_;
-  std::deque<JobEvent> queue_;  // front: being written
-  bool started_ = false;        // this call's job was accepted
-  bool writing_ = false;
-  bool done_ = false;
-  bool finished_ = false;
-  absl::Status status_;
+  Mutex mu_;
+  std::deque<JobEvent> queue_ ABSL_GUARDED_BY(mu_);  // front: being written
+  bool started_ ABSL_GUARDED_BY(mu_) = false;        // this call's job was accepted
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

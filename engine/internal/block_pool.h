@@ -8,9 +8,10 @@
 #ifndef TESSERA_ENGINE_INTERNAL_BLOCK_POOL_H_
 #define TESSERA_ENGINE_INTERNAL_BLOCK_POOL_H_
 
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 #include "engine/internal/opr.h"
 
 namespace tessera::engine::internal {
@@ -38,17 +39,17 @@ class OprBlockPool {
   static constexpr size_t kBatch = 128;
 
   struct SharedList {
-    std::mutex mu;
-    std::vector<OprBlock*> blocks;
+    Mutex mu;
+    std::vector<OprBlock*> blocks ABSL_GUARDED_BY(mu);
 
     void TakeBatch(std::vector<OprBlock*>* out) {
-      std::lock_guard<std::mutex> guard(mu);
+      MutexLock guard(&mu);
       size_t n = std::min(kBatch, blocks.size());
       out->insert(out->end(), blocks.end() - n, blocks.end());
       blocks.resize(blocks.size() - n);
     }
     void GiveBatch(std::vector<OprBlock*>* from) {
-      std::lock_guard<std::mutex> guard(mu);
+      MutexLock guard(&mu);
       size_t n = std::min(kBatch, from->size());
       blocks.insert(blocks.end(), from->end() - n, from->end());
       from->resize(from->size() - n);

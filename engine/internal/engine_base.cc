@@ -63,7 +63,7 @@ absl::Status EngineBase::MarkDeleted(VarHandle var) {
                             : var.var->owner != this ? "a variable of another engine"
                                                      : "the variable was already deleted"));
   }
-  std::lock_guard<SpinLock> guard(var.var->lock);
+  SpinLockGuard guard(&var.var->lock);
   if (var.var->generation.load(std::memory_order_relaxed) != var.generation ||
       var.var->deleted.exchange(true, std::memory_order_acq_rel)) {
     return absl::InvalidArgumentError("DeleteVariable: the variable was already deleted");
@@ -73,7 +73,7 @@ absl::Status EngineBase::MarkDeleted(VarHandle var) {
 
 void EngineBase::RecycleVar(Var* var) {
   {
-    std::lock_guard<SpinLock> guard(var->lock);
+    SpinLockGuard guard(&var->lock);
     TESSERA_CHECK(var->head == nullptr && var->running_reads == 0 && !var->running_write);
     var->error.reset();
     delete var->gpu.exchange(nullptr, std::memory_order_acq_rel);
@@ -193,7 +193,7 @@ std::shared_ptr<ErrorRecord> EngineBase::OutcomeError(const Opr& opr, const absl
   if (status.ok()) return inherited;
   auto error = std::make_shared<ErrorRecord>(FunctionFailed(opr.name, status));
   if (!shutting_down()) spdlog::debug("engine: {}", error->status.ToString());
-  std::lock_guard<std::mutex> guard(failures_mu_);
+  MutexLock guard(&failures_mu_);
   failures_.push_back(error);
   return error;
 }
@@ -201,7 +201,7 @@ std::shared_ptr<ErrorRecord> EngineBase::OutcomeError(const Opr& opr, const absl
 absl::Status EngineBase::TakeUnreportedFailure() {
   std::vector<std::shared_ptr<ErrorRecord>> failures;
   {
-    std::lock_guard<std::mutex> guard(failures_mu_);
+    MutexLock guard(&failures_mu_);
     failures.swap(failures_);
   }
   absl::Status first;

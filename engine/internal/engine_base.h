@@ -8,10 +8,10 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 #include "engine/create_engine.h"
 #include "engine/engine.h"
 #include "engine/internal/opr.h"
@@ -80,9 +80,10 @@ class EngineBase : public Engine {
   // The error a finished function leaves on the variables it mutates: a new failure
   // (recorded for WaitForAll) when `status` is not ok, else `inherited` (null on success).
   std::shared_ptr<ErrorRecord> OutcomeError(const Opr& opr, const absl::Status& status,
-                                            std::shared_ptr<ErrorRecord> inherited);
+                                            std::shared_ptr<ErrorRecord> inherited)
+      ABSL_LOCKS_EXCLUDED(failures_mu_);
   // The first failure since the last call that nobody reported yet.
-  absl::Status TakeUnreportedFailure();
+  absl::Status TakeUnreportedFailure() ABSL_LOCKS_EXCLUDED(failures_mu_);
 
   bool shutting_down() const { return shutting_down_.load(std::memory_order_relaxed); }
   int num_gpus() const { return num_gpus_; }
@@ -104,7 +105,7 @@ class EngineBase : public Engine {
   Profiler profiler_;
   SlabPool<Var> vars_;
   SlabPool<Opr> oprs_;
-  std::mutex failures_mu_;
+  Mutex failures_mu_;
   std::vector<std::shared_ptr<ErrorRecord>> failures_ ABSL_GUARDED_BY(failures_mu_);
 };
 

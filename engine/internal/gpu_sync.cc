@@ -3,10 +3,11 @@
 #if TESSERA_USE_CUDA
 #include <cuda_runtime_api.h>
 
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "core/cuda_status.h"
+#include "core/mutex.h"
 #endif
 
 namespace tessera::engine::internal {
@@ -44,7 +45,7 @@ class EventPool {
  public:
   absl::StatusOr<cudaEvent_t> Take(int device) {
     {
-      std::lock_guard<std::mutex> guard(mu_);
+      MutexLock guard(&mu_);
       if (device < static_cast<int>(free_.size()) && !free_[device].empty()) {
         cudaEvent_t e = free_[device].back();
         free_[device].pop_back();
@@ -63,14 +64,14 @@ class EventPool {
     return e;
   }
   void Give(int device, cudaEvent_t e) {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(&mu_);
     if (device >= static_cast<int>(free_.size())) free_.resize(device + 1);
     free_[device].push_back(e);
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::vector<cudaEvent_t>> free_;
+  Mutex mu_;
+  std::vector<std::vector<cudaEvent_t>> free_ ABSL_GUARDED_BY(mu_);
 };
 
 EventPool& Events() {

@@ -1,8 +1,8 @@
 #include "engine/internal/naive_engine.h"
 
-#include <condition_variable>
-
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "engine/internal/gpu_sync.h"
 
@@ -35,17 +35,17 @@ namespace {
 
 // Where an asynchronous function's callback leaves its outcome.
 struct AsyncDone {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  absl::Status status;
+  Mutex mu;
+  CondVar cv;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
 
   static void Complete(Engine*, void* param, absl::Status status) {
     auto* d = static_cast<AsyncDone*>(param);
-    std::lock_guard<std::mutex> guard(d->mu);
+    MutexLock guard(&d->mu);
     d->status = std::move(status);
     d->done = true;
-    d->cv.notify_all();
+    d->cv.SignalAll();
   }
 };
 
@@ -70,8 +70,8 @@ void NaiveEngine::Run(const Opr& opr, Context ctx, bool profiling) {
       } else {
         AsyncDone done;
         opr.async_fn(rctx, CreateCallback(&AsyncDone::Complete, &done));
-        std::unique_lock<std::mutex> lock(done.mu);
-        done.cv.wait(lock, [&] { return done.done; });
+        MutexLock lock(&done.mu);
+        while (!done.done) done.cv.Wait(&done.mu);
         status = std::move(done.status);
       }
 #if TESSERA_USE_CUDA

@@ -38,13 +38,12 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 #include "engine/internal/ring_queue.h"
 #include "engine/internal/spin_lock.h"
 
@@ -70,7 +69,7 @@ class TaskQueue {
 
   void Push(T* item, int priority) {
     {
-      std::lock_guard<SpinLock> guard(heap_lock_);
+      SpinLockGuard guard(&heap_lock_);
       // While the queue is non-empty `top_priority_` is exact; written only on change.
       const bool was_empty = size_.load(std::memory_order_relaxed) == 0;
       if (was_empty || priority > top_priority_.load(std::memory_order_relaxed)) {
@@ -95,7 +94,7 @@ class TaskQueue {
         size_.load(std::memory_order_relaxed) > 0) {
       return false;
     }
-    std::lock_guard<SpinLock> guard(self.lock);
+    SpinLockGuard guard(&self.lock);
     self.items[0] = item;
     self.priority = priority;
     self.head = 0;
@@ -130,12 +129,12 @@ class TaskQueue {
     }
     for (;;) {
       if (T* item = Next(self, w)) return item;
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // Peers run their own buffers before they exit.
       if (shutdown_ && size_.load(std::memory_order_seq_cst) == 0) return nullptr;
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       if (size_.load(std::memory_order_seq_cst) == 0 && !AnyBuffered() && !shutdown_) {
-        cv_.wait(lock);
+        cv_.Wait(&mu_);
       }
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
@@ -150,11 +149,11 @@ class TaskQueue {
   // Wakes every worker; Pop returns nullptr once the queue is empty.
   void Shutdown() {
     {
-      std::lock_guard<std::mutex> guard(mu_);
+      MutexLock guard(&mu_);
       shutdown_ = true;
     }
     stopping_.store(true, std::memory_order_relaxed);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
  private:
@@ -168,10 +167,11 @@ class TaskQueue {
   // tail - head for lock-free looks.
   struct alignas(64) Buffer {
     SpinLock lock;
+    // Written under `lock` by the owner only, which also reads it unlocked (Next).
     int priority = 0;
-    int head = 0;
-    int tail = 0;
-    T* items[kMaxBatch];
+    int head ABSL_GUARDED_BY(lock) = 0;
+    int tail ABSL_GUARDED_BY(lock) = 0;
+    T* items[kMaxBatch] ABSL_GUARDED_BY(lock);
     std::atomic<int> count{0};
   };
 
@@ -209,7 +209,7 @@ class TaskQueue {
   }
 
   T* TakeFront(Buffer& b) {
-    std::lock_guard<SpinLock> guard(b.lock);
+    SpinLockGuard guard(&b.lock);
     if (b.head == b.tail) return nullptr;
     T* item = b.items[b.head++];
     b.count.store(b.tail - b.head, std::memory_order_relaxed);
@@ -221,7 +221,7 @@ class TaskQueue {
     T* batch[kMaxBatch];
     int n = 0, priority = 0;
     {
-      std::lock_guard<SpinLock> guard(heap_lock_);
+      SpinLockGuard guard(&heap_lock_);
       const size_t size = size_.load(std::memory_order_relaxed);
       if (size == 0) return nullptr;
       Bucket* top = TopBucket();
@@ -244,7 +244,7 @@ class TaskQueue {
       T* taken[kMaxBatch];
       int k = 0, priority = 0;
       {
-        std::lock_guard<SpinLock> guard(victim.lock);
+        SpinLockGuard guard(&victim.lock);
         k = (victim.tail - victim.head + 1) / 2;
         if (k == 0) continue;
         priority = victim.priority;
@@ -262,7 +262,7 @@ class TaskQueue {
   void Keep(Buffer& self, T* const* items, int n, int priority) {
     if (n == 0) return;
     {
-      std::lock_guard<SpinLock> guard(self.lock);
+      SpinLockGuard guard(&self.lock);
       std::copy(items, items + n, self.items);
       self.priority = priority;
       self.head = 0;
@@ -275,7 +275,7 @@ class TaskQueue {
 
   // The front of the top bucket if its priority is above `floor`.
   T* TryPopAbove(int floor) {
-    std::lock_guard<SpinLock> guard(heap_lock_);
+    SpinLockGuard guard(&heap_lock_);
     if (size_.load(std::memory_order_relaxed) == 0) return nullptr;
     Bucket* top = TopBucket();
     if (top->priority <= floor) return nullptr;
@@ -303,8 +303,8 @@ class TaskQueue {
 
   void WakeOne() {
     // Taking the mutex orders this notify after a sleeper's last look at the queue.
-    std::lock_guard<std::mutex> guard(mu_);
-    cv_.notify_one();
+    MutexLock guard(&mu_);
+    cv_.Signal();
   }
 
   // The highest non-empty bucket; the queue must not be empty.
@@ -350,8 +350,8 @@ class TaskQueue {
   // bounce the line the pusher is writing the lock and buckets on.
   alignas(64) SpinLock heap_lock_;
   std::vector<Bucket> buckets_ ABSL_GUARDED_BY(heap_lock_);  // highest priority first
-  alignas(64) std::mutex mu_;  // for sleeping only
-  std::condition_variable cv_;
+  alignas(64) Mutex mu_;  // for sleeping only
+  CondVar cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   alignas(64) std::atomic<size_t> size_{0};  // items in the shared queue (not in buffers)
   // The top bucket's priority while the shared queue is non-empty (a hint for workers

@@ -48,7 +48,7 @@ class BodyScope {
 };
 
 // Appends one use to `v`'s queue; true when it may start right away.
-bool Append(Var* v, VarNode* node) {
+bool Append(Var* v, VarNode* node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(v->lock) {
   node->next = nullptr;
   if (node->write) {
     if (v->head == nullptr && !v->running_write && v->running_reads == 0) {
@@ -68,7 +68,7 @@ bool Append(Var* v, VarNode* node) {
   return false;
 }
 
-VarNode* PopHead(Var* v) {
+VarNode* PopHead(Var* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(v->lock) {
   VarNode* n = v->head;
   v->head = n->next;
   if (v->head == nullptr) v->tail = nullptr;
@@ -78,7 +78,7 @@ VarNode* PopHead(Var* v) {
 // A running use of `v` finished: grants go to the next writer, or to every reader up to
 // the next writer.
 void Release(Var* v, bool write, ReadyList* ready) {
-  std::lock_guard<SpinLock> guard(v->lock);
+  SpinLockGuard guard(&v->lock);
   if (write) {
     v->running_write = false;
     while (v->head != nullptr && !v->head->write) {
@@ -147,7 +147,7 @@ void ThreadedEngine::WorkerLoop(Queue* queue, int index, Context ctx, bool owns_
     absl::StatusOr<void*> s = CreateStream(ctx.id);
     if (s.ok()) {
       stream = *s;
-      std::lock_guard<std::mutex> guard(streams_mu_);
+      MutexLock guard(&streams_mu_);
       streams_.emplace_back(ctx.id, stream);
     } else {
       stream_status = s.status();
@@ -275,15 +275,15 @@ void ThreadedEngine::Schedule(OprBlock* b, bool is_deletion) {
   b->wait.store(static_cast<int>(n) + 1, std::memory_order_relaxed);
 
   int granted = 1;  // the push's own count
-  {
-    std::unique_lock<std::mutex> ordered(push_mu_, std::defer_lock);
-    if (n > 1) ordered.lock();
+  // A lambda run under push_mu_ or not, rather than a lock taken on one path only: the
+  // thread-safety analysis needs the lock held on every path or on none.
+  const auto append_all = [&] {
     for (size_t i = 0; i < n; ++i) {
       VarNode& node = b->nodes[i];
       node.block = b;
       node.write = i >= nc;
       node.var = node.write ? opr.mutate_vars[i - nc] : opr.const_vars[i];
-      std::lock_guard<SpinLock> guard(node.var->lock);
+      SpinLockGuard guard(&node.var->lock);
       if (!is_deletion && node.var->deleted.load(std::memory_order_relaxed)) {
         // Deleted by another thread after this push validated it: fail the function.
         if (b->rejected == nullptr) {
@@ -296,6 +296,12 @@ void ThreadedEngine::Schedule(OprBlock* b, bool is_deletion) {
       node.appended = true;
       if (Append(node.var, &node)) ++granted;
     }
+  };
+  if (n > 1) {
+    MutexLock ordered(&push_mu_);
+    append_all();
+  } else {
+    append_all();
   }
   if (b->wait.fetch_sub(granted, std::memory_order_acq_rel) == granted) Dispatch(b);
 }
@@ -366,7 +372,7 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
     if (node.write) node.var->set_error(error);  // before Release hands the variable on
     if (deletion) {
       {
-        std::lock_guard<SpinLock> guard(node.var->lock);
+        SpinLockGuard guard(&node.var->lock);
         node.var->running_write = false;
       }
       RecycleVar(node.var);
@@ -381,8 +387,8 @@ void ThreadedEngine::Complete(OprBlock* b, absl::Status status,
   const int64_t completed = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (all_waiters_.load(std::memory_order_seq_cst) > 0 &&
       pushed_.load(std::memory_order_seq_cst) == completed) {
-    std::lock_guard<std::mutex> guard(wait_mu_);
-    wait_cv_.notify_all();
+    MutexLock guard(&wait_mu_);
+    wait_cv_.SignalAll();
   }
 }
 
@@ -407,11 +413,11 @@ namespace {
 
 // What a WaitForVar caller waits on.
 struct VarWaiter {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  absl::Status status;
-  std::vector<GpuEventRef> gpu_events;
+  Mutex mu;
+  CondVar cv;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  std::vector<GpuEventRef> gpu_events ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace
@@ -430,22 +436,22 @@ absl::Status ThreadedEngine::WaitForVar(VarHandle var) {
   (*b)->one_shot.runs_despite_errors = true;
   (*b)->one_shot.sync_fn = [&waiter, v](RunContext) {
     ErrorRecord* e = v->pending_error();
-    std::lock_guard<std::mutex> guard(waiter.mu);
+    MutexLock guard(&waiter.mu);
     if (e != nullptr && e->TakeReport()) waiter.status = e->status;
     // GPU work on `var` may still be in flight: the caller synchronizes on it below,
     // off the engine's threads.
     if (GpuVarState* g = v->gpu.load(std::memory_order_acquire)) {
-      std::lock_guard<SpinLock> var_guard(v->lock);
+      SpinLockGuard var_guard(&v->lock);
       if (g->write) waiter.gpu_events.push_back(g->write);
       for (auto& r : g->reads) waiter.gpu_events.push_back(r);
     }
     waiter.done = true;
-    waiter.cv.notify_all();
+    waiter.cv.SignalAll();
     return absl::OkStatus();
   };
   Schedule(*b);
-  std::unique_lock<std::mutex> lock(waiter.mu);
-  waiter.cv.wait(lock, [&] { return waiter.done; });
+  MutexLock lock(&waiter.mu);
+  while (!waiter.done) waiter.cv.Wait(&waiter.mu);
   for (const GpuEventRef& e : waiter.gpu_events) {
     if (absl::Status s = SyncEvent(*e); !s.ok() && waiter.status.ok()) waiter.status = s;
   }
@@ -473,15 +479,15 @@ absl::Status ThreadedEngine::WaitForAll() {
   }
   all_waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
-    std::unique_lock<std::mutex> lock(wait_mu_);
-    wait_cv_.wait(lock, [&] { return Idle(); });
+    MutexLock lock(&wait_mu_);
+    while (!Idle()) wait_cv_.Wait(&wait_mu_);
   }
   all_waiters_.fetch_sub(1, std::memory_order_seq_cst);
   absl::Status gpu_status;
 #if TESSERA_USE_CUDA
   std::vector<std::pair<int, void*>> streams;
   {
-    std::lock_guard<std::mutex> guard(streams_mu_);
+    MutexLock guard(&streams_mu_);
     streams = streams_;
   }
   for (auto [device, stream] : streams) {
@@ -507,7 +513,7 @@ absl::Status ThreadedEngine::WaitForGpuInputs(OprBlock* b, void* stream) {
   for (VarNode& node : b->nodes) {
     GpuVarState* g = node.appended ? node.var->gpu.load(std::memory_order_acquire) : nullptr;
     if (g == nullptr) continue;
-    std::lock_guard<SpinLock> guard(node.var->lock);
+    SpinLockGuard guard(&node.var->lock);
     // Same-stream work is already ordered by the stream itself.
     auto other_stream = [&](const GpuEventRef& e) { return e && e->stream != stream; };
     if (other_stream(g->write)) events.push_back(g->write);
@@ -529,7 +535,7 @@ absl::Status ThreadedEngine::RecordGpuOutputs(OprBlock* b) {
   if (!event.ok()) return event.status();
   for (VarNode& node : b->nodes) {
     if (!node.appended) continue;
-    std::lock_guard<SpinLock> guard(node.var->lock);
+    SpinLockGuard guard(&node.var->lock);
     GpuVarState* g = node.var->gpu.load(std::memory_order_relaxed);
     if (g == nullptr) {
       g = new GpuVarState;

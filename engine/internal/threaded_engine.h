@@ -20,12 +20,12 @@
 #define TESSERA_ENGINE_INTERNAL_THREADED_ENGINE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 #include "engine/internal/engine_base.h"
 #include "engine/internal/task_queue.h"
 
@@ -98,10 +98,11 @@ class ThreadedEngine final : public EngineBase {
   std::vector<std::unique_ptr<Queue>> gpu_queues_;       // per device
   std::vector<std::unique_ptr<Queue>> gpu_copy_queues_;  // per device
   std::vector<std::thread> threads_;
-  std::mutex streams_mu_;
-  std::vector<std::pair<int, void*>> streams_;  // (device, stream) of every GPU worker
+  Mutex streams_mu_;
+  // (device, stream) of every GPU worker
+  std::vector<std::pair<int, void*>> streams_ ABSL_GUARDED_BY(streams_mu_);
 
-  std::mutex push_mu_;  // orders pushes that name several variables
+  Mutex push_mu_;  // orders pushes that name several variables
 
   // Every function pushed has completed. Completions are read first: a push counted after
   // that read cannot make stale counts look equal, so equal counts mean that at the moment
@@ -117,8 +118,8 @@ class ThreadedEngine final : public EngineBase {
   alignas(64) std::atomic<int64_t> pushed_{0};
   alignas(64) std::atomic<int64_t> completed_{0};
   alignas(64) std::atomic<int> all_waiters_{0};
-  std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
+  Mutex wait_mu_;
+  CondVar wait_cv_;
 };
 
 }  // namespace tessera::engine::internal

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "engine/internal/spin_lock.h"
 
@@ -60,10 +61,10 @@ class alignas(64) Var {
  public:
   internal::SpinLock lock;
   // Dependency queue of the threaded engine: uses waiting behind the running ones.
-  internal::VarNode* head = nullptr;
-  internal::VarNode* tail = nullptr;
-  int running_reads = 0;
-  bool running_write = false;
+  internal::VarNode* head ABSL_GUARDED_BY(lock) = nullptr;
+  internal::VarNode* tail ABSL_GUARDED_BY(lock) = nullptr;
+  int running_reads ABSL_GUARDED_BY(lock) = 0;
+  bool running_write ABSL_GUARDED_BY(lock) = false;
 
   // Bumped (under `lock`) each time the slot is recycled. Atomic so that the unlocked
   // validity check at push time is race-free.

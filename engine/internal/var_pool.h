@@ -8,10 +8,10 @@
 #define TESSERA_ENGINE_INTERNAL_VAR_POOL_H_
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 
 namespace tessera::engine::internal {
 
@@ -24,7 +24,7 @@ class SlabPool {
   SlabPool& operator=(const SlabPool&) = delete;
 
   T* Acquire() {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(&mu_);
     if (free_ == nullptr) Grow();
     T* t = free_;
     free_ = t->next_free;
@@ -36,14 +36,14 @@ class SlabPool {
   // The caller has reset the object's state; the generation bump invalidates handles.
   void Release(T* t) {
     t->generation.fetch_add(1, std::memory_order_acq_rel);
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(&mu_);
     t->next_free = free_;
     free_ = t;
     --live_;
   }
 
   size_t live() const {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(&mu_);
     return live_;
   }
 
@@ -59,7 +59,7 @@ class SlabPool {
     }
   }
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::unique_ptr<T[]>> slabs_ ABSL_GUARDED_BY(mu_);
   T* free_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t live_ ABSL_GUARDED_BY(mu_) = 0;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "core/shared_memory.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
@@ -30,18 +31,20 @@ class Completion {
   Completion(int parts, std::function<void(absl::Status)> done)
       : remaining_(parts), done_(std::move(done)) {}
   void PartDone(const absl::Status& status) {
+    absl::Status first;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!status.ok() && status_.ok()) status_ = status;
       if (--remaining_ > 0) return;
+      first = status_;  // the last part: nothing writes status_ any more
     }
-    done_(status_);
+    done_(std::move(first));
   }
 
  private:
-  std::mutex mu_;
-  int remaining_;
-  absl::Status status_;
+  Mutex mu_;
+  int remaining_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::function<void(absl::Status)> done_;
 };
 
@@ -81,7 +84,7 @@ class DistKVStore : public KVStore {
 
   ~DistKVStore() override {
     cancelled_.reset();  // before the servers go
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, key] : keys_) {
       (void)key.engine->WaitForVar(key.var);
       (void)key.engine->DeleteVariable(nullptr, Context::CPU(), key.var);
@@ -99,13 +102,13 @@ class DistKVStore : public KVStore {
                         const std::vector<std::vector<NDArray>>& values,
                         const std::vector<std::vector<NDArray>>& outs, int priority) override;
   void SetUpdater(Updater updater) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     updater_ = std::move(updater);
     optimizer_.reset();
   }
   absl::Status SetOptimizer(std::unique_ptr<Optimizer> optimizer) override;
   Optimizer* optimizer() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return optimizer_.get();
   }
   absl::StatusOr<std::string> SaveOptimizerStates() override;
@@ -147,8 +150,9 @@ class DistKVStore : public KVStore {
                 ServerConnection::OnReply on_reply) const;
   // The host array a push of `arrays` (one key's, one per device) sends: the one array as it
   // is, or this worker's devices copied to the host and summed (engine pushes at
-  // `priority`). Needs mu_.
-  absl::StatusOr<NDArray> PushSource(Key& key, const std::vector<NDArray>& arrays, int priority);
+  // `priority`).
+  absl::StatusOr<NDArray> PushSource(Key& key, const std::vector<NDArray>& arrays, int priority)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply handler of a pull (or push-pull) of key `k`'s `part`, which copies the value's
   // chunks (or the part's slot) to `base` and reports the part to `done`.
   static ServerConnection::OnReply PullInto(char* base, const Part& part, int k,
@@ -162,23 +166,23 @@ class DistKVStore : public KVStore {
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
   void NoteFailure(const absl::Status& status) {
     if (status.code() != absl::StatusCode::kUnavailable) return;
-    std::lock_guard<std::mutex> lock(broken_mu_);
+    MutexLock lock(&broken_mu_);
     if (broken_.ok()) broken_ = status;
   }
   absl::Status broken() {
-    std::lock_guard<std::mutex> lock(broken_mu_);
+    MutexLock lock(&broken_mu_);
     return broken_;
   }
   absl::Status CommandAll(const CommandRequest& request, std::vector<CommandReply>* replies);
 
   const DistKVStoreOptions options_;
   std::vector<std::unique_ptr<ServerConnection>> servers_;
-  std::mutex mu_;  // guards the fields below (not absl::Mutex, for TSan: optimizer.h)
-  std::map<int, Key> keys_;
-  Updater updater_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::mutex broken_mu_;
-  absl::Status broken_;
+  Mutex mu_;  // not absl::Mutex, for TSan (see optimizer.h)
+  std::map<int, Key> keys_ ABSL_GUARDED_BY(mu_);
+  Updater updater_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  Mutex broken_mu_;
+  absl::Status broken_ ABSL_GUARDED_BY(broken_mu_);
   std::unique_ptr<Cancellation::Registration> cancelled_;  // aborts servers_
   std::once_flag unmappable_;  // warned that a server's shared memory cannot be mapped here
 };
@@ -298,7 +302,7 @@ absl::Status DistKVStore::Check(const char* what, const std::vector<int>& keys,
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", keys.size(), " keys but ",
                                                    arrays.size(), " array lists"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = keys_.find(keys[i]);
     if (it == keys_.end()) {
@@ -329,7 +333,7 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   // Shared: gRPC may hold the payload slices a little past the replies.
   auto hosts = std::make_shared<std::vector<std::vector<float>>>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
       if (keys[i] < 0) {
         // Placement takes key % servers: a negative key would name no server.
@@ -370,7 +374,7 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   NoteFailure(status);
   RETURN_IF_ERROR(status);
   MapSlots(keys, placed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     Key key;
     key.shape = values[i].shape();
@@ -479,7 +483,7 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
   RETURN_IF_ERROR(Check("push", keys, values));
   std::map<int, std::vector<NDArray>> grouped;
   const std::vector<int> order = GroupByKey(keys, values, &grouped);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (updater_) {
     return absl::UnimplementedError(
         "push: a custom updater cannot run on the parameter servers (use SetOptimizer)");
@@ -511,7 +515,7 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
                                const std::vector<std::vector<NDArray>>& outs, int priority) {
   RETURN_IF_ERROR(broken());
   RETURN_IF_ERROR(Check("pull", keys, outs));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     Key& key = keys_.at(keys[i]);
     const int k = keys[i];
@@ -555,7 +559,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
     RETURN_IF_ERROR(Push(keys, values, priority));
     return Pull(keys, outs, priority);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (updater_) {
     return absl::UnimplementedError(
         "pushpull: a custom updater cannot run on the parameter servers (use SetOptimizer)");
@@ -594,7 +598,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
 
 absl::Status DistKVStore::Barrier() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [k, key] : keys_) RETURN_IF_ERROR(key.engine->WaitForVar(key.var));
   }
   RETURN_IF_ERROR(broken());
@@ -635,7 +639,7 @@ absl::Status DistKVStore::SetOptimizer(std::unique_ptr<Optimizer> optimizer) {
     for (const auto& [name, value] : scheduler->config()) (*spec->mutable_lr_scheduler_params())[name] = value;
   }
   RETURN_IF_ERROR(CommandAll(request, nullptr));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   updater_ = nullptr;
   optimizer_ = std::move(optimizer);
   return absl::OkStatus();

@@ -68,7 +68,7 @@ absl::StatusOr<NDArray> LocalKVStore::Buffer(Entry* entry, Role role, int slot, 
 }
 
 absl::Status LocalKVStore::Init(const std::vector<int>& keys, const std::vector<NDArray>& values) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (keys.size() != values.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Init: ", keys.size(), " keys but ", values.size(), " values"));
@@ -125,9 +125,11 @@ absl::StatusOr<std::vector<LocalKVStore::PushPlan>> LocalKVStore::PreparePush(
             "Push: key ", key, ": array ", i, " is on ", arrays[i].ctx().ToString(),
             "; KVStore \"nccl\" reduces GPU arrays only (use \"device\" or \"local\")"));
       }
+      // The device captured by value: clang 14 (thread_safety_test) cannot capture `arrays`,
+      // a structured binding.
       if (allreduce() && !e.replicas.empty() &&
           std::none_of(e.replicas.begin(), e.replicas.end(),
-                       [&](const NDArray& r) { return r.ctx() == arrays[i].ctx(); })) {
+                       [ctx = arrays[i].ctx()](const NDArray& r) { return r.ctx() == ctx; })) {
         return absl::InvalidArgumentError(
             absl::StrCat("Push: key ", key, ": array ", i, " is on ", arrays[i].ctx().ToString(),
                          ", not one of the devices of the key's first push (", e.replicas.size(),
@@ -350,14 +352,14 @@ absl::Status LocalKVStore::ExecutePull(const std::vector<PullPlan>& plans, int p
 
 absl::Status LocalKVStore::Push(const std::vector<int>& keys,
                                 const std::vector<std::vector<NDArray>>& values, int priority) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::vector<PushPlan> plans, PreparePush(keys, values));
   return ExecutePush(plans, priority);
 }
 
 absl::Status LocalKVStore::Pull(const std::vector<int>& keys,
                                 const std::vector<std::vector<NDArray>>& outs, int priority) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::vector<PullPlan> plans, PreparePull(keys, outs));
   return ExecutePull(plans, priority);
 }
@@ -365,7 +367,7 @@ absl::Status LocalKVStore::Pull(const std::vector<int>& keys,
 absl::Status LocalKVStore::PushPull(const std::vector<int>& keys,
                                     const std::vector<std::vector<NDArray>>& values,
                                     const std::vector<std::vector<NDArray>>& outs, int priority) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::vector<PushPlan> push, PreparePush(keys, values));
   ASSIGN_OR_RETURN(std::vector<PullPlan> pull, PreparePull(keys, outs));
   RETURN_IF_ERROR(ExecutePush(push, priority));
@@ -373,7 +375,7 @@ absl::Status LocalKVStore::PushPull(const std::vector<int>& keys,
 }
 
 void LocalKVStore::SetUpdater(Updater updater) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   optimizer_.reset();
   updater_ = std::move(updater);
 }
@@ -383,14 +385,14 @@ absl::Status LocalKVStore::SetOptimizer(std::unique_ptr<Optimizer> optimizer) {
     return absl::InvalidArgumentError(
         "SetOptimizer: a null optimizer (use SetUpdater({}) to clear)");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   updater_ = nullptr;
   optimizer_ = std::move(optimizer);
   return absl::OkStatus();
 }
 
 Optimizer* LocalKVStore::optimizer() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return optimizer_.get();
 }
 

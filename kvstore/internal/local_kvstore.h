@@ -16,13 +16,13 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "core/mutex.h"
 #include "kvstore/kvstore.h"
 
 namespace tessera::kvstore::internal {
@@ -101,7 +101,7 @@ class LocalKVStore : public KVStore {
   absl::Status PushNcclSum(const PushPlan& plan, int priority);
 
   const LocalMode mode_;
-  std::mutex mu_;  // not absl::Mutex, for TSan (see optimizer.h)
+  Mutex mu_;  // not absl::Mutex, for TSan (see optimizer.h)
   std::map<int, Entry> entries_ ABSL_GUARDED_BY(mu_);  // a map: plans hold Entry pointers
   Updater updater_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);

@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   DeviceGuard guard;
   std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator);
   comm->devices_ = devices;
-  std::lock_guard<std::mutex> lock(comm->mu_);
+  MutexLock lock(&comm->mu_);
   comm->comms_.resize(devices.size(), nullptr);
   NCCL_RETURN_IF_ERROR(
       ncclCommInitAll(comm->comms_.data(), static_cast<int>(devices.size()), devices.data()));
@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   DeviceGuard guard;
   // Failures cannot be reported from here; the resources are lost at worst.
   for (ncclComm_t c : comms_) {
@@ -158,7 +158,7 @@ absl::Status NcclCommunicator::AllReduceSum(absl::Span<const std::vector<TBlob>>
     ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(send[j][0].dtype));
     types.push_back(type);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   DeviceGuard guard;
   // The collectives start after the caller's stream has reached this point...
   CUDA_RETURN_IF_ERROR(cudaSetDevice(devices_[0]));

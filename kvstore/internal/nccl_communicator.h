@@ -19,13 +19,13 @@
 #include <nccl.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/mutex.h"
 #include "core/tblob.h"
 
 namespace tessera::kvstore::internal {
@@ -53,7 +53,7 @@ class NcclCommunicator {
   NcclCommunicator() = default;
 
   std::vector<int> devices_;
-  std::mutex mu_;
+  Mutex mu_;
   std::vector<ncclComm_t> comms_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaStream_t> streams_ ABSL_GUARDED_BY(mu_);  // one per device
   std::vector<cudaEvent_t> done_ ABSL_GUARDED_BY(mu_);      // one per device

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "grpcpp/support/client_callback.h"
@@ -31,35 +32,43 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     StartCall();
   }
 
-  void Send(const Encode& encode, int priority, OnReply on_reply) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t id = next_id_++;
-    if (!broken_.ok() || closing_) {
-      const absl::Status status =
-          broken_.ok() ? absl::FailedPreconditionError("connection closing") : broken_;
-      lock.unlock();
-      on_reply(ErrorReply(id, status), true);
-      return;
+  void Send(const Encode& encode, int priority, OnReply on_reply) ABSL_LOCKS_EXCLUDED(mu_) {
+    uint64_t id = 0;
+    absl::Status status;  // why the request is refused
+    {
+      MutexLock lock(&mu_);
+      id = next_id_++;
+      if (broken_.ok() && !closing_) {
+        callbacks_.emplace(id, std::move(on_reply));
+        for (grpc::ByteBuffer& m : encode(id)) {
+          queue_.emplace(std::pair{-priority, next_seq_++}, std::move(m));
+        }
+        StartNextWriteLocked();
+        return;
+      }
+      status = broken_.ok() ? absl::FailedPreconditionError("connection closing") : broken_;
     }
-    callbacks_.emplace(id, std::move(on_reply));
-    for (grpc::ByteBuffer& m : encode(id)) queue_.emplace(std::pair{-priority, next_seq_++}, std::move(m));
-    StartNextWriteLocked();
+    on_reply(ErrorReply(id, status), true);  // callbacks run without mu_ held
   }
 
   void Abort() { context_.TryCancel(); }
 
   // Starts closing; OnDone follows once the server has finished the stream.
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Close() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     closing_ = true;
     MaybeWritesDoneLocked();
   }
 
-  void WaitDone() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return done_; })) {
+  void WaitDone() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done_) {
+      if (!cv_.WaitUntil(&mu_, deadline)) break;
+    }
+    if (!done_) {
       context_.TryCancel();  // a server that does not finish: cut the stream
-      cv_.wait(lock, [&] { return done_; });
+      while (!done_) cv_.Wait(&mu_);
     }
   }
 
@@ -67,7 +76,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     if (!ok) {
       // The stream ended (server gone, cancelled, keepalive timeout). Release the hold that
       // keeps it open for writes, so OnDone comes and fails whatever is pending.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ended_ = true;  // no write may start now: OnDone can come at any moment
       ReleaseHoldLocked();
       return;
@@ -75,7 +84,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     OnReply callback;
     const bool done = in_.code() != 0 || !in_.has_pull() || in_.pull().last();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = callbacks_.find(in_.id());
       if (it != callbacks_.end()) {
         callback = done ? std::move(it->second) : it->second;
@@ -87,7 +96,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       write_failed_ = true;  // the stream is broken: OnDone fails what is pending
@@ -102,7 +111,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     std::map<uint64_t, OnReply> pending;
     absl::Status broken;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // A refused token or certificate stays what it is; anything else means the server is
       // gone for this worker.
       const bool refused = status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
@@ -116,27 +125,27 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
       queue_.clear();
     }
     for (auto& [id, callback] : pending) callback(ErrorReply(id, broken), true);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
  private:
-  void StartNextWriteLocked() {
+  void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || write_failed_ || ended_ || queue_.empty()) return;
     current_ = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
     writing_ = true;
     StartWrite(&current_);
   }
-  void MaybeWritesDoneLocked() {
+  void MaybeWritesDoneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (closing_ && !writes_done_ && !ended_ && !writing_ && queue_.empty()) {
       writes_done_ = true;
       StartWritesDone();
       ReleaseHoldLocked();
     }
   }
-  void ReleaseHoldLocked() {
+  void ReleaseHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (hold_released_) return;
     hold_released_ = true;
     RemoveHold();
@@ -146,21 +155,22 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
   const grpc::internal::RpcMethod method_;
   grpc::ClientContext context_;
   ServerMessage in_;  // only touched by the read reactions, which never overlap
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t next_id_ = 1;
-  uint64_t next_seq_ = 0;
-  std::map<std::pair<int, uint64_t>, grpc::ByteBuffer> queue_;  // (-priority, seq)
-  grpc::ByteBuffer current_;  // the message being written
-  std::map<uint64_t, OnReply> callbacks_;
-  absl::Status broken_;
-  bool writing_ = false;
-  bool write_failed_ = false;
-  bool closing_ = false;
-  bool writes_done_ = false;
-  bool hold_released_ = false;
-  bool ended_ = false;  // the read side saw the stream end
-  bool done_ = false;
+  Mutex mu_;
+  CondVar cv_;  // done_ became true
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Keyed (-priority, seq).
+  std::map<std::pair<int, uint64_t>, grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the message being written
+  std::map<uint64_t, OnReply> callbacks_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the read side saw the stream end
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 ServerConnection::ServerConnection(std::string address, std::shared_ptr<grpc::Channel> channel)

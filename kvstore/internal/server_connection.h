@@ -11,12 +11,10 @@
 #ifndef TESSERA_KVSTORE_INTERNAL_SERVER_CONNECTION_H_
 #define TESSERA_KVSTORE_INTERNAL_SERVER_CONNECTION_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
