@@ -212,7 +212,7 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
   sessions_.assign(options_.num_workers, nullptr);
   departed_.assign(options_.num_workers, absl::OkStatus());
   barrier_.assign(options_.num_workers, Waiter{});
-  watchdog_ = std::thread([this] { WatchDeadlines(); });
+  if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
 
 ServerStore::~ServerStore() {
@@ -221,7 +221,7 @@ ServerStore::~ServerStore() {
     stopping_ = true;
     watchdog_cv_.SignalAll();
   }
-  watchdog_.join();
+  if (watchdog_.joinable()) watchdog_.join();
   WriterLock lock(&mu_);
   for (auto& [id, key] : keys_) {
     (void)key.value.WaitToWrite();
@@ -524,7 +524,7 @@ void ServerStore::AddToRound(Key& key, const std::vector<std::string_view>& piec
 
 absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
                                          std::vector<std::string> pieces, bool shared) {
-  if (key.pushed_count == 0) key.round_opened = absl::Now();
+  if (key.pushed_count == 0) key.round_opened = options_.clock();
   key.pushed[rank] = 1;
   ++key.pushed_count;
   key.pushes[rank] = key.rounds_done + 1;
@@ -575,7 +575,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   ++key.rounds_done;
   KVStoreServerMetrics().rounds.Increment();
   KVStoreServerMetrics().round_seconds.Observe(
-      absl::ToDoubleSeconds(absl::Now() - key.round_opened));
+      absl::ToDoubleSeconds(options_.clock() - key.round_opened));
   ServePulls(key_id, key);
   // Pushes parked for this (now finished) round open the next one.
   std::deque<ParkedPush> parked = std::move(key.parked);
@@ -683,7 +683,7 @@ void ServerStore::Barrier(Session* s, uint64_t id) {
                                         "worker ", s->rank_, " is already in the barrier")))});
   }
   barrier_[s->rank_] = Waiter{s, id};
-  if (barrier_count_++ == 0) barrier_opened_ = absl::Now();
+  if (barrier_count_++ == 0) barrier_opened_ = options_.clock();
   // Join: rounds the others finish while this worker waits complete without it.
   if (sync()) {
     for (auto& [key_id, key] : keys_) (void)MaybeCompleteRound(key_id, key);
@@ -782,17 +782,21 @@ void ServerStore::WatchDeadlines() {
     }
     if (stopping_) return;
     MutexUnlock unlocked(&watchdog_mu_);
-    const absl::Time now = absl::Now();
-    bool barrier_overdue = false;
-    {
-      ReaderLock lock(&mu_);
-      FailOverdueRounds(now);
-      barrier_overdue = barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout;
-    }
-    if (barrier_overdue) {
-      WriterLock lock(&mu_);
-      FailOverdueBarrier(now);
-    }
+    CheckDeadlines();
+  }
+}
+
+void ServerStore::CheckDeadlines() {
+  const absl::Time now = options_.clock();
+  bool barrier_overdue = false;
+  {
+    ReaderLock lock(&mu_);
+    FailOverdueRounds(now);
+    barrier_overdue = barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout;
+  }
+  if (barrier_overdue) {
+    WriterLock lock(&mu_);
+    FailOverdueBarrier(now);
   }
 }
 

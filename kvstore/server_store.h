@@ -102,6 +102,11 @@ struct ServerStoreOptions {
   // never connected, or connected and stopped sending, fails its waiting requests with
   // DEADLINE_EXCEEDED naming those ranks (departed ranks fail them at once).
   absl::Duration round_timeout = absl::Seconds(120);
+  // Where the store reads the time (rounds and barriers opening, their deadlines), and
+  // whether a thread of its own checks the deadlines (every round_timeout / 4, at most every
+  // second). A test passes a clock it moves and calls CheckDeadlines itself: no sleeps.
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
+  bool watch_deadlines = true;
   // Share keys through memory with same-host workers (ParameterServer sets it when serving a
   // Unix socket): keys of at least shared_memory_min_bytes, while the regions stay within
   // max_shared_memory_bytes and max_shared_memory_keys (each holds a file descriptor) in all.
@@ -171,6 +176,10 @@ class ServerStore {
   absl::StatusOr<CommandReply> Command(const CommandRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerStoreOptions& options() const { return options_; }
+
+  // Fails the waiters of rounds and barriers open longer than round_timeout, as of
+  // options().clock. The deadline thread calls it; with watch_deadlines off, the owner does.
+  void CheckDeadlines() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Waiter {
@@ -271,8 +280,7 @@ class ServerStore {
   void ServePulls(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fail the waiters of rounds (each key locked in turn) and of a barrier (under the store's
-  // lock exclusively) open longer than round_timeout. A thread of its own calls them every
-  // round_timeout / 4, at most every second.
+  // lock exclusively) open longer than round_timeout (CheckDeadlines).
   void FailOverdueRounds(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailOverdueBarrier(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchDeadlines() ABSL_LOCKS_EXCLUDED(mu_, watchdog_mu_);
@@ -308,7 +316,8 @@ class ServerStore {
   Mutex watchdog_mu_;
   bool stopping_ ABSL_GUARDED_BY(watchdog_mu_) = false;
   CondVar watchdog_cv_;  // stopping_ became true
-  std::thread watchdog_;  // WatchDeadlines; last member: starts after the others exist
+  // WatchDeadlines, unless watch_deadlines is off; last member: starts after the others exist.
+  std::thread watchdog_;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
   uint64_t shared_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // in the keys' regions
