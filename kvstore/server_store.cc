@@ -16,11 +16,6 @@
 namespace tessera::kvstore {
 namespace {
 
-std::string ShapeString(DataType dtype, const google::protobuf::RepeatedField<int64_t>& dims) {
-  return absl::StrCat(DTypeName(static_cast<DType>(dtype)), " ",
-                      Shape(dims.begin(), dims.end()).ToString());
-}
-
 // A request's payload, in pieces, into contiguous memory.
 void CopyPieces(const std::vector<std::string_view>& pieces, char* out) {
   for (std::string_view p : pieces) {
@@ -67,100 +62,6 @@ void ServerStore::Session::Close(const absl::Status& why) {
   store_->Leave(this, why);
 }
 
-absl::StatusOr<std::optional<ServerStore::Session::Staged>> ServerStore::Session::Stage(
-    uint64_t id, ArrayChunk& chunk) {
-  using Result = std::optional<Staged>;
-  if (auto f = failed_.find(id); f != failed_.end()) {
-    if (chunk.last()) failed_.erase(f);  // the failed request's remaining chunks are dropped
-    return Result();
-  }
-  auto fail = [&](absl::Status status) {
-    if (auto open = staged_.find(id); open != staged_.end()) {
-      staged_bytes_ -= open->second.received;
-      staged_.erase(open);
-    }
-    if (!chunk.last()) failed_[id] = true;
-    return status;
-  };
-  const ServerStoreOptions& options = store_->options_;
-  auto it = staged_.find(id);
-  if (it == staged_.end()) {
-    if (staged_.size() >= static_cast<size_t>(options.max_session_staged_requests)) {
-      return fail(absl::ResourceExhaustedError(absl::StrCat(
-          "key ", chunk.key(), ": request ", id, " would be this worker's request number ",
-          staged_.size() + 1, " being received at once; server ", options.server_index,
-          " takes at most ", options.max_session_staged_requests)));
-    }
-    if (chunk.offset() != 0) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "key ", chunk.key(), ": the first chunk of request ", id, " starts at byte ",
-          chunk.offset(), ", not 0")));
-    }
-    if (!DataType_IsValid(chunk.dtype())) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("key ", chunk.key(), ": unknown dtype ", chunk.dtype())));
-    }
-    // The part's size, guarding against overflow and absurd shapes.
-    uint64_t bytes = DTypeSize(static_cast<DType>(chunk.dtype()));
-    const uint64_t limit = store_->options_.max_array_bytes;
-    if (chunk.shape().empty()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("key ", chunk.key(), ": no shape")));
-    }
-    for (int64_t d : chunk.shape()) {
-      if (d < 1 || bytes > limit / static_cast<uint64_t>(d)) {
-        return fail(absl::InvalidArgumentError(absl::StrCat(
-            "key ", chunk.key(), ": shape ", ShapeString(chunk.dtype(), chunk.shape()),
-            " has a dimension < 1 or exceeds the server's ", limit, "-byte array bound")));
-      }
-      bytes *= static_cast<uint64_t>(d);
-    }
-    Staged staged;
-    staged.header = chunk;
-    staged.header.clear_data();
-    staged.expected = bytes;
-    it = staged_.emplace(id, std::move(staged)).first;
-  } else {
-    const ArrayChunk& h = it->second.header;
-    if (h.key() != chunk.key() || h.dtype() != chunk.dtype() ||
-        !std::equal(h.shape().begin(), h.shape().end(), chunk.shape().begin(),
-                    chunk.shape().end()) ||
-        chunk.offset() != it->second.received) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "request ", id, ": a chunk for key ", chunk.key(), " ",
-          ShapeString(chunk.dtype(), chunk.shape()), " at byte ", chunk.offset(),
-          " does not continue key ", h.key(), " ", ShapeString(h.dtype(), h.shape()),
-          " received up to byte ", it->second.received)));
-    }
-  }
-  Staged& staged = it->second;
-  if (chunk.data().size() > staged.expected - staged.received) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "key ", chunk.key(), ": chunk at byte ", chunk.offset(), " with ", chunk.data().size(),
-        " bytes overruns the array ", ShapeString(chunk.dtype(), chunk.shape()), " of ",
-        staged.expected, " bytes")));
-  }
-  const uint64_t held = staged_bytes_ + parked_bytes_.load() + chunk.data().size();
-  if (held > options.max_session_staged_bytes) {
-    return fail(absl::ResourceExhaustedError(absl::StrCat(
-        "key ", chunk.key(), ": request ", id,
-        " would take this worker's requests being received or parked to ", held, " bytes; server ",
-        options.server_index, " holds at most ", options.max_session_staged_bytes, " per worker")));
-  }
-  staged.received += chunk.data().size();
-  staged_bytes_ += chunk.data().size();
-  if (!chunk.data().empty()) staged.pieces.push_back(std::move(*chunk.mutable_data()));
-  if (!chunk.last()) return Result();
-  if (staged.received != staged.expected) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "key ", chunk.key(), ": the last chunk ends at byte ", staged.received, " of the ",
-        staged.expected, " that ", ShapeString(chunk.dtype(), chunk.shape()), " needs")));
-  }
-  Staged done = std::move(staged);
-  staged_bytes_ -= done.received;
-  staged_.erase(it);
-  return Result(std::move(done));
-}
-
 void ServerStore::Session::Handle(WorkerMessage message) {
   if (closed_) return;
   const uint64_t id = message.id();
@@ -173,7 +74,8 @@ void ServerStore::Session::Handle(WorkerMessage message) {
       }
       return (store_->*handler)(this, id, chunk, {});
     }
-    absl::StatusOr<std::optional<Staged>> done = Stage(id, chunk);
+    absl::StatusOr<std::optional<RequestAssembler::Request>> done =
+        assembler_.Add(id, chunk, parked_bytes_.load());
     if (!done.ok()) {
       send_({ErrorReply(id, done.status())});
     } else if (done->has_value()) {
@@ -758,8 +660,8 @@ absl::Status ServerStore::CheckWaitingBound(const Session* s, int key_id, uint64
                      s->waiting_.load() + 1, " waiting for a round; server ", options_.server_index,
                      " holds at most ", options_.max_session_waiting_requests));
   }
-  // Read on the session's own thread: staged_bytes_ is its own.
-  const uint64_t held = s->staged_bytes_ + s->parked_bytes_.load() + parked_bytes;
+  // Read on the session's own thread: its assembler is its own.
+  const uint64_t held = s->assembler_.bytes() + s->parked_bytes_.load() + parked_bytes;
   if (parked_bytes > 0 && held > options_.max_session_staged_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("key ", key_id, ": parking push ", id,

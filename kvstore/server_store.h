@@ -72,6 +72,7 @@
 #include "core/mutex.h"
 #include "core/shared_memory.h"
 #include "core/shared_mutex.h"
+#include "kvstore/internal/request_assembler.h"
 #include "kvstore/optimizer.h"
 #include "kvstore/transport.h"
 #include "ndarray/ndarray.h"
@@ -137,25 +138,20 @@ class ServerStore {
 
    private:
     friend class ServerStore;
-    // A request being received chunk by chunk.
-    struct Staged {
-      ArrayChunk header;  // the first chunk, without its data
-      std::vector<std::string> pieces;  // the chunks' payloads, in order
-      uint64_t received = 0;
-      uint64_t expected = 0;
-    };
 
-    Session(ServerStore* store, Send send) : store_(store), send_(std::move(send)) {}
-    // Validates `chunk` and appends it to its request; returns the completed request (its
-    // bytes moved out) on the last chunk, nullopt while more are due.
-    absl::StatusOr<std::optional<Staged>> Stage(uint64_t id, ArrayChunk& chunk);
+    Session(ServerStore* store, Send send)
+        : store_(store),
+          send_(std::move(send)),
+          assembler_({.server_index = store->options_.server_index,
+                      .max_array_bytes = store->options_.max_array_bytes,
+                      .max_requests = store->options_.max_session_staged_requests,
+                      .max_bytes = store->options_.max_session_staged_bytes}) {}
 
     ServerStore* const store_;  // not owned
     const Send send_;
-    // Touched only by Handle (one thread at a time per session).
-    std::map<uint64_t, Staged> staged_;
-    uint64_t staged_bytes_ = 0;        // received so far by the requests in staged_
-    std::map<uint64_t, bool> failed_;  // ids whose remaining chunks are dropped
+    // The requests being received chunk by chunk; touched only by Handle (one thread at a
+    // time per session).
+    RequestAssembler assembler_;
     // Requests of this worker waiting in keys (pulls, parked pushes), and the parked pushes'
     // bytes: counted up and down under different keys' locks, hence atomic.
     std::atomic<int> waiting_{0};
