@@ -203,7 +203,10 @@ TEST_F(ResumeTest, ANetworkWithDropoutResumesBitIdentical) {
 
 // dist_sync with `workers` workers on `servers` real parameter servers. Each worker has a
 // run folder of its own (as pods with their own volumes): only rank 0's holds checkpoints,
-// and the others resume at rank 0's position without seeing them.
+// and the others resume at rank 0's position without seeing them. Each has a runtime of its
+// own too, as processes have: ranks sharing one random generator would draw their
+// initializations interleaved, and the first worker's (the one the servers keep) would
+// change from run to run.
 void ResumeTest::DistSyncResumesBitIdentical(int workers, int servers) {
   kvstore::ServerStoreOptions options;
   options.num_workers = workers;
@@ -221,6 +224,12 @@ void ResumeTest::DistSyncResumesBitIdentical(int workers, int servers) {
                       const std::string& resume, int stop_epoch,
                       int stop_batch) -> absl::StatusOr<JobResult> {
     Cancellation cancellation;
+    // Made before the results, so they outlive them: the results' arrays are theirs. Rank 0
+    // runs on the fixture's.
+    std::vector<std::unique_ptr<OwnedRuntime>> runtimes(workers);
+    for (int rank = 1; rank < workers; ++rank) {
+      runtimes[rank] = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+    }
     std::vector<absl::StatusOr<JobResult>> results(workers, absl::UnknownError("not run"));
     std::vector<std::thread> threads;
     for (int rank = 0; rank < workers; ++rank) {
@@ -242,7 +251,7 @@ void ResumeTest::DistSyncResumesBitIdentical(int workers, int servers) {
             if (epoch == stop_epoch && batch == stop_batch) cancellation.Cancel();
           };
         }
-        results[rank] = RunJob(rt(), spec, callbacks, &cancellation);
+        results[rank] = RunJob(rank == 0 ? rt() : runtimes[rank]->get(), spec, callbacks, &cancellation);
       });
     }
     for (auto& t : threads) t.join();
