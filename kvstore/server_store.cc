@@ -16,31 +16,6 @@
 namespace tessera::kvstore {
 namespace {
 
-// A request's payload, in pieces, into contiguous memory.
-void CopyPieces(const std::vector<std::string_view>& pieces, char* out) {
-  for (std::string_view p : pieces) {
-    std::memcpy(out, p.data(), p.size());
-    out += p.size();
-  }
-}
-
-// out[i] += the payload's i-th float. Chunks normally split at float boundaries; a client's
-// odd split is joined first.
-void AddPieces(const std::vector<std::string_view>& pieces, float* out) {
-  if (std::any_of(pieces.begin(), pieces.end(),
-                  [](std::string_view p) { return p.size() % sizeof(float); })) {
-    std::string joined;
-    for (std::string_view p : pieces) joined += p;
-    return AddPieces({joined}, out);
-  }
-  for (std::string_view p : pieces) {
-    const float* in = reinterpret_cast<const float*>(p.data());
-    const size_t n = p.size() / sizeof(float);
-    internal::AddTo(static_cast<int64_t>(n), in, out);
-    out += n;
-  }
-}
-
 const char* ModeName(SyncMode mode) {
   switch (mode) {
     case SYNC_MODE_SYNC: return "dist_sync";
@@ -252,13 +227,11 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     ASSIGN_OR_RETURN(NDArray merged, NDArray::Empty(rt_, shape));
     RETURN_IF_ERROR(value.WaitToWrite());
     CopyPieces({pieces.begin(), pieces.end()}, static_cast<char*>(value.data().dptr));
-    Key& key = keys_[header.key()];  // a Key holds a mutex: made in place
+    // A Key holds a mutex: made in place.
+    Key& key = keys_.try_emplace(header.key(), options_.num_workers).first->second;
     key.shape = shape;
     key.value = std::move(value);
     key.merged = std::move(merged);
-    key.pushed.assign(options_.num_workers, 0);
-    key.pushes.assign(options_.num_workers, 0);
-    key.staged.resize(options_.num_workers);
     Share(header.key(), key);
     return absl::OkStatus();
   }();
@@ -290,14 +263,13 @@ void ServerStore::Share(int key_id, Key& key) {
   ++shared_keys_;
 }
 
-std::vector<std::string_view> ServerStore::Payload(const Key& key, int rank,
-                                                   const std::vector<std::string>& pieces,
-                                                   bool shared) {
+SyncRound::Payload ServerStore::Payload(const Key& key, int rank, std::vector<std::string> pieces,
+                                        bool shared) {
   if (shared) {
-    return {
-        std::string_view(Slot(key, rank), static_cast<size_t>(key.shape.Size()) * sizeof(float))};
+    return {.in_place = std::string_view(Slot(key, rank),
+                                         static_cast<size_t>(key.shape.Size()) * sizeof(float))};
   }
-  return std::vector<std::string_view>(pieces.begin(), pieces.end());
+  return {.pieces = std::move(pieces)};
 }
 
 void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) {
@@ -376,19 +348,19 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
                                                 sizeof(float));
   }
   if (!sync()) {
-    CopyPieces(Payload(key, rank, pieces, shared), static_cast<char*>(key.merged.data().dptr));
+    CopyPieces(Payload(key, rank, std::move(pieces), shared).views(),
+               static_cast<char*>(key.merged.data().dptr));
     if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
     return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
                               : std::vector<ServerMessage>{OkReply(id)});
   }
-  std::vector<char> joined = key.pushed;  // barrier waiters count as pushed
-  for (int r = 0; r < options_.num_workers; ++r) joined[r] |= barrier_[r].session != nullptr;
+  std::vector<char> joined = Joined(key);
   joined[rank] = 1;
-  if (absl::Status st = RoundBlocked(header.key(), key.rounds_done + 1, joined, departed_);
+  if (absl::Status st = RoundBlocked(header.key(), key.round.rounds_done() + 1, joined, departed_);
       !st.ok()) {
     return fail(st);
   }
-  if (key.pushed[rank]) {  // already in this round: waits for the next
+  if (key.round.pushed(rank)) {  // already in this round: waits for the next
     const uint64_t bytes = shared ? 0 : static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, bytes); !st.ok()) return fail(st);
     ++s->waiting_;
@@ -399,13 +371,10 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   if (then_pull) {
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, 0); !st.ok()) return fail(st);
   }
-  if (absl::Status st = AcceptSyncPush(header.key(), key, rank, std::move(pieces), shared);
-      !st.ok()) {
-    return fail(st);
-  }
+  AcceptSyncPush(key, rank, std::move(pieces), shared);
   if (then_pull) {
     ++s->waiting_;
-    key.pulls.push_back({Waiter{s, id}, rank, key.pushes[rank], shared});
+    key.pulls.push_back({Waiter{s, id}, rank, key.round.rounds_of(rank), shared});
   } else {
     s->send_({OkReply(id)});
   }
@@ -414,67 +383,40 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   }
 }
 
-void ServerStore::AddToRound(Key& key, const std::vector<std::string_view>& pieces) {
-  char* merged = static_cast<char*>(key.merged.data().dptr);
-  if (key.merged_empty) {
-    CopyPieces(pieces, merged);
-  } else {
-    AddPieces(pieces, reinterpret_cast<float*>(merged));
-  }
-  key.merged_empty = false;
+void ServerStore::AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces,
+                                 bool shared) {
+  if (!key.round.open()) key.round_opened = options_.clock();
+  key.round.Accept(rank, Payload(key, rank, std::move(pieces), shared),
+                   static_cast<float*>(key.merged.data().dptr));
 }
 
-absl::Status ServerStore::AcceptSyncPush(int key_id, Key& key, int rank,
-                                         std::vector<std::string> pieces, bool shared) {
-  if (key.pushed_count == 0) key.round_opened = options_.clock();
-  key.pushed[rank] = 1;
-  ++key.pushed_count;
-  key.pushes[rank] = key.rounds_done + 1;
-  if (rank != key.next_rank) {
-    // Held as received; a push in shared memory is copied, as its slot is the worker's again
-    // once the push is acknowledged.
-    key.staged[rank] = shared ? std::vector<std::string>{std::string(Payload(key, rank, {}, true)[0])}
-                              : std::move(pieces);
-    return absl::OkStatus();
-  }
-  AddToRound(key, Payload(key, rank, pieces, shared));
-  // The held pushes it was waiting for.
-  for (++key.next_rank; key.next_rank < options_.num_workers && key.pushed[key.next_rank];
-       ++key.next_rank) {
-    AddStaged(key, key.next_rank);
-  }
-  return absl::OkStatus();
+std::vector<char> ServerStore::InBarrier() const {
+  std::vector<char> in_barrier(options_.num_workers, 0);
+  for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
+  return in_barrier;
 }
 
-void ServerStore::AddStaged(Key& key, int rank) {
-  AddToRound(key, Payload(key, rank, key.staged[rank], /*shared=*/false));
-  key.staged[rank].clear();
+std::vector<char> ServerStore::Joined(const Key& key) const {
+  std::vector<char> joined = InBarrier();
+  for (int r = 0; r < options_.num_workers; ++r) joined[r] |= key.round.pushed(r);
+  return joined;
 }
 
 absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
-  if (key.pushed_count == 0) return absl::OkStatus();
-  for (int r = 0; r < options_.num_workers; ++r) {
-    if (!key.pushed[r] && barrier_[r].session == nullptr) return absl::OkStatus();
-  }
-  // The staged pushes above a rank that did not push (it waits in the barrier), in order.
-  for (int r = key.next_rank; r < options_.num_workers; ++r) {
-    if (key.pushed[r]) AddStaged(key, r);
+  if (!key.round.Ready(InBarrier(), static_cast<float*>(key.merged.data().dptr))) {
+    return absl::OkStatus();
   }
   absl::Status applied = Apply(key_id, key, key.merged);
-  std::fill(key.pushed.begin(), key.pushed.end(), 0);
-  key.pushed_count = 0;
-  key.next_rank = 0;
-  key.merged_empty = true;
   if (!applied.ok()) {
     // The value is unchanged; the round's pulls learn why.
+    key.round.Abandon();
     applied = absl::InternalError(absl::StrCat("update of key ", key_id, " on server ",
                                                options_.server_index, ": ", applied.message()));
     for (const PendingPull& p : key.pulls) Answer(p, {ErrorReply(p.waiter.id, applied)});
     key.pulls.clear();
-    for (int r = 0; r < options_.num_workers; ++r) key.pushes[r] = key.rounds_done;
     return applied;
   }
-  ++key.rounds_done;
+  key.round.Finish();
   KVStoreServerMetrics().rounds.Increment();
   KVStoreServerMetrics().round_seconds.Observe(
       absl::ToDoubleSeconds(options_.clock() - key.round_opened));
@@ -483,14 +425,14 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   std::deque<ParkedPush> parked = std::move(key.parked);
   key.parked.clear();
   for (ParkedPush& p : parked) {
-    if (key.pushed[p.rank]) {
+    if (key.round.pushed(p.rank)) {
       key.parked.push_back(std::move(p));
       continue;
     }
-    RETURN_IF_ERROR(AcceptSyncPush(key_id, key, p.rank, std::move(p.pieces), p.shared));
+    AcceptSyncPush(key, p.rank, std::move(p.pieces), p.shared);
     if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
       p.waiter.session->parked_bytes_ -= p.bytes;
-      key.pulls.push_back({p.waiter, p.rank, key.pushes[p.rank], p.shared});
+      key.pulls.push_back({p.waiter, p.rank, key.round.rounds_of(p.rank), p.shared});
     } else {
       Answer(p, {OkReply(p.waiter.id)});
     }
@@ -531,14 +473,13 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
 }
 
 void ServerStore::ServePulls(int key_id, Key& key) {
-  std::vector<char> joined = key.pushed;
-  for (int r = 0; r < options_.num_workers; ++r) joined[r] |= barrier_[r].session != nullptr;
   const absl::Status blocked =
-      key.pushed_count > 0 ? RoundBlocked(key_id, key.rounds_done + 1, joined, departed_)
-                           : absl::OkStatus();
+      key.round.open()
+          ? RoundBlocked(key_id, key.round.rounds_done() + 1, Joined(key), departed_)
+          : absl::OkStatus();
   std::vector<PendingPull> waiting;
   for (PendingPull& p : key.pulls) {
-    if (key.rounds_done >= p.round) {
+    if (key.round.rounds_done() >= p.round) {
       Answer(p, PullReply(p.waiter.id, key_id, key, p.rank, p.shared));
     } else if (!blocked.ok()) {
       Answer(p, {ErrorReply(p.waiter.id, blocked)});
@@ -563,8 +504,8 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
         "pull of key ", pull.key(), " into shared memory: server ", options_.server_index,
         " does not share the key (MapKey says which it does)")));
   }
-  const int64_t round = sync() ? key.pushes[s->rank_] : 0;
-  if (key.rounds_done >= round) return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
+  const int64_t round = sync() ? key.round.rounds_of(s->rank_) : 0;
+  if (key.round.rounds_done() >= round) return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
   if (absl::Status st = CheckWaitingBound(s, pull.key(), id, 0); !st.ok()) return fail(st);
   ++s->waiting_;
   key.pulls.push_back({Waiter{s, id}, s->rank_, round, shared});
@@ -591,9 +532,7 @@ void ServerStore::Barrier(Session* s, uint64_t id) {
     for (auto& [key_id, key] : keys_) (void)MaybeCompleteRound(key_id, key);
   }
   if (barrier_count_ < options_.num_workers) return;
-  for (auto& [key_id, key] : keys_) {
-    std::fill(key.pushes.begin(), key.pushes.end(), key.rounds_done);
-  }
+  for (auto& [key_id, key] : keys_) key.round.AlignRanks();
   for (Waiter& w : barrier_) {
     Reply(w, {OkReply(w.id)});
     w = Waiter{};
@@ -621,10 +560,10 @@ void ServerStore::Leave(Session* s, const absl::Status& why) {
 
 void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
   for (auto& [key_id, key] : keys_) {
-    if (key.pushed_count > 0 && !key.pushed[rank]) {
+    if (key.round.open() && !key.round.pushed(rank)) {
       ServePulls(key_id, key);
       const absl::Status blocked = absl::UnavailableError(absl::StrCat(
-          "dist_sync round ", key.rounds_done + 1, " of key ", key_id,
+          "dist_sync round ", key.round.rounds_done() + 1, " of key ", key_id,
           " cannot complete: ", why.message()));
       for (ParkedPush& p : key.parked) Answer(p, {ErrorReply(p.waiter.id, blocked)});
       key.parked.clear();
@@ -714,17 +653,14 @@ static std::string MissingRanks(const std::vector<char>& arrived, absl::Duration
 
 void ServerStore::FailOverdueRounds(absl::Time now) {
   if (!sync()) return;
-  std::vector<char> in_barrier(options_.num_workers, 0);
-  for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
   for (auto& [key_id, key] : keys_) {
     MutexLock key_lock(&key.mu);
-    if (key.pushed_count == 0 || now - key.round_opened < options_.round_timeout) continue;
-    std::vector<char> arrived = key.pushed;
-    for (int r = 0; r < options_.num_workers; ++r) arrived[r] |= in_barrier[r];
+    if (!key.round.open() || now - key.round_opened < options_.round_timeout) continue;
+    const std::vector<char> arrived = Joined(key);
     const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
-        "server ", options_.server_index, ": dist_sync round ", key.rounds_done + 1, " of key ",
-        key_id, " cannot complete: ", MissingRanks(arrived, options_.round_timeout)));
-    const int64_t done = key.rounds_done;  // not `key` in the lambda: clang 14 cannot
+        "server ", options_.server_index, ": dist_sync round ", key.round.rounds_done() + 1,
+        " of key ", key_id, " cannot complete: ", MissingRanks(arrived, options_.round_timeout)));
+    const int64_t done = key.round.rounds_done();  // not `key` in the lambda: clang 14 cannot
                                            // capture a structured binding
     std::erase_if(key.pulls, [&](const PendingPull& p) {
       if (p.round <= done) return false;
@@ -739,11 +675,9 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
 void ServerStore::FailOverdueBarrier(absl::Time now) {
   // Checked again: the barrier may have opened or been answered since the shared look.
   if (!sync() || barrier_count_ == 0 || now - barrier_opened_ < options_.round_timeout) return;
-  std::vector<char> in_barrier(options_.num_workers, 0);
-  for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
   const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
       "server ", options_.server_index,
-      ": barrier cannot complete: ", MissingRanks(in_barrier, options_.round_timeout)));
+      ": barrier cannot complete: ", MissingRanks(InBarrier(), options_.round_timeout)));
   for (Waiter& w : barrier_) {
     if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
     w = Waiter{};

@@ -73,6 +73,7 @@
 #include "core/shared_memory.h"
 #include "core/shared_mutex.h"
 #include "kvstore/internal/request_assembler.h"
+#include "kvstore/internal/sync_round.h"
 #include "kvstore/optimizer.h"
 #include "kvstore/transport.h"
 #include "ndarray/ndarray.h"
@@ -199,23 +200,14 @@ class ServerStore {
   // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
   // lock is held shared, and by the store's lock alone when it is held exclusively.
   struct Key {
+    explicit Key(int num_workers) : round(num_workers) {}
     // Taken after the store's lock, never before it. Not ABSL_GUARDED_BY on the fields: the
     // analysis cannot express "mu, or the store's lock exclusively".
     Mutex mu;
     Shape shape;
     NDArray value;   // float32 CPU, the key's part
-    // dist_sync: the open round's pushes, summed in rank order whatever order they come in
-    // (float addition is not associative: a run's result must not depend on timing). The
-    // pushes of ranks below `next_rank` are summed into `merged` (none yet: `merged_empty`);
-    // a push of a higher rank waits in `staged` (its pieces) until those below it are summed.
-    NDArray merged;
-    int next_rank = 0;
-    bool merged_empty = true;
-    std::vector<std::vector<std::string>> staged;  // per rank
-    int64_t rounds_done = 0;
-    std::vector<char> pushed;       // per rank, into the open round
-    int pushed_count = 0;
-    std::vector<int64_t> pushes;    // per rank: rounds it has pushed into (or joined)
+    NDArray merged;  // dist_sync: the open round's sum; dist_async: the push
+    SyncRound round;                // dist_sync
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
     absl::Time round_opened;  // when the open round's first push came
@@ -253,17 +245,16 @@ class ServerStore {
   static char* Slot(const Key& key, int rank) {
     return key.shared->data() + key.slot_stride * static_cast<uint64_t>(rank);
   }
-  // A push's bytes, in order: its received pieces, or (`shared`) the rank's slot.
-  static std::vector<std::string_view> Payload(const Key& key, int rank,
-                                               const std::vector<std::string>& pieces, bool shared);
-  // Takes a push into the open round (dist_sync): summed at once when every lower rank's is,
-  // staged otherwise.
-  absl::Status AcceptSyncPush(int key_id, Key& key, int rank, std::vector<std::string> pieces,
-                              bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Adds one push to the open round's sum (the first becomes it).
-  static void AddToRound(Key& key, const std::vector<std::string_view>& payload);
-  // Adds `rank`'s held push to the open round's sum, and lets it go.
-  static void AddStaged(Key& key, int rank);
+  // A push's bytes: its received pieces, or (`shared`) the rank's slot.
+  static SyncRound::Payload Payload(const Key& key, int rank, std::vector<std::string> pieces,
+                                    bool shared);
+  // Takes a push into the open round (dist_sync).
+  void AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces, bool shared)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Per rank: whether it waits in the barrier.
+  std::vector<char> InBarrier() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Per rank: whether it pushed into `key`'s open round or waits in the barrier.
+  std::vector<char> Joined(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
   absl::Status MaybeCompleteRound(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies `grad` to the key's value: the optimizer, or a copy.
