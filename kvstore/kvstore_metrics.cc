@@ -7,15 +7,17 @@
 namespace tessera::kvstore {
 namespace {
 
-prometheus::Counter& NewCounter(const std::string& name, const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(ProcessMetrics()).Add({});
+prometheus::Counter& NewCounter(const std::string& name, const std::string& help,
+                                prometheus::Registry& registry = ProcessMetrics()) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
 }
 
-prometheus::Histogram& NewLatency(const std::string& name, const std::string& help) {
+prometheus::Histogram& NewLatency(const std::string& name, const std::string& help,
+                                  prometheus::Registry& registry = ProcessMetrics()) {
   return prometheus::BuildHistogram()
       .Name(name)
       .Help(help)
-      .Register(ProcessMetrics())
+      .Register(registry)
       .Add({}, LatencyBuckets());
 }
 
@@ -34,16 +36,22 @@ ClientMetrics& KVStoreClientMetrics() {
   return *metrics;
 }
 
-ServerMetrics& KVStoreServerMetrics() {
-  static auto* metrics = new ServerMetrics{
-      NewCounter("tessera_ps_push_bytes_total", "Bytes of pushes this server received"),
-      NewCounter("tessera_ps_pull_bytes_total", "Bytes of pulls this server sent"),
+ServerMetrics NewServerMetrics(prometheus::Registry& registry) {
+  return ServerMetrics{
+      NewCounter("tessera_ps_push_bytes_total", "Bytes of pushes this server received", registry),
+      NewCounter("tessera_ps_pull_bytes_total", "Bytes of pulls this server sent", registry),
       NewCounter("tessera_ps_updates_total",
-                 "Updates applied to keys (dist_sync: completed rounds; dist_async: pushes)"),
-      NewCounter("tessera_ps_rounds_total", "dist_sync rounds completed, over all keys"),
+                 "Updates applied to keys (dist_sync: completed rounds; dist_async: pushes)",
+                 registry),
+      NewCounter("tessera_ps_rounds_total", "dist_sync rounds completed, over all keys", registry),
       NewLatency("tessera_ps_round_seconds",
-                 "How long a dist_sync round stayed open, from its first push to its last"),
+                 "How long a dist_sync round stayed open, from its first push to its last",
+                 registry),
   };
+}
+
+ServerMetrics& KVStoreServerMetrics() {
+  static auto* metrics = new ServerMetrics(NewServerMetrics(ProcessMetrics()));
   return *metrics;
 }
 

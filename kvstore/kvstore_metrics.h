@@ -6,6 +6,7 @@
 
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 
 namespace tessera::kvstore {
 
@@ -29,7 +30,11 @@ struct ServerMetrics {
   prometheus::Counter& rounds;
   prometheus::Histogram& round_seconds;
 };
+// The process's (registered on ProcessMetrics() on first use).
 ServerMetrics& KVStoreServerMetrics();
+// The families registered on `registry`: a server of its own (a test's, or one of several
+// in a process) counts only what it serves.
+ServerMetrics NewServerMetrics(prometheus::Registry& registry);
 
 }  // namespace tessera::kvstore
 

@@ -61,12 +61,12 @@ void ServerStore::Session::Handle(WorkerMessage message) {
     case WorkerMessage::kHello: store_->Greet(this, id, message.hello()); break;
     case WorkerMessage::kInit: staged(*message.mutable_init(), &ServerStore::Init); break;
     case WorkerMessage::kPush:
-      KVStoreServerMetrics().push_bytes.Increment(
+      store_->metrics_.push_bytes.Increment(
           static_cast<double>(message.push().data().size()));
       staged(*message.mutable_push(), &ServerStore::Push);
       break;
     case WorkerMessage::kPushPull:
-      KVStoreServerMetrics().push_bytes.Increment(
+      store_->metrics_.push_bytes.Increment(
           static_cast<double>(message.push_pull().data().size()));
       staged(*message.mutable_push_pull(), &ServerStore::PushPull);
       break;
@@ -85,7 +85,9 @@ void ServerStore::Session::Handle(WorkerMessage message) {
 // ServerStore
 
 ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
-    : rt_(rt), options_(options) {
+    : rt_(rt),
+      options_(options),
+      metrics_(options_.metrics != nullptr ? *options_.metrics : KVStoreServerMetrics()) {
   sessions_.assign(options_.num_workers, nullptr);
   departed_.assign(options_.num_workers, absl::OkStatus());
   barrier_.assign(options_.num_workers, Waiter{});
@@ -296,12 +298,12 @@ absl::Status ServerStore::Apply(int key_id, Key& key, const NDArray& grad) {
   if (optimizer_ == nullptr) {
     // No updater: the (summed) push becomes the value, as MXNet's server without one.
     std::swap(key.value, key.merged);
-    KVStoreServerMetrics().updates.Increment();
+    metrics_.updates.Increment();
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(optimizer_->Update(key_id, key.value, grad));
   RETURN_IF_ERROR(key.value.WaitToRead());
-  KVStoreServerMetrics().updates.Increment();
+  metrics_.updates.Increment();
   return absl::OkStatus();
 }
 
@@ -344,7 +346,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
         " does not share the key (MapKey says which it does)")));
   }
   if (shared) {
-    KVStoreServerMetrics().push_bytes.Increment(static_cast<double>(key.shape.Size()) *
+    metrics_.push_bytes.Increment(static_cast<double>(key.shape.Size()) *
                                                 sizeof(float));
   }
   if (!sync()) {
@@ -417,8 +419,8 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return applied;
   }
   key.round.Finish();
-  KVStoreServerMetrics().rounds.Increment();
-  KVStoreServerMetrics().round_seconds.Observe(
+  metrics_.rounds.Increment();
+  metrics_.round_seconds.Observe(
       absl::ToDoubleSeconds(options_.clock() - key.round_opened));
   ServePulls(key_id, key);
   // Pushes parked for this (now finished) round open the next one.
@@ -444,7 +446,7 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
                                                   bool shared) {
   const char* data = static_cast<const char*>(key.value.data().dptr);
   const uint64_t total = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
-  KVStoreServerMetrics().pull_bytes.Increment(static_cast<double>(total));
+  metrics_.pull_bytes.Increment(static_cast<double>(total));
   ArrayChunk header;  // what every chunk repeats
   header.set_key(key_id);
   header.set_dtype(DT_FLOAT32);

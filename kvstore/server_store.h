@@ -74,6 +74,7 @@
 #include "core/shared_mutex.h"
 #include "kvstore/internal/request_assembler.h"
 #include "kvstore/internal/sync_round.h"
+#include "kvstore/kvstore_metrics.h"
 #include "kvstore/optimizer.h"
 #include "kvstore/transport.h"
 #include "ndarray/ndarray.h"
@@ -116,6 +117,9 @@ struct ServerStoreOptions {
   uint64_t shared_memory_min_bytes = uint64_t{64} << 10;
   uint64_t max_shared_memory_bytes = uint64_t{4} << 30;
   int max_shared_memory_keys = 256;
+  // Where the store counts its traffic, updates and rounds; null: the process's
+  // (KVStoreServerMetrics()). Not owned; outlives the store.
+  ServerMetrics* metrics = nullptr;
 };
 
 class ServerStore {
@@ -288,6 +292,7 @@ class ServerStore {
 
   const Runtime rt_;
   const ServerStoreOptions options_;
+  ServerMetrics& metrics_;
 
   // Not absl::Mutex, for TSan (optimizer.h says why); writer-preferring, so a worker's
   // barrier or departure is not held back by the others' streams of pushes.

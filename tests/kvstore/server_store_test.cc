@@ -22,6 +22,8 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvstore/kvstore_metrics.h"
+#include "prometheus/registry.h"
 #include "tests/ndarray/test_util.h"
 
 namespace tessera::kvstore {
@@ -704,15 +706,19 @@ TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout
 
 // Randomized against the round oracle, in threads: every worker pushes every key once per
 // round in its own random order, sometimes in several chunks, then pulls them; the value after
-// round r must be the sum of every worker's r-th push of the key.
+// round r must be the sum of every worker's r-th push of the key. The store's own metrics
+// count every round and update once.
 TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
   constexpr int kWorkers = 4, kKeys = 5, kRounds = 20;
+  prometheus::Registry registry;
+  ServerMetrics metrics = NewServerMetrics(registry);
   // Keys 2-4 are shared too: each request of them goes through the slot or the stream at
   // random.
   Start(kWorkers, SYNC_MODE_SYNC, /*max_chunk_bytes=*/16, absl::Seconds(120),
-        [](ServerStoreOptions& o) {
+        [&](ServerStoreOptions& o) {
           o.shared_memory = true;
           o.shared_memory_min_bytes = 3 * sizeof(float);
+          o.metrics = &metrics;
         });
   auto value = [](int w, int key, int round) { return static_cast<float>(1000 * w + 10 * key + round); };
   for (int k = 0; k < kKeys; ++k) InitEverywhere(k, std::vector<float>(k + 1, 0.f));
@@ -768,6 +774,10 @@ TEST_F(ServerStoreTest, ConcurrentWorkersMatchTheRoundOracle) {
   }
   for (auto& t : threads) t.join();
   for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(mismatches[w], 0) << "worker " << w;
+  EXPECT_EQ(metrics.rounds.Value(), kKeys * kRounds);
+  EXPECT_EQ(metrics.updates.Value(), kKeys * kRounds);
+  prometheus::ClientMetric round_seconds = metrics.round_seconds.Collect();
+  EXPECT_EQ(round_seconds.histogram.sample_count, kKeys * kRounds);
 }
 
 // A pull answered at once sends its reply under its key's lock; while that send is held, as
