@@ -16,14 +16,6 @@
 namespace tessera::kvstore {
 namespace {
 
-const char* ModeName(SyncMode mode) {
-  switch (mode) {
-    case SYNC_MODE_SYNC: return "dist_sync";
-    case SYNC_MODE_ASYNC: return "dist_async";
-    default: return "no mode";
-  }
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -87,10 +79,9 @@ void ServerStore::Session::Handle(WorkerMessage message) {
 ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
     : rt_(rt),
       options_(options),
-      metrics_(options_.metrics != nullptr ? *options_.metrics : KVStoreServerMetrics()) {
+      metrics_(options_.metrics != nullptr ? *options_.metrics : KVStoreServerMetrics()),
+      members_(options_.server_index, options_.num_workers) {
   sessions_.assign(options_.num_workers, nullptr);
-  departed_.assign(options_.num_workers, absl::OkStatus());
-  barrier_.assign(options_.num_workers, Waiter{});
   if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
 
@@ -126,29 +117,11 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
                      "speaks ", kKVStoreProtocolVersion, ")")));
   }
   if (s->rank_ >= 0) return fail(absl::FailedPreconditionError("Hello sent twice"));
-  if (hello.num_workers() != options_.num_workers) {
-    return fail(absl::FailedPreconditionError(
-        absl::StrCat("worker ", hello.rank(), " counts ", hello.num_workers(),
-                     " workers but server ", options_.server_index, " serves ",
-                     options_.num_workers)));
-  }
-  if (hello.rank() < 0 || hello.rank() >= options_.num_workers) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "worker rank ", hello.rank(), " is outside [0, ", options_.num_workers, ")")));
-  }
-  if (hello.mode() != SYNC_MODE_SYNC && hello.mode() != SYNC_MODE_ASYNC) {
-    return fail(absl::InvalidArgumentError("Hello names no mode (dist_sync or dist_async)"));
-  }
-  if (hello.job_id() != job_id_) {
-    const int connected = static_cast<int>(std::count_if(
-        sessions_.begin(), sessions_.end(), [](const Session* p) { return p != nullptr; }));
-    if (connected > 0) {
-      return fail(absl::FailedPreconditionError(absl::StrCat(
-          "server ", options_.server_index, " serves job '", job_id_, "' (", connected,
-          " of its workers connected); job '", hello.job_id(), "' must wait")));
-    }
+  bool started = false;
+  const absl::Status admitted = members_.Admit(hello, &started);
+  if (started) {
     // A new job: nothing of the last one carries over.
-    for (auto& [id, key] : keys_) {
+    for (auto& [key_id, key] : keys_) {
       (void)key.value.WaitToWrite();
       (void)key.merged.WaitToWrite();
     }
@@ -157,26 +130,10 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
     shared_keys_ = 0;
     optimizer_.reset();
     optimizer_spec_.Clear();
-    mode_ = SYNC_MODE_UNSET;
-    departed_.assign(options_.num_workers, absl::OkStatus());
-    barrier_.assign(options_.num_workers, Waiter{});
-    barrier_count_ = 0;
-    job_id_ = hello.job_id();
   }
-  if (mode_ != SYNC_MODE_UNSET && hello.mode() != mode_) {
-    return fail(absl::FailedPreconditionError(
-        absl::StrCat("worker ", hello.rank(), " asks for ", ModeName(hello.mode()),
-                     " but this job runs ", ModeName(mode_))));
-  }
-  if (sessions_[hello.rank()] != nullptr) {
-    return fail(absl::AlreadyExistsError(
-        absl::StrCat("worker ", hello.rank(), " is already connected to server ",
-                     options_.server_index)));
-  }
-  mode_ = hello.mode();
+  if (!admitted.ok()) return fail(admitted);
   s->rank_ = hello.rank();
   sessions_[s->rank_] = s;
-  departed_[s->rank_] = absl::OkStatus();
   ServerMessage reply = OkReply(id);
   reply.mutable_hello()->set_server_index(options_.server_index);
   reply.mutable_hello()->set_num_servers(options_.num_servers);
@@ -358,7 +315,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   }
   std::vector<char> joined = Joined(key);
   joined[rank] = 1;
-  if (absl::Status st = RoundBlocked(header.key(), key.round.rounds_done() + 1, joined, departed_);
+  if (absl::Status st = RoundBlocked(header.key(), key.round.rounds_done() + 1, joined, members_.departed());
       !st.ok()) {
     return fail(st);
   }
@@ -392,20 +349,14 @@ void ServerStore::AcceptSyncPush(Key& key, int rank, std::vector<std::string> pi
                    static_cast<float*>(key.merged.data().dptr));
 }
 
-std::vector<char> ServerStore::InBarrier() const {
-  std::vector<char> in_barrier(options_.num_workers, 0);
-  for (int r = 0; r < options_.num_workers; ++r) in_barrier[r] = barrier_[r].session != nullptr;
-  return in_barrier;
-}
-
 std::vector<char> ServerStore::Joined(const Key& key) const {
-  std::vector<char> joined = InBarrier();
+  std::vector<char> joined = members_.InBarrier();
   for (int r = 0; r < options_.num_workers; ++r) joined[r] |= key.round.pushed(r);
   return joined;
 }
 
 absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
-  if (!key.round.Ready(InBarrier(), static_cast<float*>(key.merged.data().dptr))) {
+  if (!key.round.Ready(members_.InBarrier(), static_cast<float*>(key.merged.data().dptr))) {
     return absl::OkStatus();
   }
   absl::Status applied = Apply(key_id, key, key.merged);
@@ -477,7 +428,7 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
 void ServerStore::ServePulls(int key_id, Key& key) {
   const absl::Status blocked =
       key.round.open()
-          ? RoundBlocked(key_id, key.round.rounds_done() + 1, Joined(key), departed_)
+          ? RoundBlocked(key_id, key.round.rounds_done() + 1, Joined(key), members_.departed())
           : absl::OkStatus();
   std::vector<PendingPull> waiting;
   for (PendingPull& p : key.pulls) {
@@ -517,29 +468,22 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
 void ServerStore::Barrier(Session* s, uint64_t id) {
   WriterLock lock(&mu_);
   if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
-  for (int r = 0; r < options_.num_workers; ++r) {
-    if (!departed_[r].ok()) {
-      return s->send_({ErrorReply(id, absl::UnavailableError(absl::StrCat(
-                                          "barrier cannot complete: ", departed_[r].message())))});
-    }
+  if (absl::Status st = members_.EnterBarrier(s->rank_, id, options_.clock()); !st.ok()) {
+    return s->send_({ErrorReply(id, st)});
   }
-  if (barrier_[s->rank_].session != nullptr) {
-    return s->send_({ErrorReply(id, absl::FailedPreconditionError(absl::StrCat(
-                                        "worker ", s->rank_, " is already in the barrier")))});
-  }
-  barrier_[s->rank_] = Waiter{s, id};
-  if (barrier_count_++ == 0) barrier_opened_ = options_.clock();
   // Join: rounds the others finish while this worker waits complete without it.
   if (sync()) {
     for (auto& [key_id, key] : keys_) (void)MaybeCompleteRound(key_id, key);
   }
-  if (barrier_count_ < options_.num_workers) return;
+  if (!members_.barrier_full()) return;
   for (auto& [key_id, key] : keys_) key.round.AlignRanks();
-  for (Waiter& w : barrier_) {
-    Reply(w, {OkReply(w.id)});
-    w = Waiter{};
+  AnswerBarrier(absl::OkStatus());
+}
+
+void ServerStore::AnswerBarrier(const absl::Status& status) {
+  for (const auto& [rank, id] : members_.TakeBarrier()) {
+    sessions_[rank]->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
   }
-  barrier_count_ = 0;
 }
 
 void ServerStore::Leave(Session* s, const absl::Status& why) {
@@ -547,17 +491,12 @@ void ServerStore::Leave(Session* s, const absl::Status& why) {
   const int rank = s->rank_;
   if (rank < 0 || sessions_[rank] != s) return;
   sessions_[rank] = nullptr;
-  departed_[rank] = absl::UnavailableError(
-      absl::StrCat("worker ", rank, " left server ", options_.server_index, " (", why.message(), ")"));
-  if (barrier_[rank].session == s) {
-    barrier_[rank] = Waiter{};
-    --barrier_count_;
-  }
+  const absl::Status left = members_.Depart(rank, why.message());
   for (auto& [key_id, key] : keys_) {
     std::erase_if(key.pulls, [&](const PendingPull& p) { return p.waiter.session == s; });
     std::erase_if(key.parked, [&](const ParkedPush& p) { return p.waiter.session == s; });
   }
-  if (sync()) FailBlockedBy(rank, departed_[rank]);
+  if (sync()) FailBlockedBy(rank, left);
 }
 
 void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
@@ -571,14 +510,8 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
       key.parked.clear();
     }
   }
-  if (barrier_count_ > 0) {
-    const absl::Status blocked =
-        absl::UnavailableError(absl::StrCat("barrier cannot complete: ", why.message()));
-    for (Waiter& w : barrier_) {
-      if (w.session != nullptr) Reply(w, {ErrorReply(w.id, blocked)});
-      w = Waiter{};
-    }
-    barrier_count_ = 0;
+  if (members_.barrier_waiting()) {
+    AnswerBarrier(absl::UnavailableError(absl::StrCat("barrier cannot complete: ", why.message())));
   }
 }
 
@@ -635,7 +568,7 @@ void ServerStore::CheckDeadlines() {
   {
     ReaderLock lock(&mu_);
     FailOverdueRounds(now);
-    barrier_overdue = barrier_count_ > 0 && now - barrier_opened_ >= options_.round_timeout;
+    barrier_overdue = members_.BarrierOverdue(now, options_.round_timeout);
   }
   if (barrier_overdue) {
     WriterLock lock(&mu_);
@@ -676,15 +609,10 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
 
 void ServerStore::FailOverdueBarrier(absl::Time now) {
   // Checked again: the barrier may have opened or been answered since the shared look.
-  if (!sync() || barrier_count_ == 0 || now - barrier_opened_ < options_.round_timeout) return;
-  const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
-      "server ", options_.server_index,
-      ": barrier cannot complete: ", MissingRanks(InBarrier(), options_.round_timeout)));
-  for (Waiter& w : barrier_) {
-    if (w.session != nullptr) Reply(w, {ErrorReply(w.id, overdue)});
-    w = Waiter{};
-  }
-  barrier_count_ = 0;
+  if (!sync() || !members_.BarrierOverdue(now, options_.round_timeout)) return;
+  AnswerBarrier(absl::DeadlineExceededError(
+      absl::StrCat("server ", options_.server_index, ": barrier cannot complete: ",
+                   MissingRanks(members_.InBarrier(), options_.round_timeout))));
 }
 
 absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request) {
@@ -692,12 +620,12 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
   {
     // One job's trainer must not change another's optimizer or read its state.
     ReaderLock lock(&mu_);
-    const bool connected = std::any_of(sessions_.begin(), sessions_.end(),
-                                       [](const Session* p) { return p != nullptr; });
-    if (!connected || request.job_id() != job_id_) {
+    const bool connected = members_.connected_count() > 0;
+    if (!connected || request.job_id() != members_.job_id()) {
       return absl::PermissionDeniedError(absl::StrCat(
           "server ", options_.server_index, " ",
-          connected ? absl::StrCat("serves job '", job_id_, "'") : std::string("runs no job"),
+          connected ? absl::StrCat("serves job '", members_.job_id(), "'")
+                    : std::string("runs no job"),
           "; a command of job '", request.job_id(), "' is refused"));
     }
   }

@@ -41,6 +41,10 @@
 //   needs it - open rounds it has not pushed into, pulls waiting on them, a barrier - is
 //   answered UNAVAILABLE naming the worker; its rank may reconnect (a new Hello) and push.
 //
+// Its parts, each without locks and tested on its own: RequestAssembler (a worker's chunks
+// made whole), SyncRound (one key's rounds and their rank-order sum), Membership (the job,
+// its ranks, departures, the barrier); the store dispatches, locks and answers.
+//
 // Bad input (unknown key, wrong dtype or shape, a pull before Init, malformed chunks, a
 // request before Hello) is answered with INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION
 // naming the key and shapes; it changes nothing and the session keeps serving.
@@ -72,6 +76,7 @@
 #include "core/mutex.h"
 #include "core/shared_memory.h"
 #include "core/shared_mutex.h"
+#include "kvstore/internal/membership.h"
 #include "kvstore/internal/request_assembler.h"
 #include "kvstore/internal/sync_round.h"
 #include "kvstore/kvstore_metrics.h"
@@ -235,6 +240,8 @@ class ServerStore {
   // Gives a new key a region in shared memory if the options and the budget allow.
   void Share(int key_id, Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Barrier(Session* s, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Answers the barrier's waiters with `status` (OK: it opened); they leave it.
+  void AnswerBarrier(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Leave(Session* s, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The key `key_id`; NOT_FOUND naming `what` and the key when it is not initialized.
@@ -255,8 +262,6 @@ class ServerStore {
   // Takes a push into the open round (dist_sync).
   void AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces, bool shared)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Per rank: whether it waits in the barrier.
-  std::vector<char> InBarrier() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Per rank: whether it pushed into `key`'s open round or waits in the barrier.
   std::vector<char> Joined(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Completes `key`'s open round if every live worker pushed or waits in the barrier.
@@ -288,7 +293,7 @@ class ServerStore {
   static void Reply(const Waiter& w, std::vector<ServerMessage> replies) {
     w.session->send_(std::move(replies));
   }
-  bool sync() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return mode_ == SYNC_MODE_SYNC; }
+  bool sync() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return members_.mode() == SYNC_MODE_SYNC; }
 
   const Runtime rt_;
   const ServerStoreOptions options_;
@@ -297,14 +302,9 @@ class ServerStore {
   // Not absl::Mutex, for TSan (optimizer.h says why); writer-preferring, so a worker's
   // barrier or departure is not held back by the others' streams of pushes.
   mutable SharedMutex mu_;
-  SyncMode mode_ ABSL_GUARDED_BY(mu_) = SYNC_MODE_UNSET;
-  std::string job_id_ ABSL_GUARDED_BY(mu_);  // the job being served
+  Membership members_ ABSL_GUARDED_BY(mu_);  // the job, its ranks, the barrier
   std::map<int, Key> keys_ ABSL_GUARDED_BY(mu_);
-  std::vector<Session*> sessions_ ABSL_GUARDED_BY(mu_);   // per rank: its live session
-  std::vector<absl::Status> departed_ ABSL_GUARDED_BY(mu_);  // per rank: why it left (ok: here)
-  std::vector<Waiter> barrier_ ABSL_GUARDED_BY(mu_);      // per rank, session null if absent
-  int barrier_count_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time barrier_opened_ ABSL_GUARDED_BY(mu_);  // when the first waiter came
+  std::vector<Session*> sessions_ ABSL_GUARDED_BY(mu_);  // per rank: its live session
   Mutex watchdog_mu_;
   bool stopping_ ABSL_GUARDED_BY(watchdog_mu_) = false;
   CondVar watchdog_cv_;  // stopping_ became true

@@ -1,0 +1,119 @@
+#include "kvstore/internal/membership.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::kvstore {
+namespace {
+
+const char* ModeName(SyncMode mode) {
+  switch (mode) {
+    case SYNC_MODE_SYNC: return "dist_sync";
+    case SYNC_MODE_ASYNC: return "dist_async";
+    default: return "no mode";
+  }
+}
+
+}  // namespace
+
+Membership::Membership(int server_index, int num_workers)
+    : server_index_(server_index),
+      connected_(num_workers, 0),
+      departed_(num_workers, absl::OkStatus()),
+      barrier_(num_workers) {}
+
+int Membership::connected_count() const {
+  return static_cast<int>(std::count(connected_.begin(), connected_.end(), 1));
+}
+
+absl::Status Membership::Admit(const Hello& hello, bool* started) {
+  *started = false;
+  if (hello.num_workers() != num_workers()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", hello.rank(), " counts ", hello.num_workers(),
+                     " workers but server ", server_index_, " serves ", num_workers()));
+  }
+  if (hello.rank() < 0 || hello.rank() >= num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker rank ", hello.rank(), " is outside [0, ", num_workers(), ")"));
+  }
+  if (hello.mode() != SYNC_MODE_SYNC && hello.mode() != SYNC_MODE_ASYNC) {
+    return absl::InvalidArgumentError("Hello names no mode (dist_sync or dist_async)");
+  }
+  if (hello.job_id() != job_id_) {
+    if (const int connected = connected_count(); connected > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", server_index_, " serves job '", job_id_, "' (", connected,
+          " of its workers connected); job '", hello.job_id(), "' must wait"));
+    }
+    // A new job: nothing of the last one carries over.
+    mode_ = SYNC_MODE_UNSET;
+    std::fill(departed_.begin(), departed_.end(), absl::OkStatus());
+    std::fill(barrier_.begin(), barrier_.end(), std::nullopt);
+    barrier_count_ = 0;
+    job_id_ = hello.job_id();
+    *started = true;
+  }
+  if (mode_ != SYNC_MODE_UNSET && hello.mode() != mode_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", hello.rank(), " asks for ", ModeName(hello.mode()),
+                     " but this job runs ", ModeName(mode_)));
+  }
+  if (connected_[hello.rank()]) {
+    return absl::AlreadyExistsError(absl::StrCat("worker ", hello.rank(),
+                                                 " is already connected to server ", server_index_));
+  }
+  mode_ = hello.mode();
+  connected_[hello.rank()] = 1;
+  departed_[hello.rank()] = absl::OkStatus();
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Depart(int rank, absl::string_view why) {
+  connected_[rank] = 0;
+  departed_[rank] = absl::UnavailableError(
+      absl::StrCat("worker ", rank, " left server ", server_index_, " (", why, ")"));
+  if (barrier_[rank].has_value()) {
+    barrier_[rank].reset();
+    --barrier_count_;
+  }
+  return departed_[rank];
+}
+
+absl::Status Membership::EnterBarrier(int rank, uint64_t id, absl::Time now) {
+  for (const absl::Status& why : departed_) {
+    if (!why.ok()) {
+      return absl::UnavailableError(absl::StrCat("barrier cannot complete: ", why.message()));
+    }
+  }
+  if (barrier_[rank].has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank, " is already in the barrier"));
+  }
+  barrier_[rank] = id;
+  if (barrier_count_++ == 0) barrier_opened_ = now;
+  return absl::OkStatus();
+}
+
+std::vector<char> Membership::InBarrier() const {
+  std::vector<char> in(num_workers(), 0);
+  for (int r = 0; r < num_workers(); ++r) in[r] = barrier_[r].has_value();
+  return in;
+}
+
+bool Membership::BarrierOverdue(absl::Time now, absl::Duration timeout) const {
+  return barrier_count_ > 0 && now - barrier_opened_ >= timeout;
+}
+
+std::vector<std::pair<int, uint64_t>> Membership::TakeBarrier() {
+  std::vector<std::pair<int, uint64_t>> waiters;
+  for (int r = 0; r < num_workers(); ++r) {
+    if (barrier_[r].has_value()) waiters.emplace_back(r, *barrier_[r]);
+    barrier_[r].reset();
+  }
+  barrier_count_ = 0;
+  return waiters;
+}
+
+}  // namespace tessera::kvstore

@@ -1,0 +1,72 @@
+// Membership: the workers of the job a parameter server serves, without sessions or locks
+// (its owner, the store, locks it and holds the sessions): which job and mode, which ranks
+// are connected, which left and why, and which wait in the barrier (by request id).
+//
+//   Admit   a Hello: checked (protocol, worker count, rank, mode); a Hello naming another job
+//           starts that job afresh once no worker of the current one is connected, so daemons
+//           serve job after job (the owner then drops the old job's keys and optimizer).
+//   Depart  a worker's stream ended: its rank counts as departed (with why) until it says
+//           Hello again; requests that need it fail naming it.
+//   Barrier answered when every rank waits in it; it cannot complete while a rank is
+//           departed, or once it has waited round_timeout for ranks that send nothing.
+#ifndef TESSERA_KVSTORE_INTERNAL_MEMBERSHIP_H_
+#define TESSERA_KVSTORE_INTERNAL_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/kvstore.pb.h"
+
+namespace tessera::kvstore {
+
+class Membership {
+ public:
+  Membership(int server_index, int num_workers);
+
+  int num_workers() const { return static_cast<int>(connected_.size()); }
+  const std::string& job_id() const { return job_id_; }
+  SyncMode mode() const { return mode_; }
+  bool connected(int rank) const { return connected_[rank] != 0; }
+  int connected_count() const;
+  // Per rank: why it left (OK while it is here, or before it came).
+  const std::vector<absl::Status>& departed() const { return departed_; }
+
+  // Takes `hello`'s rank into the job it names; the refusal names what is wrong. `started`
+  // says whether the Hello started a new job (nothing of the last one carries over).
+  absl::Status Admit(const Hello& hello, bool* started);
+  // `rank` left (its stream ended: `why`). Returns the status that requests waiting on it
+  // get; it leaves the barrier.
+  absl::Status Depart(int rank, absl::string_view why);
+
+  // Request `id` of `rank` waits in the barrier, from `now`; the refusal says why it cannot
+  // (a rank departed, or it already waits).
+  absl::Status EnterBarrier(int rank, uint64_t id, absl::Time now);
+  // Per rank: whether it waits in the barrier.
+  std::vector<char> InBarrier() const;
+  bool barrier_full() const { return barrier_count_ == num_workers(); }
+  bool barrier_waiting() const { return barrier_count_ > 0; }
+  // Whether the barrier has waited at least `timeout` by `now`.
+  bool BarrierOverdue(absl::Time now, absl::Duration timeout) const;
+  // The barrier's waiters (rank, request id), which leave it: to answer, opened or failed.
+  std::vector<std::pair<int, uint64_t>> TakeBarrier();
+
+ private:
+  const int server_index_;
+  std::string job_id_;
+  SyncMode mode_ = SYNC_MODE_UNSET;
+  std::vector<char> connected_;              // per rank
+  std::vector<absl::Status> departed_;       // per rank
+  std::vector<std::optional<uint64_t>> barrier_;  // per rank: its request waiting there
+  int barrier_count_ = 0;
+  absl::Time barrier_opened_;  // when the first waiter came
+};
+
+}  // namespace tessera::kvstore
+
+#endif  // TESSERA_KVSTORE_INTERNAL_MEMBERSHIP_H_
