@@ -9,9 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "kvstore/internal/update_kernels.h"
 #include "kvstore/kvstore_metrics.h"
-#include "spdlog/spdlog.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -80,7 +78,11 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
     : rt_(rt),
       options_(options),
       metrics_(options_.metrics != nullptr ? *options_.metrics : KVStoreServerMetrics()),
-      members_(options_.server_index, options_.num_workers) {
+      members_(options_.server_index, options_.num_workers),
+      slot_budget_(options_.server_index, {.enabled = options_.shared_memory,
+                                           .min_key_bytes = options_.shared_memory_min_bytes,
+                                           .max_bytes = options_.max_shared_memory_bytes,
+                                           .max_keys = options_.max_shared_memory_keys}) {
   sessions_.assign(options_.num_workers, nullptr);
   if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
@@ -126,8 +128,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
       (void)key.merged.WaitToWrite();
     }
     keys_.clear();
-    shared_bytes_ = 0;
-    shared_keys_ = 0;
+    slot_budget_.Reset();
     optimizer_.reset();
     optimizer_spec_.Clear();
   }
@@ -191,42 +192,17 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     key.shape = shape;
     key.value = std::move(value);
     key.merged = std::move(merged);
-    Share(header.key(), key);
+    key.shared = slot_budget_.Share(header.key(), static_cast<uint64_t>(shape.Size()) * sizeof(float),
+                                    options_.num_workers);
     return absl::OkStatus();
   }();
   s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
 }
 
-void ServerStore::Share(int key_id, Key& key) {
-  const uint64_t bytes = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
-  if (!options_.shared_memory || bytes < options_.shared_memory_min_bytes ||
-      shared_keys_ >= options_.max_shared_memory_keys) {
-    return;
-  }
-  constexpr uint64_t kPage = 4096;  // slots start on pages of their own
-  const uint64_t stride = (bytes + kPage - 1) / kPage * kPage;
-  const uint64_t total = stride * static_cast<uint64_t>(options_.num_workers);
-  if (total > options_.max_shared_memory_bytes -
-                  std::min(shared_bytes_, options_.max_shared_memory_bytes)) {
-    return;  // over the budget: this key travels on the stream
-  }
-  absl::StatusOr<SharedMemory> region = SharedMemory::Create(absl::StrCat("key-", key_id), total);
-  if (!region.ok()) {
-    spdlog::warn("server {}: key {} is not shared with same-host workers: {}",
-                 options_.server_index, key_id, region.status().ToString());
-    return;
-  }
-  key.shared = std::move(*region);
-  key.slot_stride = stride;
-  shared_bytes_ += total;
-  ++shared_keys_;
-}
-
 SyncRound::Payload ServerStore::Payload(const Key& key, int rank, std::vector<std::string> pieces,
                                         bool shared) {
   if (shared) {
-    return {.in_place = std::string_view(Slot(key, rank),
-                                         static_cast<size_t>(key.shape.Size()) * sizeof(float))};
+    return {.in_place = key.shared->view(rank)};
   }
   return {.pieces = std::move(pieces)};
 }
@@ -246,7 +222,7 @@ void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) 
   }
   ServerMessage reply = OkReply(id);
   reply.mutable_slot()->set_path(key.shared->path());
-  reply.mutable_slot()->set_offset(key.slot_stride * static_cast<uint64_t>(s->rank_));
+  reply.mutable_slot()->set_offset(key.shared->offset(s->rank_));
   reply.mutable_slot()->set_size(static_cast<uint64_t>(key.shape.Size()) * sizeof(float));
   s->send_({std::move(reply)});
 }
@@ -403,7 +379,7 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
   header.set_dtype(DT_FLOAT32);
   for (int64_t d : key.shape.dims()) header.add_shape(d);
   if (shared) {
-    std::memcpy(Slot(key, rank), data, total);
+    std::memcpy(key.shared->slot(rank), data, total);
     ServerMessage reply = OkReply(id);
     *reply.mutable_pull() = std::move(header);
     reply.mutable_pull()->set_last(true);

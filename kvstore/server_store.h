@@ -41,9 +41,10 @@
 //   needs it - open rounds it has not pushed into, pulls waiting on them, a barrier - is
 //   answered UNAVAILABLE naming the worker; its rank may reconnect (a new Hello) and push.
 //
-// Its parts, each without locks and tested on its own: RequestAssembler (a worker's chunks
-// made whole), SyncRound (one key's rounds and their rank-order sum), Membership (the job,
-// its ranks, departures, the barrier); the store dispatches, locks and answers.
+// Its parts, each without locks: RequestAssembler (a worker's chunks made whole), SyncRound
+// (one key's rounds and their rank-order sum), Membership (the job, its ranks, departures,
+// the barrier), KeySlots and SlotBudget (shared memory); the store dispatches, locks and
+// answers.
 //
 // Bad input (unknown key, wrong dtype or shape, a pull before Init, malformed chunks, a
 // request before Hello) is answered with INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION
@@ -74,8 +75,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/mutex.h"
-#include "core/shared_memory.h"
 #include "core/shared_mutex.h"
+#include "kvstore/internal/key_slots.h"
 #include "kvstore/internal/membership.h"
 #include "kvstore/internal/request_assembler.h"
 #include "kvstore/internal/sync_round.h"
@@ -220,8 +221,7 @@ class ServerStore {
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
     absl::Time round_opened;  // when the open round's first push came
-    std::optional<SharedMemory> shared;  // one slot per rank, `slot_stride` apart
-    uint64_t slot_stride = 0;
+    std::optional<KeySlots> shared;  // for same-host workers
   };
 
   void Greet(Session* s, uint64_t id, const Hello& hello) ABSL_LOCKS_EXCLUDED(mu_);
@@ -237,8 +237,6 @@ class ServerStore {
                   std::vector<std::string> pieces, bool then_pull) ABSL_LOCKS_EXCLUDED(mu_);
   void Pull(Session* s, uint64_t id, const PullRequest& pull) ABSL_LOCKS_EXCLUDED(mu_);
   void MapKey(Session* s, uint64_t id, const MapKeyRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
-  // Gives a new key a region in shared memory if the options and the budget allow.
-  void Share(int key_id, Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Barrier(Session* s, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Answers the barrier's waiters with `status` (OK: it opened); they leave it.
   void AnswerBarrier(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -252,10 +250,6 @@ class ServerStore {
   absl::Status CheckSession(const Session* s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // The helpers below that take a Key need mu_ shared and key.mu, or mu_ exclusively.
-  // `rank`'s slot in the key's shared memory (which it must have).
-  static char* Slot(const Key& key, int rank) {
-    return key.shared->data() + key.slot_stride * static_cast<uint64_t>(rank);
-  }
   // A push's bytes: its received pieces, or (`shared`) the rank's slot.
   static SyncRound::Payload Payload(const Key& key, int rank, std::vector<std::string> pieces,
                                     bool shared);
@@ -312,8 +306,7 @@ class ServerStore {
   std::thread watchdog_;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
-  uint64_t shared_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // in the keys' regions
-  int shared_keys_ ABSL_GUARDED_BY(mu_) = 0;           // keys with a region
+  SlotBudget slot_budget_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::kvstore
