@@ -282,7 +282,19 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     metrics_.push_bytes.Increment(static_cast<double>(key.shape.Size()) *
                                                 sizeof(float));
   }
+  if (const uint64_t seq = header.seq(); seq > 0) {
+    if (seq <= key.taken[rank]) {
+      return AnswerResent(s, id, header.key(), key, seq, then_pull, shared);
+    }
+    if (seq > key.taken[rank] + 1) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "push of key ", header.key(), " is worker ", rank, "'s push number ", seq,
+          ", but server ", options_.server_index, " has taken ", key.taken[rank],
+          " of its pushes of the key: one between them was lost")));
+    }
+  }
   if (!sync()) {
+    if (header.seq() > 0) key.taken[rank] = header.seq();
     CopyPieces(Payload(key, rank, std::move(pieces), shared).views(),
                static_cast<char*>(key.merged.data().dptr));
     if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
@@ -300,13 +312,19 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, bytes); !st.ok()) return fail(st);
     ++s->waiting_;
     s->parked_bytes_ += bytes;
-    key.parked.push_back({Waiter{s, id}, rank, std::move(pieces), bytes, then_pull, shared});
+    if (header.seq() > 0) key.taken[rank] = header.seq();
+    key.parked.push_back(
+        {Waiter{s, id}, rank, header.seq(), std::move(pieces), bytes, then_pull, shared});
     return;
   }
   if (then_pull) {
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, 0); !st.ok()) return fail(st);
   }
   AcceptSyncPush(key, rank, std::move(pieces), shared);
+  if (header.seq() > 0) {
+    key.taken[rank] = header.seq();
+    key.accepted[rank] = {header.seq(), key.round.rounds_of(rank)};
+  }
   if (then_pull) {
     ++s->waiting_;
     key.pulls.push_back({Waiter{s, id}, rank, key.round.rounds_of(rank), shared});
@@ -316,6 +334,37 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   if (absl::Status st = MaybeCompleteRound(header.key(), key); !st.ok()) {
     // Not this push's fault: the round's pulls get the error (MaybeCompleteRound sent it).
   }
+}
+
+void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, uint64_t seq,
+                               bool then_pull, bool shared) {
+  const int rank = s->rank_;
+  if (!then_pull) return s->send_({OkReply(id)});
+  if (!sync()) return s->send_(PullReply(id, key_id, key, rank, shared));
+  if (seq != key.accepted[rank].first) {
+    // An earlier push, whose round's value is gone, or one still parked: a worker resends
+    // only its last push, and only on a new stream (where nothing of the old one is parked).
+    return s->send_({ErrorReply(
+        id, absl::FailedPreconditionError(absl::StrCat(
+                "push_pull of key ", key_id, ": worker ", rank, "'s push number ", seq,
+                " was taken already, and server ", options_.server_index,
+                " cannot answer it with its round's value (pull the key)")))});
+  }
+  if (absl::Status st = CheckWaitingBound(s, key_id, id, 0); !st.ok()) {
+    return s->send_({ErrorReply(id, st)});
+  }
+  ++s->waiting_;
+  key.pulls.push_back({Waiter{s, id}, rank, key.accepted[rank].second, shared});
+  ServePulls(key_id, key);
+}
+
+void ServerStore::DropParked(Key& key, const Session* of, const absl::Status& why) {
+  std::erase_if(key.parked, [&](const ParkedPush& p) {
+    if (of != nullptr && p.waiter.session != of) return false;
+    if (p.seq > 0) key.taken[p.rank] = std::min(key.taken[p.rank], p.seq - 1);
+    if (!why.ok()) Answer(p, {ErrorReply(p.waiter.id, why)});
+    return true;
+  });
 }
 
 void ServerStore::AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces,
@@ -359,6 +408,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       continue;
     }
     AcceptSyncPush(key, p.rank, std::move(p.pieces), p.shared);
+    if (p.seq > 0) key.accepted[p.rank] = {p.seq, key.round.rounds_of(p.rank)};
     if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
       p.waiter.session->parked_bytes_ -= p.bytes;
       key.pulls.push_back({p.waiter, p.rank, key.round.rounds_of(p.rank), p.shared});
@@ -470,7 +520,8 @@ void ServerStore::Leave(Session* s, const absl::Status& why) {
   const absl::Status left = members_.Depart(rank, why.message());
   for (auto& [key_id, key] : keys_) {
     std::erase_if(key.pulls, [&](const PendingPull& p) { return p.waiter.session == s; });
-    std::erase_if(key.parked, [&](const ParkedPush& p) { return p.waiter.session == s; });
+    // Dropped unanswered: the worker is gone (it may send them again on a new stream).
+    DropParked(key, s, absl::OkStatus());
   }
   if (sync()) FailBlockedBy(rank, left);
 }
@@ -482,8 +533,7 @@ void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {
       const absl::Status blocked = absl::UnavailableError(absl::StrCat(
           "dist_sync round ", key.round.rounds_done() + 1, " of key ", key_id,
           " cannot complete: ", why.message()));
-      for (ParkedPush& p : key.parked) Answer(p, {ErrorReply(p.waiter.id, blocked)});
-      key.parked.clear();
+      DropParked(key, nullptr, blocked);
     }
   }
   if (members_.barrier_waiting()) {
@@ -578,8 +628,7 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
       Answer(p, {ErrorReply(p.waiter.id, overdue)});
       return true;
     });
-    for (ParkedPush& p : key.parked) Answer(p, {ErrorReply(p.waiter.id, overdue)});
-    key.parked.clear();
+    DropParked(key, nullptr, overdue);
   }
 }
 

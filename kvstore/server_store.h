@@ -202,6 +202,7 @@ class ServerStore {
   struct ParkedPush {
     Waiter waiter;
     int rank = 0;
+    uint64_t seq = 0;  // ArrayChunk.seq
     std::vector<std::string> pieces;  // empty when the push is in the worker's slot
     uint64_t bytes = 0;  // in pieces
     bool then_pull = false;  // a PushPull: becomes a pending pull once accepted
@@ -210,7 +211,8 @@ class ServerStore {
   // One key's part. `shape` is fixed at Init; the rest is guarded by `mu` when the store's
   // lock is held shared, and by the store's lock alone when it is held exclusively.
   struct Key {
-    explicit Key(int num_workers) : round(num_workers) {}
+    explicit Key(int num_workers)
+        : round(num_workers), taken(num_workers, 0), accepted(num_workers) {}
     // Taken after the store's lock, never before it. Not ABSL_GUARDED_BY on the fields: the
     // analysis cannot express "mu, or the store's lock exclusively".
     Mutex mu;
@@ -218,6 +220,10 @@ class ServerStore {
     NDArray value;   // float32 CPU, the key's part
     NDArray merged;  // dist_sync: the open round's sum; dist_async: the push
     SyncRound round;                // dist_sync
+    // Per rank: the highest ArrayChunk.seq of its pushes taken (applied, in a round, or
+    // parked), and (dist_sync) of those in a round, the highest and its round.
+    std::vector<uint64_t> taken;
+    std::vector<std::pair<uint64_t, int64_t>> accepted;
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
     absl::Time round_opened;  // when the open round's first push came
@@ -253,6 +259,14 @@ class ServerStore {
   // A push's bytes: its received pieces, or (`shared`) the rank's slot.
   static SyncRound::Payload Payload(const Key& key, int rank, std::vector<std::string> pieces,
                                     bool shared);
+  // Answers a push that `rank` sent again (its seq is taken already) as the first was
+  // answered, without applying it.
+  void AnswerResent(Session* s, uint64_t id, int key_id, Key& key, uint64_t seq, bool then_pull,
+                    bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Drops `key`'s parked pushes of session `of` (null: all), which were not taken after all;
+  // they are answered with `why` (OK: not answered, their worker is gone).
+  void DropParked(Key& key, const Session* of, const absl::Status& why)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Takes a push into the open round (dist_sync).
   void AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces, bool shared)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -125,6 +125,10 @@ class DistKVStore : public KVStore {
     // This worker's slot for the part in its server's shared memory; null where the server
     // does not share the key or this process cannot map it (the part travels on the stream).
     std::shared_ptr<const SharedMemory> slot;
+    // This worker's pushes of the part so far (ArrayChunk.seq numbers them, so that a server
+    // applies a push sent again once). Sent from engine functions that the key's variable
+    // orders; shared, as Part is copied into them.
+    std::shared_ptr<std::atomic<uint64_t>> pushes = std::make_shared<std::atomic<uint64_t>>(0);
   };
   struct Key {
     Shape shape;
@@ -211,6 +215,7 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
   } else {
     header.add_shape(part.size);  // a slice of a big array: 1-D on its server
   }
+  if (kind != ChunkKind::kInit) header.set_seq(++*part.pushes);
   auto body = [kind](WorkerMessage& m) {
     return kind == ChunkKind::kInit   ? m.mutable_init()
            : kind == ChunkKind::kPush ? m.mutable_push()

@@ -129,6 +129,20 @@ class Worker {
     }
     return id;
   }
+  // A push (or push-pull) of `values` in one chunk, numbered `seq` (ArrayChunk.seq).
+  uint64_t Numbered(int key, const std::vector<float>& values, uint64_t seq, bool push_pull) {
+    WorkerMessage m;
+    m.set_id(next_id_++);
+    ArrayChunk* c = push_pull ? m.mutable_push_pull() : m.mutable_push();
+    c->set_key(key);
+    c->set_dtype(DT_FLOAT32);
+    c->add_shape(static_cast<int64_t>(values.size()));
+    c->set_data(values.data(), values.size() * sizeof(float));
+    c->set_last(true);
+    c->set_seq(seq);
+    session_->Handle(m);
+    return m.id();
+  }
   // One chunk of push request `id` for a key of `total` floats, at float `offset`.
   void PushChunk(uint64_t id, int key, int64_t total, int64_t offset,
                  const std::vector<float>& values, bool last) {
@@ -455,6 +469,59 @@ TEST_F(ServerStoreTest, APushPullIsAnsweredWithTheValueOfTheRoundItPushedInto) {
   EXPECT_NE(refused.code(), 0);
   EXPECT_THAT(refused.message(), HasSubstr("key 9"));
   EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({12, 12, 12}));
+}
+
+// A worker whose stream broke sends its last push again on a new one (ArrayChunk.seq): the
+// server answers it as the first was and applies it once; a number beyond the next is
+// refused, naming both.
+TEST_F(ServerStoreTest, APushSentAgainOnANewStreamIsAppliedOnce) {
+  Start(2, SYNC_MODE_SYNC);
+  InitEverywhere(0, {0});
+  workers_[0]->Numbered(0, {1}, 1, /*push_pull=*/true);  // round 1 waits for worker 1
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(20)));
+  workers_[0]->Close();
+  workers_[0] = std::make_unique<Worker>(*store_, 0, 2, SYNC_MODE_SYNC);
+  const uint64_t again = workers_[0]->Numbered(0, {1}, 1, /*push_pull=*/true);
+  workers_[1]->Numbered(0, {10}, 1, /*push_pull=*/false);
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->ValueOf(again), std::vector<float>({11}));  // not 12
+
+  workers_[0]->Numbered(0, {5}, 3, /*push_pull=*/false);
+  const ServerMessage gap = workers_[0]->Next();
+  EXPECT_EQ(gap.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(gap.message(), AllOf(HasSubstr("key 0"), HasSubstr("worker 0's push number 3"),
+                                   HasSubstr("has taken 1"), HasSubstr("was lost")));
+
+  // A push parked for the next round and dropped with its stream is not taken: sent again,
+  // it counts (were it taken for sent, round 2 would never have worker 0's push).
+  workers_[0]->Numbered(0, {1}, 2, /*push_pull=*/false);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  workers_[0]->Numbered(0, {100}, 3, /*push_pull=*/false);  // parked: round 2 has worker 0's
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(20)));
+  workers_[0]->Close();
+  workers_[0] = std::make_unique<Worker>(*store_, 0, 2, SYNC_MODE_SYNC);
+  workers_[0]->Numbered(0, {1}, 2, /*push_pull=*/false);  // its round's push, sent again
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  const uint64_t third = workers_[0]->Numbered(0, {100}, 3, /*push_pull=*/true);
+  workers_[1]->Numbered(0, {2}, 2, /*push_pull=*/false);
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->Numbered(0, {200}, 3, /*push_pull=*/true)),
+            std::vector<float>({300}));
+  EXPECT_EQ(workers_[0]->ValueOf(third), std::vector<float>({300}));
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({300}));
+}
+
+TEST_F(ServerStoreTest, AnAsyncPushSentAgainIsAppliedOnce) {
+  Start(1, SYNC_MODE_ASYNC);
+  InitEverywhere(0, {0});
+  EXPECT_EQ(workers_[0]->ValueOf(workers_[0]->Numbered(0, {1}, 1, true)), std::vector<float>({1}));
+  workers_[0]->Numbered(0, {1}, 1, false);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->ValueOf(workers_[0]->Numbered(0, {1}, 1, true)), std::vector<float>({1}));
+  EXPECT_EQ(workers_[0]->ValueOf(workers_[0]->Numbered(0, {2}, 2, true)), std::vector<float>({2}));
+  workers_[0]->Numbered(0, {2}, 9, false);
+  EXPECT_EQ(workers_[0]->Next().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(workers_[0]->PullValue(0), std::vector<float>({2}));
 }
 
 TEST_F(ServerStoreTest, AnAsyncPushPullIsAnsweredWithTheValueAfterItsPush) {
