@@ -21,7 +21,6 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/time/time.h"
 
 // An exclusive release, not ABSL_UNLOCK_FUNCTION's generic one: clang takes back at a
 // scope's end only what was released exclusively (or shared).
@@ -41,9 +40,6 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
-  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
-  // Tells the analysis what the caller knows: the lock is held here.
-  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
  private:
   friend class CondVar;
@@ -96,11 +92,6 @@ class CondVar {
     const bool signalled = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();
     return signalled;
-  }
-
-  // As Wait, for `timeout` at the longest; false when it passed.
-  bool WaitFor(Mutex* mu, absl::Duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return WaitUntil(mu, std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout));
   }
 
   void Signal() { cv_.notify_one(); }

@@ -84,7 +84,7 @@ TEST_F(ConfinedPathTest, WritePrefixesNeedTheirFolderInsideTheRoot) {
             (root_ / "sub" / "ckpt").string());
   EXPECT_EQ(ConfinePath(root_, (root_ / "new").string(), PathUse::kWritePrefix, "c").value(),
             (root_ / "new").string());
-  for (const std::string path : {(base_ / "ckpt").string(), std::string("../ckpt"),
+  for (const std::string& path : {(base_ / "ckpt").string(), std::string("../ckpt"),
                                  std::string("up/ckpt"), std::string("/tmp/ckpt")}) {
     EXPECT_THAT(
         ConfinePath(root_, path, PathUse::kWritePrefix, "checkpoint_prefix"),
