@@ -323,7 +323,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   AcceptSyncPush(key, rank, std::move(pieces), shared);
   if (header.seq() > 0) {
     key.taken[rank] = header.seq();
-    key.accepted[rank] = {header.seq(), key.round.rounds_of(rank)};
+    key.in_round[rank] = {header.seq(), key.round.rounds_of(rank)};
   }
   if (then_pull) {
     ++s->waiting_;
@@ -341,7 +341,7 @@ void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, ui
   const int rank = s->rank_;
   if (!then_pull) return s->send_({OkReply(id)});
   if (!sync()) return s->send_(PullReply(id, key_id, key, rank, shared));
-  if (seq != key.accepted[rank].first) {
+  if (seq != key.in_round[rank].seq) {
     // An earlier push, whose round's value is gone, or one still parked: a worker resends
     // only its last push, and only on a new stream (where nothing of the old one is parked).
     return s->send_({ErrorReply(
@@ -354,7 +354,7 @@ void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, ui
     return s->send_({ErrorReply(id, st)});
   }
   ++s->waiting_;
-  key.pulls.push_back({Waiter{s, id}, rank, key.accepted[rank].second, shared});
+  key.pulls.push_back({Waiter{s, id}, rank, key.in_round[rank].round, shared});
   ServePulls(key_id, key);
 }
 
@@ -408,7 +408,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       continue;
     }
     AcceptSyncPush(key, p.rank, std::move(p.pieces), p.shared);
-    if (p.seq > 0) key.accepted[p.rank] = {p.seq, key.round.rounds_of(p.rank)};
+    if (p.seq > 0) key.in_round[p.rank] = {p.seq, key.round.rounds_of(p.rank)};
     if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
       p.waiter.session->parked_bytes_ -= p.bytes;
       key.pulls.push_back({p.waiter, p.rank, key.round.rounds_of(p.rank), p.shared});

@@ -22,6 +22,9 @@
 //   PushPull  a push whose answer is the pull the worker would send right after it: the
 //             value once the push's round is applied (dist_sync), or at once (dist_async);
 //             a push parked for the next round is answered after that one.
+//   Numbered  pushes carrying ArrayChunk.seq: one the server has taken already (sent again
+//             on a new stream) is answered as the first was and not applied; a gap in the
+//             numbers is INVALID_ARGUMENT. Parked pushes dropped unanswered are not taken.
 //   Shared memory  a server whose workers are on its host (it serves a Unix socket) keeps
 //             each key of at least shared_memory_min_bytes in a SharedMemory region with a
 //             slot per worker rank; a worker that maps its slot (MapKey) pushes by writing
@@ -212,7 +215,7 @@ class ServerStore {
   // lock is held shared, and by the store's lock alone when it is held exclusively.
   struct Key {
     explicit Key(int num_workers)
-        : round(num_workers), taken(num_workers, 0), accepted(num_workers) {}
+        : round(num_workers), taken(num_workers, 0), in_round(num_workers) {}
     // Taken after the store's lock, never before it. Not ABSL_GUARDED_BY on the fields: the
     // analysis cannot express "mu, or the store's lock exclusively".
     Mutex mu;
@@ -221,9 +224,13 @@ class ServerStore {
     NDArray merged;  // dist_sync: the open round's sum; dist_async: the push
     SyncRound round;                // dist_sync
     // Per rank: the highest ArrayChunk.seq of its pushes taken (applied, in a round, or
-    // parked), and (dist_sync) of those in a round, the highest and its round.
+    // parked), and (dist_sync) the newest of them in a round, with that round.
+    struct InRound {
+      uint64_t seq = 0;
+      int64_t round = 0;
+    };
     std::vector<uint64_t> taken;
-    std::vector<std::pair<uint64_t, int64_t>> accepted;
+    std::vector<InRound> in_round;
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
     absl::Time round_opened;  // when the open round's first push came
