@@ -192,8 +192,8 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     key.shape = shape;
     key.value = std::move(value);
     key.merged = std::move(merged);
-    key.shared = slot_budget_.Share(header.key(), static_cast<uint64_t>(shape.Size()) * sizeof(float),
-                                    options_.num_workers);
+    const uint64_t bytes = static_cast<uint64_t>(shape.Size()) * sizeof(float);
+    key.shared = slot_budget_.Share(header.key(), bytes, options_.num_workers);
     return absl::OkStatus();
   }();
   s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
@@ -279,8 +279,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
         " does not share the key (MapKey says which it does)")));
   }
   if (shared) {
-    metrics_.push_bytes.Increment(static_cast<double>(key.shape.Size()) *
-                                                sizeof(float));
+    metrics_.push_bytes.Increment(static_cast<double>(key.shape.Size()) * sizeof(float));
   }
   if (const uint64_t seq = header.seq(); seq > 0) {
     if (seq <= key.taken[rank]) {
@@ -294,16 +293,17 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     }
   }
   if (!sync()) {
-    if (header.seq() > 0) key.taken[rank] = header.seq();
     CopyPieces(Payload(key, rank, std::move(pieces), shared).views(),
                static_cast<char*>(key.merged.data().dptr));
     if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
+    if (header.seq() > 0) key.taken[rank] = header.seq();  // taken once applied
     return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
                               : std::vector<ServerMessage>{OkReply(id)});
   }
   std::vector<char> joined = Joined(key);
   joined[rank] = 1;
-  if (absl::Status st = RoundBlocked(header.key(), key.round.rounds_done() + 1, joined, members_.departed());
+  if (absl::Status st =
+          RoundBlocked(header.key(), key.round.rounds_done() + 1, joined, members_.departed());
       !st.ok()) {
     return fail(st);
   }
@@ -484,7 +484,9 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
         " does not share the key (MapKey says which it does)")));
   }
   const int64_t round = sync() ? key.round.rounds_of(s->rank_) : 0;
-  if (key.round.rounds_done() >= round) return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
+  if (key.round.rounds_done() >= round) {
+    return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
+  }
   if (absl::Status st = CheckWaitingBound(s, pull.key(), id, 0); !st.ok()) return fail(st);
   ++s->waiting_;
   key.pulls.push_back({Waiter{s, id}, s->rank_, round, shared});
@@ -621,8 +623,8 @@ void ServerStore::FailOverdueRounds(absl::Time now) {
     const absl::Status overdue = absl::DeadlineExceededError(absl::StrCat(
         "server ", options_.server_index, ": dist_sync round ", key.round.rounds_done() + 1,
         " of key ", key_id, " cannot complete: ", MissingRanks(arrived, options_.round_timeout)));
-    const int64_t done = key.round.rounds_done();  // not `key` in the lambda: clang 14 cannot
-                                           // capture a structured binding
+    // Not `key` in the lambda: clang 14 cannot capture a structured binding.
+    const int64_t done = key.round.rounds_done();
     std::erase_if(key.pulls, [&](const PendingPull& p) {
       if (p.round <= done) return false;
       Answer(p, {ErrorReply(p.waiter.id, overdue)});

@@ -51,7 +51,6 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
     mode_ = SYNC_MODE_UNSET;
     std::fill(departed_.begin(), departed_.end(), absl::OkStatus());
     std::fill(barrier_.begin(), barrier_.end(), std::nullopt);
-    barrier_count_ = 0;
     job_id_ = hello.job_id();
     *started = true;
   }
@@ -61,8 +60,8 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
                      " but this job runs ", ModeName(mode_)));
   }
   if (connected_[hello.rank()]) {
-    return absl::AlreadyExistsError(absl::StrCat("worker ", hello.rank(),
-                                                 " is already connected to server ", server_index_));
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker ", hello.rank(), " is already connected to server ", server_index_));
   }
   mode_ = hello.mode();
   connected_[hello.rank()] = 1;
@@ -74,10 +73,7 @@ absl::Status Membership::Depart(int rank, absl::string_view why) {
   connected_[rank] = 0;
   departed_[rank] = absl::UnavailableError(
       absl::StrCat("worker ", rank, " left server ", server_index_, " (", why, ")"));
-  if (barrier_[rank].has_value()) {
-    barrier_[rank].reset();
-    --barrier_count_;
-  }
+  barrier_[rank].reset();
   return departed_[rank];
 }
 
@@ -91,9 +87,17 @@ absl::Status Membership::EnterBarrier(int rank, uint64_t id, absl::Time now) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", rank, " is already in the barrier"));
   }
+  if (!barrier_waiting()) barrier_opened_ = now;
   barrier_[rank] = id;
-  if (barrier_count_++ == 0) barrier_opened_ = now;
   return absl::OkStatus();
+}
+
+bool Membership::barrier_full() const {
+  return std::all_of(barrier_.begin(), barrier_.end(), [](const auto& id) { return id.has_value(); });
+}
+
+bool Membership::barrier_waiting() const {
+  return std::any_of(barrier_.begin(), barrier_.end(), [](const auto& id) { return id.has_value(); });
 }
 
 std::vector<char> Membership::InBarrier() const {
@@ -103,7 +107,7 @@ std::vector<char> Membership::InBarrier() const {
 }
 
 bool Membership::BarrierOverdue(absl::Time now, absl::Duration timeout) const {
-  return barrier_count_ > 0 && now - barrier_opened_ >= timeout;
+  return barrier_waiting() && now - barrier_opened_ >= timeout;
 }
 
 std::vector<std::pair<int, uint64_t>> Membership::TakeBarrier() {
@@ -112,7 +116,6 @@ std::vector<std::pair<int, uint64_t>> Membership::TakeBarrier() {
     if (barrier_[r].has_value()) waiters.emplace_back(r, *barrier_[r]);
     barrier_[r].reset();
   }
-  barrier_count_ = 0;
   return waiters;
 }
 

@@ -49,8 +49,8 @@ class Membership {
   absl::Status EnterBarrier(int rank, uint64_t id, absl::Time now);
   // Per rank: whether it waits in the barrier.
   std::vector<char> InBarrier() const;
-  bool barrier_full() const { return barrier_count_ == num_workers(); }
-  bool barrier_waiting() const { return barrier_count_ > 0; }
+  bool barrier_full() const;
+  bool barrier_waiting() const;
   // Whether the barrier has waited at least `timeout` by `now`.
   bool BarrierOverdue(absl::Time now, absl::Duration timeout) const;
   // The barrier's waiters (rank, request id), which leave it: to answer, opened or failed.
@@ -63,7 +63,6 @@ class Membership {
   std::vector<char> connected_;              // per rank
   std::vector<absl::Status> departed_;       // per rank
   std::vector<std::optional<uint64_t>> barrier_;  // per rank: its request waiting there
-  int barrier_count_ = 0;
   absl::Time barrier_opened_;  // when the first waiter came
 };
 

@@ -32,10 +32,10 @@ TEST(KeySlotsTest, EachRankHasAPageAlignedSlotThatAnotherMappingSees) {
 }
 
 TEST(KeySlotsTest, TheBudgetRefusesSmallKeysAndKeepsToItsRegionsAndBytes) {
-  EXPECT_FALSE(SlotBudget(0, {.enabled = false, .min_key_bytes = 0, .max_bytes = 1 << 20, .max_keys = 4})
-                   .Share(0, 4096, 2)
-                   .has_value());
-  SlotBudget budget(0, {.enabled = true, .min_key_bytes = 64, .max_bytes = 5 * 4096, .max_keys = 2});
+  SlotBudget off(0, {.enabled = false, .min_key_bytes = 0, .max_bytes = 1 << 20, .max_keys = 4});
+  EXPECT_FALSE(off.Share(0, 4096, 2).has_value());
+  SlotBudget budget(0,
+                    {.enabled = true, .min_key_bytes = 64, .max_bytes = 5 * 4096, .max_keys = 2});
   EXPECT_FALSE(budget.Share(0, 63, 2).has_value());     // travels on the stream
   EXPECT_TRUE(budget.Share(1, 64, 2).has_value());      // 2 pages
   EXPECT_FALSE(budget.Share(2, 4097, 2).has_value());   // 4 more pages: over the bytes

@@ -111,7 +111,7 @@ class Worker {
     return SendAs(&WorkerMessage::mutable_push_pull, key, values, chunk);
   }
   uint64_t SendAs(ArrayChunk* (WorkerMessage::*body)(), int key, const std::vector<float>& values,
-                  size_t chunk) {
+                  size_t chunk, uint64_t seq = 0) {
     const uint64_t id = next_id_++;
     for (size_t at = 0; at < values.size() || at == 0; at += chunk) {
       WorkerMessage m;
@@ -124,6 +124,7 @@ class Worker {
       const size_t n = std::min(chunk, values.size() - at);
       c->set_data(values.data() + at, n * sizeof(float));
       c->set_last(at + n >= values.size());
+      c->set_seq(seq);
       session_->Handle(m);
       if (values.empty()) break;
     }
@@ -131,17 +132,8 @@ class Worker {
   }
   // A push (or push-pull) of `values` in one chunk, numbered `seq` (ArrayChunk.seq).
   uint64_t Numbered(int key, const std::vector<float>& values, uint64_t seq, bool push_pull) {
-    WorkerMessage m;
-    m.set_id(next_id_++);
-    ArrayChunk* c = push_pull ? m.mutable_push_pull() : m.mutable_push();
-    c->set_key(key);
-    c->set_dtype(DT_FLOAT32);
-    c->add_shape(static_cast<int64_t>(values.size()));
-    c->set_data(values.data(), values.size() * sizeof(float));
-    c->set_last(true);
-    c->set_seq(seq);
-    session_->Handle(m);
-    return m.id();
+    return SendAs(push_pull ? &WorkerMessage::mutable_push_pull : &WorkerMessage::mutable_push,
+                  key, values, 1 << 20, seq);
   }
   // One chunk of push request `id` for a key of `total` floats, at float `offset`.
   void PushChunk(uint64_t id, int key, int64_t total, int64_t offset,

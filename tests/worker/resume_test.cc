@@ -251,7 +251,8 @@ void ResumeTest::DistSyncResumesBitIdentical(int workers, int servers) {
             if (epoch == stop_epoch && batch == stop_batch) cancellation.Cancel();
           };
         }
-        results[rank] = RunJob(rank == 0 ? rt() : runtimes[rank]->get(), spec, callbacks, &cancellation);
+        const Runtime& runtime = rank == 0 ? rt() : runtimes[rank]->get();
+        results[rank] = RunJob(runtime, spec, callbacks, &cancellation);
       });
     }
     for (auto& t : threads) t.join();
