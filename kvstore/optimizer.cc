@@ -373,4 +373,47 @@ absl::Status Optimizer::LoadState(const Runtime& rt, const std::string& bytes) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Optimizer::SaveSlot(int index) const {
+  MutexLock lock(&mu_);
+  auto it = slots_.find(KeyOf(index, Context::CPU()));
+  if (it == slots_.end()) return std::string();
+  Writer w;
+  w.Put<int64_t>(it->second.count);
+  ASSIGN_OR_RETURN(std::string arrays, EncodeArrays(it->second.states));
+  w.out() += arrays;
+  return std::move(w.out());
+}
+
+absl::Status Optimizer::LoadSlot(const Runtime& rt, int index, const std::string& bytes) {
+  const std::string who = absl::StrCat(name_, ": LoadSlot of index ", index);
+  if (bytes.empty()) {
+    MutexLock lock(&mu_);
+    slots_.erase(KeyOf(index, Context::CPU()));
+    return absl::OkStatus();
+  }
+  Reader r(bytes);
+  ASSIGN_OR_RETURN(int64_t count, r.Get<int64_t>("slot update count"));
+  if (count < 0) return absl::DataLossError(absl::StrCat(who, ": update count ", count));
+  ASSIGN_OR_RETURN(ArrayFileContents contents,
+                   DecodeArrays(rt, bytes.substr(sizeof(int64_t)), who));
+  if (contents.arrays.size() != static_cast<size_t>(NumStates())) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": ", contents.arrays.size(),
+                                                   " state arrays, but this ", name_, " keeps ",
+                                                   NumStates()));
+  }
+  Slot slot;
+  slot.count = count;
+  for (NDArray& a : contents.arrays) {
+    if (a.dtype() != DType::kFloat32 || a.shape() != contents.arrays[0].shape()) {
+      return absl::DataLossError(absl::StrCat(who, ": a state is ", DTypeName(a.dtype()), " ",
+                                              a.shape().ToString()));
+    }
+    slot.states.push_back(std::move(a));
+  }
+  MutexLock lock(&mu_);
+  slots_[KeyOf(index, Context::CPU())] = std::move(slot);
+  num_update_ = std::max(num_update_, count);
+  return absl::OkStatus();
+}
+
 }  // namespace tessera::kvstore

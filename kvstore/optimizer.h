@@ -114,6 +114,15 @@ class Optimizer {
   // when truncated or corrupt; on any error nothing changes.
   absl::Status LoadState(const Runtime& rt, const std::string& bytes);
 
+  // One parameter's slot on the CPU (its states and update count) alone, for a parameter
+  // server's backup (docs/replication.md): "" before the index's first update, else int64
+  // count, then a Tessera array file of the states. Waits for the index's pending update.
+  absl::StatusOr<std::string> SaveSlot(int index) const;
+  // Replaces index's CPU slot with SaveSlot's bytes ("": none) and raises num_update to its
+  // count. INVALID_ARGUMENT for another optimizer's state count, DATA_LOSS when corrupt;
+  // on any error nothing changes.
+  absl::Status LoadSlot(const Runtime& rt, int index, const std::string& bytes);
+
  protected:
   // What one update uses, MXNet's _get_lr/_get_wd after _update_count.
   struct Step {

@@ -10,6 +10,7 @@
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kvstore/kvstore_metrics.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -74,7 +75,8 @@ void ServerStore::Session::Handle(WorkerMessage message) {
 // ---------------------------------------------------------------------------------------
 // ServerStore
 
-ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
+ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options,
+                         std::unique_ptr<ReplicaLink> backup)
     : rt_(rt),
       options_(options),
       metrics_(options_.metrics != nullptr ? *options_.metrics : KVStoreServerMetrics()),
@@ -82,12 +84,17 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options)
       slot_budget_(options_.server_index, {.enabled = options_.shared_memory,
                                            .min_key_bytes = options_.shared_memory_min_bytes,
                                            .max_bytes = options_.max_shared_memory_bytes,
-                                           .max_keys = options_.max_shared_memory_keys}) {
+                                           .max_keys = options_.max_shared_memory_keys}),
+      backup_(std::move(backup)),
+      has_backup_(backup_ != nullptr),
+      backup_peer_(backup_ != nullptr ? backup_->peer() : ""),
+      replica_(options_.server_index, options_.num_servers) {
   sessions_.assign(options_.num_workers, nullptr);
   if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
 
 ServerStore::~ServerStore() {
+  backup_.reset();  // no acknowledgement comes in from here on
   {
     MutexLock lock(&watchdog_mu_);
     stopping_ = true;
@@ -103,6 +110,91 @@ ServerStore::~ServerStore() {
 
 std::unique_ptr<ServerStore::Session> ServerStore::Open(Send send) {
   return std::unique_ptr<Session>(new Session(this, std::move(send)));
+}
+
+std::unique_ptr<ServerStore::ReplicaSession> ServerStore::OpenReplicaSession() {
+  return std::unique_ptr<ReplicaSession>(new ReplicaSession(this));
+}
+
+std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage message) {
+  const uint64_t id = message.id();
+  absl::StatusOr<std::optional<ReplicaMessage>> whole = receiver_.Add(std::move(message));
+  absl::Status status = whole.status();
+  if (whole.ok()) {
+    if (!whole->has_value()) return std::nullopt;
+    MutexLock lock(&store_->replica_mu_);
+    status = store_->replica_.Apply(std::move(**whole));
+  }
+  ReplicaAck ack;
+  ack.set_id(id);
+  ack.set_code(static_cast<int>(status.code()));
+  ack.set_message(std::string(status.message()));
+  return ack;
+}
+
+absl::StatusOr<ReplicaStore::Part> ServerStore::BackupCopy(int key) const {
+  MutexLock lock(&replica_mu_);
+  const ReplicaStore::Part* part = replica_.Find(key);
+  if (part == nullptr) {
+    return absl::NotFoundError(absl::StrCat("server ", options_.server_index,
+                                            " holds no backup copy of key ", key));
+  }
+  return *part;
+}
+
+void ServerStore::Replicate(int key_id, Key& key) {
+  if (!has_backup_ || backup_lost_.load()) return;
+  ReplicaMessage update;
+  update.set_job_id(members_.job_id());
+  update.set_primary(options_.server_index);
+  update.set_mode(members_.mode());
+  update.set_num_workers(options_.num_workers);
+  update.set_version(static_cast<uint64_t>(key.version));
+  ArrayChunk& value = *update.mutable_value();
+  value.set_key(key_id);
+  value.set_dtype(DT_FLOAT32);
+  for (int64_t d : key.shape.dims()) value.add_shape(d);
+  value.set_data(static_cast<const char*>(key.value.data().dptr),
+                 static_cast<size_t>(key.shape.Size()) * sizeof(float));
+  // Per rank, its newest push in this value. dist_sync: a worker's pushes of a key are
+  // numbered without gaps, so one in the open round means the one before it is applied.
+  for (int r = 0; r < options_.num_workers; ++r) {
+    uint64_t applied = key.taken[r];
+    if (sync()) {
+      const Key::InRound& in = key.in_round[r];
+      applied = in.seq == 0 || in.round <= key.round.rounds_done() ? in.seq : in.seq - 1;
+    }
+    update.add_taken(applied);
+  }
+  if (optimizer_ != nullptr) {
+    absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
+    if (!slot.ok()) return LoseBackup(slot.status());
+    update.set_optimizer_slot(*std::move(slot));
+  }
+  backup_->Send(std::move(update),
+                [this, key_id, version = key.version, epoch = job_epoch_](const absl::Status& st) {
+                  Replicated(key_id, version, epoch, st);
+                });
+}
+
+void ServerStore::Replicated(int key_id, int64_t version, uint64_t epoch,
+                             const absl::Status& status) {
+  if (!status.ok()) LoseBackup(status);
+  ReaderLock lock(&mu_);
+  if (epoch != job_epoch_) return;  // the last job's
+  auto it = keys_.find(key_id);
+  if (it == keys_.end()) return;
+  Key& key = it->second;
+  MutexLock key_lock(&key.mu);
+  if (status.ok()) key.replicated = std::max(key.replicated, version);
+  ServePulls(key_id, key);
+}
+
+void ServerStore::LoseBackup(const absl::Status& why) {
+  if (backup_lost_.exchange(true)) return;
+  spdlog::error("server {}: replication to its backup {} failed, so it keeps the only copy of its "
+                "keys for the rest of this job: {}",
+                options_.server_index, backup_peer_, why.ToString());
 }
 
 absl::Status ServerStore::CheckSession(const Session* s) const {
@@ -131,6 +223,8 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
     slot_budget_.Reset();
     optimizer_.reset();
     optimizer_spec_.Clear();
+    ++job_epoch_;
+    backup_lost_ = false;  // the new job tries its backup afresh
   }
   if (!admitted.ok()) return fail(admitted);
   s->rank_ = hello.rank();
@@ -194,6 +288,7 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     key.merged = std::move(merged);
     const uint64_t bytes = static_cast<uint64_t>(shape.Size()) * sizeof(float);
     key.shared = slot_budget_.Share(header.key(), bytes, options_.num_workers);
+    Replicate(header.key(), key);
     return absl::OkStatus();
   }();
   s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
@@ -297,8 +392,16 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
                static_cast<char*>(key.merged.data().dptr));
     if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
     if (header.seq() > 0) key.taken[rank] = header.seq();  // taken once applied
-    return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
-                              : std::vector<ServerMessage>{OkReply(id)});
+    ++key.version;
+    Replicate(header.key(), key);
+    if (Replicated(key, key.version)) {
+      return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
+                                : std::vector<ServerMessage>{OkReply(id)});
+    }
+    // Answered once the backup holds it (the push is applied: past the waiting bound).
+    ++s->waiting_;
+    key.pulls.push_back({Waiter{s, id}, rank, key.version, shared, /*ack_only=*/!then_pull});
+    return;
   }
   std::vector<char> joined = Joined(key);
   joined[rank] = 1;
@@ -339,8 +442,17 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
 void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, uint64_t seq,
                                bool then_pull, bool shared) {
   const int rank = s->rank_;
+  if (!sync()) {
+    // As the first: once the backup holds the value it went into (at the latest, this one).
+    if (Replicated(key, key.version)) {
+      return s->send_(then_pull ? PullReply(id, key_id, key, rank, shared)
+                                : std::vector<ServerMessage>{OkReply(id)});
+    }
+    ++s->waiting_;
+    key.pulls.push_back({Waiter{s, id}, rank, key.version, shared, !then_pull});
+    return;
+  }
   if (!then_pull) return s->send_({OkReply(id)});
-  if (!sync()) return s->send_(PullReply(id, key_id, key, rank, shared));
   if (seq != key.in_round[rank].seq) {
     // An earlier push, whose round's value is gone, or one still parked: a worker resends
     // only its last push, and only on a new stream (where nothing of the old one is parked).
@@ -395,6 +507,8 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return applied;
   }
   key.round.Finish();
+  ++key.version;
+  Replicate(key_id, key);
   metrics_.rounds.Increment();
   metrics_.round_seconds.Observe(
       absl::ToDoubleSeconds(options_.clock() - key.round_opened));
@@ -458,8 +572,9 @@ void ServerStore::ServePulls(int key_id, Key& key) {
           : absl::OkStatus();
   std::vector<PendingPull> waiting;
   for (PendingPull& p : key.pulls) {
-    if (key.round.rounds_done() >= p.round) {
-      Answer(p, PullReply(p.waiter.id, key_id, key, p.rank, p.shared));
+    if (Ready(key, p)) {
+      Answer(p, p.ack_only ? std::vector<ServerMessage>{OkReply(p.waiter.id)}
+                           : PullReply(p.waiter.id, key_id, key, p.rank, p.shared));
     } else if (!blocked.ok()) {
       Answer(p, {ErrorReply(p.waiter.id, blocked)});
     } else {
@@ -467,6 +582,11 @@ void ServerStore::ServePulls(int key_id, Key& key) {
     }
   }
   key.pulls = std::move(waiting);
+}
+
+bool ServerStore::Ready(const Key& key, const PendingPull& p) const {
+  if (!sync()) return Replicated(key, p.round);
+  return key.round.rounds_done() >= p.round && Replicated(key, key.version);
 }
 
 void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
@@ -483,13 +603,13 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
         "pull of key ", pull.key(), " into shared memory: server ", options_.server_index,
         " does not share the key (MapKey says which it does)")));
   }
-  const int64_t round = sync() ? key.round.rounds_of(s->rank_) : 0;
-  if (key.round.rounds_done() >= round) {
-    return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
-  }
+  // dist_async: the value as it is once its Init is on the backup.
+  const PendingPull pending{Waiter{s, id}, s->rank_, sync() ? key.round.rounds_of(s->rank_) : 0,
+                            shared};
+  if (Ready(key, pending)) return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
   if (absl::Status st = CheckWaitingBound(s, pull.key(), id, 0); !st.ok()) return fail(st);
   ++s->waiting_;
-  key.pulls.push_back({Waiter{s, id}, s->rank_, round, shared});
+  key.pulls.push_back(pending);
   ServePulls(pull.key(), key);  // fails it at once if a departed worker blocks its round
 }
 

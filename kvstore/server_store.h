@@ -40,6 +40,14 @@
 //   Jobs      Hello names the worker's job; the first Hello of another job, once no worker
 //             of the current one is connected, starts the store afresh (keys, rounds,
 //             optimizer, mode), so daemons serve job after job.
+//   Backup  with a ReplicaLink, every change of a key part (its Init, a completed dist_sync
+//             round, an applied dist_async push) goes to the backup server, and what could
+//             show it waits for the backup's acknowledgement: a dist_sync pull is answered
+//             only once the value it gets is on both servers, a dist_async push only once
+//             the backup holds it (dist_async pulls are answered at once). When the backup
+//             cannot be reached or refuses an update, the store says so in its log and goes
+//             on with one copy for the rest of the job (docs/replication.md: no failover
+//             yet). A backup keeps its primary's copy (OpenReplicaSession, BackupCopy).
 //   A worker leaving (stream closed or keepalive timeout) in dist_sync: every request that
 //   needs it - open rounds it has not pushed into, pulls waiting on them, a barrier - is
 //   answered UNAVAILABLE naming the worker; its rank may reconnect (a new Hello) and push.
@@ -81,10 +89,12 @@
 #include "core/shared_mutex.h"
 #include "kvstore/internal/key_slots.h"
 #include "kvstore/internal/membership.h"
+#include "kvstore/internal/replica_store.h"
 #include "kvstore/internal/request_assembler.h"
 #include "kvstore/internal/sync_round.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/optimizer.h"
+#include "kvstore/replica_link.h"
 #include "kvstore/transport.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
@@ -176,11 +186,34 @@ class ServerStore {
     bool closed_ = false;
   };
 
-  ServerStore(const Runtime& rt, ServerStoreOptions options);
+  // The backup side: one primary's Replicate stream.
+  class ReplicaSession {
+   public:
+    // One message of the stream; the acknowledgement once it completes an update (or its
+    // refusal), nullopt while the update's chunks are still due.
+    std::optional<ReplicaAck> Handle(ReplicaMessage message);
+
+   private:
+    friend class ServerStore;
+    explicit ReplicaSession(ServerStore* store)
+        : store_(store), receiver_(store->options_.server_index, store->options_.max_array_bytes) {}
+    ServerStore* const store_;  // not owned
+    ReplicaReceiver receiver_;
+  };
+
+  // `backup` (null: none) receives every change of this server's key parts; the store owns it.
+  ServerStore(const Runtime& rt, ServerStoreOptions options,
+              std::unique_ptr<ReplicaLink> backup = nullptr);
   ~ServerStore() ABSL_LOCKS_EXCLUDED(mu_, watchdog_mu_);
 
   // A session for one worker stream; replies go to `send`.
   std::unique_ptr<Session> Open(Send send);
+  // A session for the Replicate stream of the primary this server backs up.
+  std::unique_ptr<ReplicaSession> OpenReplicaSession();
+  // This server's copy of its primary's part of `key`, NOT_FOUND naming it when there is none.
+  absl::StatusOr<ReplicaStore::Part> BackupCopy(int key) const ABSL_LOCKS_EXCLUDED(replica_mu_);
+  // Whether this primary lost its backup for the current job (it then keeps one copy).
+  bool backup_lost() const { return backup_lost_.load(); }
 
   // The command channel. `stop` is the daemon's business and is not handled here.
   absl::StatusOr<CommandReply> Command(const CommandRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -199,8 +232,11 @@ class ServerStore {
   struct PendingPull {
     Waiter waiter;
     int rank = 0;
-    int64_t round = 0;  // answered once rounds_done >= round
+    // dist_sync: answered once rounds_done >= round (and the value is on the backup);
+    // dist_async: once the backup holds the key's version `round`.
+    int64_t round = 0;
     bool shared = false;  // answered in the worker's slot
+    bool ack_only = false;  // a dist_async push's acknowledgement, not a value
   };
   struct ParkedPush {
     Waiter waiter;
@@ -233,6 +269,10 @@ class ServerStore {
     std::vector<InRound> in_round;
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
+    // Changes of the value (its Init is 0; then one per round or dist_async push), and the
+    // newest the backup acknowledged (-1: not even the Init).
+    int64_t version = 0;
+    int64_t replicated = -1;
     absl::Time round_opened;  // when the open round's first push came
     std::optional<KeySlots> shared;  // for same-host workers
   };
@@ -289,6 +329,18 @@ class ServerStore {
                                        bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answers ready pulls; fails the ones a departed worker blocks.
   void ServePulls(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether waiter `p` of `key` may be answered now.
+  bool Ready(const Key& key, const PendingPull& p) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether the backup holds `key` at `version` (or there is no backup to wait for).
+  bool Replicated(const Key& key, int64_t version) const {
+    return !has_backup_ || backup_lost_.load() || key.replicated >= version;
+  }
+  // Sends the key's current value (its version) to the backup.
+  void Replicate(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The backup's answer to version `version` of `key_id` (sent in job `epoch`).
+  void Replicated(int key_id, int64_t version, uint64_t epoch, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void LoseBackup(const absl::Status& why);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fail the waiters of rounds (each key locked in turn) and of a barrier (under the store's
   // lock exclusively) open longer than round_timeout (CheckDeadlines).
@@ -328,6 +380,16 @@ class ServerStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
   SlotBudget slot_budget_ ABSL_GUARDED_BY(mu_);
+  // Counts the jobs served, so that an acknowledgement of the last job's update is ignored.
+  uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set at construction, destroyed first at destruction (its threads call Replicated, which
+  // reads only has_backup_ and backup_peer_).
+  std::unique_ptr<ReplicaLink> backup_;
+  const bool has_backup_;
+  const std::string backup_peer_;
+  std::atomic<bool> backup_lost_{false};  // for the current job
+  mutable Mutex replica_mu_;
+  ReplicaStore replica_ ABSL_GUARDED_BY(replica_mu_);  // the copy this server backs up
 };
 
 }  // namespace tessera::kvstore

@@ -1,0 +1,171 @@
+// ReplicaStore and ReplicaReceiver: a backup's copy takes its primary's updates in order,
+// whole, and refuses every malformed or out-of-place one without changing anything.
+#include "kvstore/internal/replica_store.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::kvstore {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Server 1 of 3 backs up server 0.
+constexpr int kBackup = 1;
+constexpr int kServers = 3;
+
+ReplicaMessage Update(int key, uint64_t version, const std::vector<float>& value,
+                      const std::string& job = "job-a") {
+  ReplicaMessage m;
+  m.set_job_id(job);
+  m.set_primary(0);
+  m.set_mode(SYNC_MODE_SYNC);
+  m.set_num_workers(2);
+  m.set_version(version);
+  m.mutable_value()->set_key(key);
+  m.mutable_value()->set_dtype(DT_FLOAT32);
+  m.mutable_value()->add_shape(static_cast<int64_t>(value.size()));
+  m.mutable_value()->set_data(value.data(), value.size() * sizeof(float));
+  m.mutable_value()->set_last(true);
+  m.add_taken(version);
+  m.add_taken(version);
+  return m;
+}
+
+std::vector<float> ValueOf(const ReplicaStore::Part& part) {
+  std::vector<float> v(part.value.size() / sizeof(float));
+  std::memcpy(v.data(), part.value.data(), part.value.size());
+  return v;
+}
+
+TEST(ReplicaStoreTest, UpdatesReplaceTheCopyInOrderAndResendsChangeNothing) {
+  ReplicaStore store(kBackup, kServers);
+  ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
+  ASSERT_THAT(store.Apply(Update(7, 1, {3, 4})), IsOk());
+  ASSERT_THAT(store.Apply(Update(7, 1, {9, 9})), IsOk());  // a resend: acknowledged, not applied
+  ASSERT_THAT(store.Apply(Update(7, 0, {9, 9})), IsOk());  // an Init sent again, likewise
+  const ReplicaStore::Part* part = store.Find(7);
+  ASSERT_NE(part, nullptr);
+  EXPECT_EQ(ValueOf(*part), (std::vector<float>{3, 4}));
+  EXPECT_EQ(part->version, 1u);
+  EXPECT_EQ(part->taken, (std::vector<uint64_t>{1, 1}));
+  EXPECT_EQ(store.job_id(), "job-a");
+}
+
+TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
+  ReplicaStore store(kBackup, kServers);
+  ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
+  ReplicaMessage m = Update(7, 1, {3, 4});
+  m.set_primary(2);
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("server 1 backs up server 0")));
+  EXPECT_THAT(store.Apply(Update(8, 1, {1})),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("replica of key 8")));
+  EXPECT_THAT(store.Apply(Update(7, 1, {1, 2, 3})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("value float32 (3,) but the copy is float32 (2,)")));
+  EXPECT_THAT(store.Apply(Update(7, 3, {3, 4})),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("at version 0, so version 1 was lost")));
+  m = Update(7, 1, {3, 4});
+  m.mutable_value()->mutable_data()->resize(4);
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("4 bytes at offset 0 for a value of 8")));
+  m = Update(7, 1, {3, 4});
+  m.set_num_workers(3);
+  m.add_taken(1);
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("with 2 workers, the update says")));
+  m = Update(7, 1, {3, 4});
+  m.clear_taken();
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("0 push counts for 2 workers")));
+  m = Update(7, 1, {3, 4});
+  m.mutable_value()->set_dtype(DT_FLOAT16);
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("a replica is float32")));
+  EXPECT_THAT(store.Apply(Update(7, 1, {3, 4}, "job-b")),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("its copy is of job 'job-a'")));
+  const ReplicaStore::Part* part = store.Find(7);
+  ASSERT_NE(part, nullptr);
+  EXPECT_EQ(ValueOf(*part), (std::vector<float>{1, 2}));
+  EXPECT_EQ(part->version, 0u);
+}
+
+TEST(ReplicaStoreTest, AnOlderViewIsRefused) {
+  ReplicaStore store(kBackup, kServers);
+  ReplicaMessage m = Update(7, 0, {1});
+  m.set_view(2);
+  ASSERT_THAT(store.Apply(m), IsOk());
+  m = Update(7, 1, {2});
+  m.set_view(1);
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("view 1 is older than view 2")));
+  EXPECT_EQ(store.Find(7)->version, 0u);
+}
+
+TEST(ReplicaStoreTest, AnotherJobsInitStartsItsCopyAfresh) {
+  ReplicaStore store(kBackup, kServers);
+  ASSERT_THAT(store.Apply(Update(7, 0, {1})), IsOk());
+  ASSERT_THAT(store.Apply(Update(8, 0, {2}, "job-b")), IsOk());
+  EXPECT_EQ(store.Find(7), nullptr);
+  ASSERT_NE(store.Find(8), nullptr);
+  EXPECT_EQ(store.job_id(), "job-b");
+}
+
+TEST(ReplicaStoreTest, ASingleServerBacksUpNobody) {
+  ReplicaStore store(0, 1);
+  EXPECT_THAT(store.Apply(Update(7, 0, {1})),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("itself")));
+}
+
+TEST(ReplicaReceiverTest, ChunksOfAnUpdateComeBackWhole) {
+  std::vector<float> value(10);
+  for (int i = 0; i < 10; ++i) value[i] = static_cast<float>(i) + 0.5f;
+  ReplicaMessage update = Update(3, 4, value);
+  update.set_optimizer_slot("slot");
+  std::vector<ReplicaMessage> chunks = SplitReplicaUpdate(update, 42, 12);
+  ASSERT_EQ(chunks.size(), 4u);  // 12 + 12 + 12 + 4 bytes
+  EXPECT_TRUE(chunks[0].optimizer_slot().empty());
+  ReplicaReceiver receiver(kBackup, 1 << 20);
+  std::optional<ReplicaMessage> whole;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    absl::StatusOr<std::optional<ReplicaMessage>> got = receiver.Add(chunks[i]);
+    ASSERT_THAT(got.status(), IsOk());
+    EXPECT_EQ(got->has_value(), i + 1 == chunks.size());
+    if (got->has_value()) whole = **got;
+  }
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->id(), 42u);
+  EXPECT_EQ(whole->version(), 4u);
+  EXPECT_EQ(whole->optimizer_slot(), "slot");
+  EXPECT_EQ(whole->value().data(), update.value().data());
+}
+
+TEST(ReplicaReceiverTest, AChunkThatDoesNotContinueItsUpdateIsRefused) {
+  std::vector<ReplicaMessage> chunks = SplitReplicaUpdate(Update(3, 0, {1, 2, 3}), 5, 4);
+  ReplicaReceiver receiver(kBackup, 1 << 20);
+  ASSERT_THAT(receiver.Add(chunks[0]).status(), IsOk());
+  chunks[1].mutable_value()->set_offset(8);
+  EXPECT_THAT(receiver.Add(chunks[1]).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("replica update 5 of 3: request 5: a chunk for key 3")));
+  // The rest of the refused update is dropped; the next one is taken.
+  absl::StatusOr<std::optional<ReplicaMessage>> last = receiver.Add(chunks[2]);
+  ASSERT_THAT(last.status(), IsOk());
+  EXPECT_FALSE(last->has_value());
+  std::vector<ReplicaMessage> next = SplitReplicaUpdate(Update(3, 0, {1}), 6, 4);
+  absl::StatusOr<std::optional<ReplicaMessage>> got = receiver.Add(next[0]);
+  ASSERT_THAT(got.status(), IsOk());
+  EXPECT_TRUE(got->has_value());
+}
+
+}  // namespace
+}  // namespace tessera::kvstore

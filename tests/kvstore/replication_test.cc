@@ -1,0 +1,302 @@
+// A primary ServerStore and its backup, joined by a link that carries the primary's updates
+// on a thread of its own to the backup's ReplicaSession (the gRPC link is tested with real
+// servers in tests/server/replication_grpc_test.cc). The link can hold its deliveries, so a
+// test sees what waits for the backup, and can lose the backup.
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvstore/kvstore_metrics.h"
+#include "kvstore/optimizer.h"
+#include "kvstore/server_store.h"
+#include "prometheus/registry.h"
+#include "tests/kvstore/store_worker.h"
+#include "tests/ndarray/test_util.h"
+
+namespace tessera::kvstore {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::testing::HasSubstr;
+
+// Delivers updates to `backup` in chunks of 8 bytes, in order, from its own thread.
+class ThreadLink : public ReplicaLink {
+ public:
+  explicit ThreadLink(ServerStore* backup)
+      : session_(backup->OpenReplicaSession()), thread_([this] { Run(); }) {}
+  ~ThreadLink() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  void Send(ReplicaMessage update, Done done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({std::move(update), std::move(done)});
+    cv_.notify_all();
+  }
+  const std::string& peer() const override { return peer_; }
+
+  // Deliveries wait until Release.
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  // From now on every update fails as an unreachable backup's would.
+  void Break() {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+  int queued() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(queue_.size());
+  }
+
+ private:
+  void Run() {
+    uint64_t next_id = 1;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && (!held_ || broken_)); });
+      if (stopping_) return;
+      auto [update, done] = std::move(queue_.front());
+      queue_.pop_front();
+      const bool broken = broken_;
+      lock.unlock();
+      absl::Status status = absl::UnavailableError("the backup is unreachable");
+      if (!broken) {
+        for (ReplicaMessage& m : SplitReplicaUpdate(std::move(update), next_id++, 8)) {
+          if (std::optional<ReplicaAck> ack = session_->Handle(std::move(m))) {
+            status = absl::Status(static_cast<absl::StatusCode>(ack->code()), ack->message());
+          }
+        }
+      }
+      done(status);
+      lock.lock();
+    }
+  }
+
+  const std::string peer_ = "in-process backup";
+  std::unique_ptr<ServerStore::ReplicaSession> session_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<ReplicaMessage, Done>> queue_;
+  bool held_ = false;
+  bool broken_ = false;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after the rest exists
+};
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  // Server 0 of 2 (the primary of its keys) and server 1 (their backup).
+  void Start(int num_workers, SyncMode mode) {
+    owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+    ServerStoreOptions options;
+    options.num_servers = 2;
+    options.num_workers = num_workers;
+    options.metrics = &metrics_;
+    options.watch_deadlines = false;
+    options.server_index = 1;
+    backup_ = std::make_unique<ServerStore>(owned_->get(), options);
+    auto link = std::make_unique<ThreadLink>(backup_.get());
+    link_ = link.get();
+    options.server_index = 0;
+    primary_ = std::make_unique<ServerStore>(owned_->get(), options, std::move(link));
+    for (int w = 0; w < num_workers; ++w) {
+      workers_.push_back(std::make_unique<StoreWorker>(*primary_, w, num_workers, mode));
+    }
+  }
+  void TearDown() override {
+    workers_.clear();
+    primary_.reset();
+    backup_.reset();
+  }
+  void InitEverywhere(int key, const std::vector<float>& value) {
+    for (auto& w : workers_) {
+      w->Send(true, key, value);
+      EXPECT_EQ(w->Next().code(), 0);
+    }
+  }
+  // The backup's copy of `key` once it is at `version` (waits up to 10 s).
+  ReplicaStore::Part CopyAt(int key, uint64_t version) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (true) {
+      absl::StatusOr<ReplicaStore::Part> part = backup_->BackupCopy(key);
+      if ((part.ok() && part->version >= version) || absl::Now() > deadline) {
+        EXPECT_THAT(part.status(), IsOk());
+        EXPECT_EQ(part.ok() ? part->version : 0, version);
+        return part.ok() ? *part : ReplicaStore::Part();
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  static std::vector<float> Floats(const std::string& bytes) {
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  }
+
+  prometheus::Registry registry_;
+  ServerMetrics metrics_ = NewServerMetrics(registry_);
+  std::unique_ptr<OwnedRuntime> owned_;
+  std::unique_ptr<ServerStore> backup_;
+  std::unique_ptr<ServerStore> primary_;
+  ThreadLink* link_ = nullptr;  // owned by primary_
+  std::vector<std::unique_ptr<StoreWorker>> workers_;
+};
+
+TEST_F(ReplicationTest, ADistSyncPullIsAnsweredOnlyOnceTheBackupHoldsItsRound) {
+  Start(2, SYNC_MODE_SYNC);
+  InitEverywhere(3, {1, 2, 3});
+  EXPECT_EQ(Floats(CopyAt(3, 0).value), (std::vector<float>{1, 2, 3}));
+  link_->Hold();
+  workers_[0]->Numbered(3, {1, 1, 1}, 1, /*push_pull=*/false);
+  workers_[1]->Numbered(3, {2, 2, 2}, 1, /*push_pull=*/false);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);  // pushes are acknowledged at once
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  const uint64_t pull = workers_[0]->Pull(3);
+  const uint64_t push_pull = workers_[1]->Numbered(3, {5, 5, 5}, 2, /*push_pull=*/true);
+  // The round is complete on the primary, but its value is not on the backup yet.
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50)));
+  EXPECT_EQ(link_->queued(), 1);
+  link_->Release();
+  EXPECT_EQ(workers_[0]->ValueOf(pull), (std::vector<float>{3, 3, 3}));
+  const ReplicaStore::Part copy = CopyAt(3, 1);
+  EXPECT_EQ(Floats(copy.value), (std::vector<float>{3, 3, 3}));
+  EXPECT_EQ(copy.taken, (std::vector<uint64_t>{1, 1}));  // rank 1's push 2 is not applied yet
+  EXPECT_FALSE(workers_[1]->HasReply());                  // its round 2 is open
+  workers_[0]->Numbered(3, {1, 1, 1}, 2, /*push_pull=*/false);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->ValueOf(push_pull), (std::vector<float>{6, 6, 6}));
+  EXPECT_EQ(CopyAt(3, 2).taken, (std::vector<uint64_t>{2, 2}));
+}
+
+TEST_F(ReplicationTest, AnAsyncPushIsAcknowledgedOnlyOnceTheBackupHoldsIt) {
+  Start(1, SYNC_MODE_ASYNC);
+  InitEverywhere(0, {0, 0});
+  CopyAt(0, 0);
+  link_->Hold();
+  workers_[0]->Numbered(0, {4, 5}, 1, /*push_pull=*/false);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50)));
+  // Sent again meanwhile (a new stream would): not applied again, and not answered early.
+  workers_[0]->Numbered(0, {4, 5}, 1, /*push_pull=*/false);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(20)));
+  link_->Release();
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  const ReplicaStore::Part copy = CopyAt(0, 1);
+  EXPECT_EQ(Floats(copy.value), (std::vector<float>{4, 5}));
+  EXPECT_EQ(copy.taken, (std::vector<uint64_t>{1}));
+}
+
+TEST_F(ReplicationTest, ALostBackupLeavesOneCopyAndTheJobGoesOn) {
+  Start(2, SYNC_MODE_SYNC);
+  InitEverywhere(1, {0});
+  CopyAt(1, 0);
+  link_->Hold();
+  workers_[0]->Send(false, 1, {1});
+  workers_[1]->Send(false, 1, {2});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  const uint64_t pull = workers_[0]->Pull(1);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(20)));
+  link_->Break();
+  EXPECT_EQ(workers_[0]->ValueOf(pull), (std::vector<float>{3}));
+  EXPECT_TRUE(primary_->backup_lost());
+  // Later rounds are not sent at all, and their pulls do not wait.
+  workers_[0]->Send(false, 1, {1});
+  workers_[1]->Send(false, 1, {1});
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->PullValue(1), (std::vector<float>{2}));
+  EXPECT_EQ(link_->queued(), 0);
+  EXPECT_EQ(backup_->BackupCopy(1)->version, 0u);
+}
+
+// Random pushes of three workers into several keys, with an optimizer that keeps state: after
+// every round the backup holds the primary's value bit for bit, and the optimizer slot it
+// holds continues the primary's updates exactly.
+TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
+  constexpr int kWorkers = 3;
+  constexpr int kKeys = 4;
+  constexpr int kRounds = 12;
+  Start(kWorkers, SYNC_MODE_SYNC);
+  CommandRequest command;
+  command.mutable_set_optimizer()->set_name("sgd");
+  (*command.mutable_set_optimizer()->mutable_params())["learning_rate"] = "0.1";
+  (*command.mutable_set_optimizer()->mutable_params())["momentum"] = "0.9";
+  ASSERT_THAT(primary_->Command(command).status(), IsOk());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  auto random_values = [&](int n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = uniform(rng);
+    return v;
+  };
+  for (int k = 0; k < kKeys; ++k) InitEverywhere(k, random_values(5 + k));
+  for (int round = 1; round <= kRounds; ++round) {
+    std::vector<int> order = {0, 1, 2};
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int k = 0; k < kKeys; ++k) {
+      for (int w : order) {
+        workers_[w]->Numbered(k, random_values(5 + k), round, /*push_pull=*/false);
+        ASSERT_EQ(workers_[w]->Next().code(), 0);
+      }
+    }
+    for (int k = 0; k < kKeys; ++k) {
+      const std::vector<float> pulled = workers_[order[0]]->PullValue(k);
+      // A pull is answered only once the backup holds its round: no waiting needed here.
+      absl::StatusOr<ReplicaStore::Part> copy = backup_->BackupCopy(k);
+      ASSERT_THAT(copy.status(), IsOk());
+      EXPECT_EQ(copy->version, static_cast<uint64_t>(round));
+      EXPECT_EQ(Floats(copy->value), pulled) << "key " << k << ", round " << round;
+      EXPECT_EQ(copy->taken, std::vector<uint64_t>(kWorkers, round));
+    }
+  }
+  // The slot the backup holds, loaded into a fresh optimizer, continues as the primary does.
+  const int key = 2;
+  absl::StatusOr<ReplicaStore::Part> copy = backup_->BackupCopy(key);
+  ASSERT_THAT(copy.status(), IsOk());
+  ASSERT_FALSE(copy->optimizer_slot.empty());
+  absl::StatusOr<std::unique_ptr<Optimizer>> fresh =
+      Optimizer::Create("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}});
+  ASSERT_THAT(fresh.status(), IsOk());
+  ASSERT_THAT((*fresh)->LoadSlot(owned_->get(), key, copy->optimizer_slot), IsOk());
+  EXPECT_EQ((*fresh)->update_count(key), kRounds);
+  const std::vector<float> grad = random_values(5 + key);
+  const std::vector<float> start = Floats(copy->value);
+  absl::StatusOr<NDArray> weight =
+      FromVector<float>(owned_->get(), Shape({5 + key}), absl::MakeConstSpan(start));
+  absl::StatusOr<NDArray> g =
+      FromVector<float>(owned_->get(), Shape({5 + key}), absl::MakeConstSpan(grad));
+  ASSERT_THAT(weight.status(), IsOk());
+  ASSERT_THAT(g.status(), IsOk());
+  ASSERT_THAT((*fresh)->Update(key, *weight, *g), IsOk());
+  for (int w = 0; w < kWorkers; ++w) {
+    workers_[w]->Numbered(key, w == 0 ? grad : std::vector<float>(5 + key, 0.f), kRounds + 1,
+                          /*push_pull=*/false);
+    ASSERT_EQ(workers_[w]->Next().code(), 0);
+  }
+  std::vector<float> continued(5 + key);
+  ASSERT_THAT(weight->SyncCopyToCPU(continued.data(), 5 + key), IsOk());
+  EXPECT_EQ(continued, workers_[0]->PullValue(key));
+}
+
+}  // namespace
+}  // namespace tessera::kvstore
