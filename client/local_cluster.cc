@@ -117,9 +117,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     return absl::OkStatus();
   };
   for (int s = 0; s < options.num_servers; ++s) {
-    absl::Status st = start(absl::StrCat("ps-", s),
-                            {ps, absl::StrCat("--index=", s), absl::StrCat("--num_servers=", options.num_servers),
-                             absl::StrCat("--num_workers=", options.num_workers)});
+    std::vector<std::string> argv = {ps, absl::StrCat("--index=", s),
+                                     absl::StrCat("--num_servers=", options.num_servers),
+                                     absl::StrCat("--num_workers=", options.num_workers)};
+    // Each server's parts are also on the next one (its socket is named before it exists).
+    if (options.num_servers >= 2) {
+      argv.push_back(absl::StrCat("--backup=unix:", cluster->socket_dir_, "/ps-",
+                                  (s + 1) % options.num_servers, ".sock"));
+    }
+    absl::Status st = start(absl::StrCat("ps-", s), std::move(argv));
     if (!st.ok()) return st;
   }
   const std::vector<std::vector<int>> shares =

@@ -6,6 +6,7 @@
 #define TESSERA_KVSTORE_REPLICA_LINK_H_
 
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "proto/kvstore.pb.h"
@@ -19,7 +20,8 @@ class ReplicaLink {
   // takes), always from a thread of the link's own.
   using Done = std::function<void(const absl::Status& status)>;
 
-  // Returns once no `done` runs any more; the ones not yet run are dropped.
+  // Returns once no `done` runs any more; an update's `done` not yet run may run (with an
+  // error) before it returns, or not at all.
   virtual ~ReplicaLink() = default;
 
   // Queues `update` (value.data holding the whole part; the link sets the id and splits it)

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,28 +15,20 @@
 namespace tessera::server {
 namespace {
 
-// One worker stream. Reads are handled as they arrive (the store never blocks on a peer);
-// replies, which the store may send from any thread, are queued and written in order.
-class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// A bidirectional stream whose reads are handled as they arrive (the store never blocks on a
+// peer) and whose replies, which may come from any thread, are queued and written in order.
+// OnMessage handles one read; OnEnd runs once the peer's side ends (or the stream breaks).
+template <typename In, typename Out>
+class QueuedReactor : public grpc::ServerBidiReactor<In, Out> {
  public:
-  SessionReactor(kvstore::ServerStore* store, std::string peer) : peer_(std::move(peer)) {
-    session_ = store->Open([this](std::vector<ServerMessage> replies) { Enqueue(std::move(replies)); });
-    StartRead(&in_);
-  }
-
   void OnReadDone(bool ok) override {
     if (ok) {
-      WorkerMessage message;
-      if (absl::Status decoded = kvstore::DecodeWorkerMessage(&in_, &message); decoded.ok()) {
-        session_->Handle(std::move(message));
-      } else {
-        Enqueue({kvstore::ErrorReply(0, decoded)});  // no id to answer: request 0
-      }
-      StartRead(&in_);
+      OnMessage(in_);
+      this->StartRead(&in_);
       return;
     }
-    // The worker closed its side, went away, or the stream was cancelled.
-    session_->Close(absl::UnavailableError(absl::StrCat("its stream from ", peer_, " ended")));
+    // The peer closed its side, went away, or the stream was cancelled.
+    OnEnd();
     MutexLock lock(&mu_);
     read_done_ = true;
     MaybeFinishLocked();
@@ -51,9 +44,56 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     writing_ = false;
     if (!queue_.empty()) {
       writing_ = true;
-      StartWrite(&queue_.front());
+      this->StartWrite(&queue_.front());
     }
     MaybeFinishLocked();
+  }
+
+ protected:
+  // Call last in the derived constructor.
+  void StartReading() { this->StartRead(&in_); }
+  virtual void OnMessage(In& message) = 0;
+  virtual void OnEnd() = 0;
+
+  void Enqueue(std::vector<Out> replies) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    if (read_done_ || write_failed_) return;
+    for (Out& r : replies) queue_.push_back(std::move(r));
+    if (!writing_ && !queue_.empty()) {
+      writing_ = true;
+      this->StartWrite(&queue_.front());
+    }
+  }
+
+ private:
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (read_done_ && !writing_ && !finished_) {
+      finished_ = true;
+      this->Finish(grpc::Status::OK);
+    }
+  }
+
+  In in_;  // only touched by the read callbacks, which never overlap
+  Mutex mu_;
+  // Front: being written (a deque keeps it in place).
+  std::deque<Out> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// One worker stream, as a ServerStore::Session.
+class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  SessionReactor(kvstore::ServerStore* store, std::string peer) : peer_(std::move(peer)) {
+    session_ = store->Open([this](std::vector<ServerMessage> replies) {
+      std::vector<grpc::ByteBuffer> encoded;
+      encoded.reserve(replies.size());
+      for (ServerMessage& r : replies) encoded.push_back(kvstore::EncodeServerMessage(std::move(r)));
+      Enqueue(std::move(encoded));
+    });
+    StartReading();
   }
 
   void OnDone() override {
@@ -62,33 +102,40 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   }
 
  private:
-  void Enqueue(std::vector<ServerMessage> replies) ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (read_done_ || write_failed_) return;
-    for (ServerMessage& r : replies) queue_.push_back(kvstore::EncodeServerMessage(std::move(r)));
-    if (!writing_ && !queue_.empty()) {
-      writing_ = true;
-      StartWrite(&queue_.front());
+  void OnMessage(grpc::ByteBuffer& in) override {
+    WorkerMessage message;
+    if (absl::Status decoded = kvstore::DecodeWorkerMessage(&in, &message); decoded.ok()) {
+      session_->Handle(std::move(message));
+    } else {
+      Enqueue({kvstore::EncodeServerMessage(kvstore::ErrorReply(0, decoded))});  // no id: 0
     }
   }
-
-  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (read_done_ && !writing_ && !finished_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
-    }
+  void OnEnd() override {
+    session_->Close(absl::UnavailableError(absl::StrCat("its stream from ", peer_, " ended")));
   }
 
   const std::string peer_;
   std::unique_ptr<kvstore::ServerStore::Session> session_;
-  grpc::ByteBuffer in_;  // only touched by the read callbacks, which never overlap
-  Mutex mu_;
-  // Front: being written (a deque keeps it in place).
-  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The Replicate stream of the primary this server backs up.
+class ReplicaReactor : public QueuedReactor<ReplicaMessage, ReplicaAck> {
+ public:
+  explicit ReplicaReactor(kvstore::ServerStore* store) : session_(store->OpenReplicaSession()) {
+    StartReading();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void OnMessage(ReplicaMessage& in) override {
+    if (std::optional<ReplicaAck> ack = session_->Handle(std::move(in))) {
+      Enqueue({*std::move(ack)});
+    }
+  }
+  void OnEnd() override {}
+
+  std::unique_ptr<kvstore::ServerStore::ReplicaSession> session_;
 };
 
 }  // namespace
@@ -96,6 +143,11 @@ class SessionReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KVStoreServiceImpl::Session(
     grpc::CallbackServerContext* context) {
   return new SessionReactor(store_, context->peer());
+}
+
+grpc::ServerBidiReactor<ReplicaMessage, ReplicaAck>* KVStoreServiceImpl::Replicate(
+    grpc::CallbackServerContext* /*context*/) {
+  return new ReplicaReactor(store_);
 }
 
 grpc::ServerUnaryReactor* KVStoreServiceImpl::Command(grpc::CallbackServerContext* context,

@@ -1,7 +1,9 @@
 // KVStoreServiceImpl: the gRPC face of a ServerStore (kvstore/server_store.h), on gRPC's
 // callback API. Each Session stream becomes a ServerStore::Session whose replies are queued
-// and written one at a time; Command calls go to ServerStore::Command, except `stop`, which
-// calls the daemon's stop function (it shuts the gRPC server down from another thread).
+// and written one at a time; a Replicate stream (from the primary this server backs up)
+// becomes a ServerStore::ReplicaSession, acknowledged alike; Command calls go to
+// ServerStore::Command, except `stop`, which calls the daemon's stop function (it shuts the
+// gRPC server down from another thread).
 //
 // Thread safety: gRPC calls in from its own threads; the store serializes what it must.
 #ifndef TESSERA_SERVER_KVSTORE_SERVICE_H_
@@ -17,8 +19,8 @@ namespace tessera::server {
 // Session is a raw method: the reactor decodes WorkerMessages and encodes replies itself
 // (kvstore/transport.h), so pulled arrays reach the socket without a protobuf copy.
 class KVStoreServiceImpl final
-    : public KVStoreService::WithRawCallbackMethod_Session<
-          KVStoreService::WithCallbackMethod_Command<KVStoreService::Service>> {
+    : public KVStoreService::WithRawCallbackMethod_Session<KVStoreService::WithCallbackMethod_Command<
+          KVStoreService::WithCallbackMethod_Replicate<KVStoreService::Service>>> {
  public:
   // `store` (not owned) outlives the service; `on_stop` runs once per stop command and must
   // not block (it wakes whoever shuts the server down).
@@ -26,6 +28,8 @@ class KVStoreServiceImpl final
       : store_(store), on_stop_(std::move(on_stop)) {}
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<ReplicaMessage, ReplicaAck>* Replicate(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Command(grpc::CallbackServerContext* context,
                                     const CommandRequest* request, CommandReply* reply) override;

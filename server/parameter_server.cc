@@ -6,18 +6,25 @@
 #include "core/status_macros.h"
 #include "rpc/address.h"
 #include "rpc/server.h"
+#include "server/replica_link.h"
 
 namespace tessera::server {
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     const std::string& address, const kvstore::ServerStoreOptions& options,
-    const rpc::TransportSecurity& security) {
+    const rpc::TransportSecurity& security, const std::string& backup) {
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ASSIGN_OR_RETURN(ps->runtime_, OwnedRuntime::Create());
   kvstore::ServerStoreOptions store_options = options;
   // A Unix socket's workers are on this host: bulk payloads can skip the socket.
   store_options.shared_memory = rpc::IsUnixSocketAddress(address);
-  ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), store_options);
+  std::unique_ptr<kvstore::ReplicaLink> link;
+  if (!backup.empty()) {
+    link = std::make_unique<GrpcReplicaLink>(GrpcReplicaLink::Options{
+        .target = backup, .security = security, .max_chunk_bytes = options.max_chunk_bytes});
+  }
+  ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), store_options,
+                                                      std::move(link));
   ParameterServer* raw = ps.get();
   ps->service_ = std::make_unique<KVStoreServiceImpl>(ps->store_.get(), [raw] {
     MutexLock lock(&raw->mu_);

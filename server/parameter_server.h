@@ -24,11 +24,13 @@ namespace tessera::server {
 class ParameterServer {
  public:
   // Serves on `address` ("127.0.0.1:0", "[::]:9000", ...) with `security` (rpc/server.h:
-  // beyond loopback only with TLS and a token, or insecure). UNAVAILABLE naming the address
-  // when it cannot be bound; PERMISSION_DENIED for an unsafe configuration.
+  // beyond loopback only with TLS and a token, or insecure). With `backup` (an address), the
+  // server replicates its key parts there (GrpcReplicaLink, dialled with `security`).
+  // UNAVAILABLE naming the address when it cannot be bound; PERMISSION_DENIED for an unsafe
+  // configuration.
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
       const std::string& address, const kvstore::ServerStoreOptions& options,
-      const rpc::TransportSecurity& security = {});
+      const rpc::TransportSecurity& security = {}, const std::string& backup = "");
   ~ParameterServer();  // Shutdown, then waits for every stream to end
 
   int port() const { return port_; }
@@ -38,6 +40,8 @@ class ParameterServer {
   const std::string& listening_address() const { return listening_address_; }
   // The engine and storage the store computes with (for metrics).
   const Runtime& runtime() const { return runtime_->get(); }
+  // What it serves (tests read a backup's copy through it).
+  const kvstore::ServerStore& store() const { return *store_; }
 
   // Blocks until a stop command arrives or Shutdown is called; then shuts gRPC down.
   void Wait() ABSL_LOCKS_EXCLUDED(mu_);

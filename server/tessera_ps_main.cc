@@ -47,6 +47,12 @@ ABSL_FLAG(std::optional<int>, num_servers, std::nullopt,
           "the number of servers, when --ps_hosts is not given (then --address is required)");
 ABSL_FLAG(absl::Duration, round_timeout, absl::Seconds(120),
           "dist_sync: a round or barrier waiting this long for silent workers fails, naming them");
+ABSL_FLAG(std::optional<int>, replicas, std::nullopt,
+          "copies of each key part: 2 (this server's parts also on its backup, the next server) "
+          "or 1; default: 2 with two or more servers whose addresses are known, else 1");
+ABSL_FLAG(std::string, backup, "",
+          "the backup's address (host:port or unix:PATH); default: the next server's in "
+          "--ps_hosts");
 ABSL_FLAG(std::optional<int>, num_workers, std::nullopt,
           "number of workers when their addresses are not given (TESSERA_NUM_WORKERS)");
 
@@ -55,6 +61,26 @@ namespace {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tessera-ps: %s\n", std::string(status.message()).c_str());
   return 1;
+}
+
+// Where this server replicates its key parts ("": nowhere), from --replicas and --backup.
+absl::StatusOr<std::string> BackupAddress(const tessera::kvstore::ClusterSpec& spec) {
+  const std::optional<int> replicas = absl::GetFlag(FLAGS_replicas);
+  if (replicas.has_value() && *replicas != 1 && *replicas != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replicas must be 1 or 2, got ", *replicas));
+  }
+  if (replicas == 1) return std::string();
+  std::string backup = absl::GetFlag(FLAGS_backup);
+  if (backup.empty() && spec.num_servers() >= 2) {
+    backup = spec.servers[(spec.index + 1) % spec.num_servers()];
+  }
+  if (replicas == 2 && (spec.num_servers() < 2 || backup.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas=2 needs a second server and its address (--ps_hosts or --backup); this is "
+        "server ", spec.index, " of ", spec.num_servers()));
+  }
+  return spec.num_servers() >= 2 ? backup : std::string();
 }
 
 }  // namespace
@@ -97,6 +123,9 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--round_timeout must be positive"));
   }
 
+  absl::StatusOr<std::string> backup = BackupAddress(*spec);
+  if (!backup.ok()) return Fail(backup.status());
+
   // Signals stop the server from a thread of their own (set up before gRPC starts threads).
   tessera::server::ParameterServer* serving = nullptr;
   tessera::Mutex serving_mu;
@@ -111,14 +140,15 @@ int main(int argc, char** argv) {
       tessera::rpc::TransportSecurityFromFlags();
   if (!security.ok()) return Fail(security.status());
   absl::StatusOr<std::unique_ptr<tessera::server::ParameterServer>> ps =
-      tessera::server::ParameterServer::Start(address, options, *security);
+      tessera::server::ParameterServer::Start(address, options, *security, *backup);
   if (!ps.ok()) return Fail(ps.status());
   {
     tessera::MutexLock lock(&serving_mu);
     serving = ps->get();
   }
-  spdlog::info("tessera-ps {} of {} serving {} workers on {}", spec->index, spec->num_servers(),
-               spec->num_workers(), (*ps)->listening_address());
+  spdlog::info("tessera-ps {} of {} serving {} workers on {}{}", spec->index, spec->num_servers(),
+               spec->num_workers(), (*ps)->listening_address(),
+               backup->empty() ? ", without a backup" : absl::StrCat(", backed up by ", *backup));
   const tessera::RuntimeMetrics runtime_metrics((*ps)->runtime());
   absl::StatusOr<std::unique_ptr<tessera::rpc::MetricsServer>> metrics =
       tessera::rpc::MetricsServerFromFlags("tessera-ps", *security,

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -47,7 +48,7 @@ class DistKVStoreTest : public ::testing::Test {
   // sockets the servers share parts of at least 16 bytes through memory.
   void StartCluster(const std::string& type, int num_servers, int num_workers,
                     int64_t bigarray_bound = kDefaultBigArrayBound,
-                    Transport transport = Transport::kLoopback) {
+                    Transport transport = Transport::kLoopback, bool replicated = false) {
     ClusterSpec spec;
     if (transport == Transport::kUnixSockets && socket_dir_.empty()) {
       char dir[] = "/tmp/dist-kvstore-test-XXXXXX";  // short: a socket path has 107 bytes
@@ -64,7 +65,11 @@ class DistKVStoreTest : public ::testing::Test {
           transport == Transport::kUnixSockets
               ? absl::StrCat("unix:", socket_dir_, "/ps-", servers_.size(), ".sock")
               : "127.0.0.1:0";
-      auto ps = server::ParameterServer::Start(address, options);
+      // A backup's address must be known before it serves: its socket's name is.
+      const std::string backup =
+          replicated ? absl::StrCat("unix:", socket_dir_, "/ps-", (s + 1) % num_servers, ".sock")
+                     : "";
+      auto ps = server::ParameterServer::Start(address, options, {}, backup);
       ASSERT_THAT(ps, IsOk());
       spec.servers.push_back((*ps)->address());
       servers_.push_back(std::move(*ps));
@@ -207,6 +212,53 @@ TEST_F(DistKVStoreTest, BigArraysAreSplitAcrossServersAndSmallOnesSpread) {
   EXPECT_THAT(out.WaitToRead(), StatusIs(absl::StatusCode::kUnavailable));
   // After a lost server every call fails at once instead of hanging.
   EXPECT_THAT(workers_[0]->Push({2}, {{Arr(small)}}), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+// Two servers over gRPC, each the other's backup: after every round each backup holds its
+// primary's parts bit for bit (a big key's two parts, and small keys wherever they live), with
+// every worker's push counted.
+TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
+  constexpr int kRounds = 4;
+  StartCluster("dist_sync", 2, 2, /*bigarray_bound=*/100, Transport::kUnixSockets,
+               /*replicated=*/true);
+  ASSERT_THAT(workers_[0]->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.5"},
+                                                                   {"momentum", "0.9"}})),
+              IsOk());
+  std::vector<float> big(301);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f;
+  for (auto& w : workers_) {
+    ASSERT_THAT(w->Init({0, 1, 2}, {Arr(big), Arr({1, 2, 3}), Arr({4, 5})}), IsOk());
+  }
+  // The key's parts as both backups hold them, primary 0's first.
+  auto backed_up = [&](int key) {
+    std::vector<float> whole;
+    std::vector<uint64_t> taken;
+    for (int primary = 0; primary < 2; ++primary) {
+      absl::StatusOr<ReplicaStore::Part> part =
+          servers_[(primary + 1) % 2]->store().BackupCopy(key);
+      if (!part.ok()) continue;
+      const size_t at = whole.size();
+      whole.resize(at + part->value.size() / sizeof(float));
+      std::memcpy(whole.data() + at, part->value.data(), part->value.size());
+      taken.insert(taken.end(), part->taken.begin(), part->taken.end());
+    }
+    return std::make_pair(whole, taken);
+  };
+  for (int round = 1; round <= kRounds; ++round) {
+    for (int w = 0; w < 2; ++w) {
+      std::vector<float> g(301);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i * (w + 3) + round) % 7);
+      ASSERT_THAT(workers_[w]->Push({0, 1, 2}, {{Arr(g)}, {Arr({1, -1, 2})}, {Arr({0.5f, w})}}),
+                  IsOk());
+    }
+    for (auto [key, n] : std::vector<std::pair<int, int>>{{0, 301}, {1, 3}, {2, 2}}) {
+      const std::vector<float> pulled = PullValue(round % 2, key, n);
+      const auto [copy, taken] = backed_up(key);
+      EXPECT_EQ(copy, pulled) << "key " << key << " after round " << round;
+      // Per part, both workers' pushes so far.
+      EXPECT_EQ(taken, std::vector<uint64_t>(key == 0 ? 4 : 2, round)) << "key " << key;
+    }
+  }
 }
 
 TEST_F(DistKVStoreTest, DevicesOfOneWorkerAreSummedBeforeThePush) {

@@ -1,0 +1,141 @@
+#include "server/replica_link.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kvstore/internal/replica_store.h"
+#include "kvstore/transport.h"
+#include "rpc/channel.h"
+#include "rpc/message_limits.h"
+
+namespace tessera::server {
+
+GrpcReplicaLink::GrpcReplicaLink(Options options)
+    : options_(std::move(options)), writer_([this] { WriteLoop(); }) {}
+
+GrpcReplicaLink::~GrpcReplicaLink() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    if (open_ != nullptr) open_->context.TryCancel();  // unblocks a write to a stalled backup
+    cv_.SignalAll();
+  }
+  writer_.join();
+}
+
+void GrpcReplicaLink::Send(ReplicaMessage update, Done done) {
+  MutexLock lock(&mu_);
+  queue_.emplace_back(std::move(update), std::move(done));
+  cv_.SignalAll();
+}
+
+absl::StatusOr<std::unique_ptr<GrpcReplicaLink::Stream>> GrpcReplicaLink::Open() {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   rpc::NewChannel({.target = options_.target,
+                                    .security = options_.security,
+                                    .limits = rpc::kKVStoreLimits.Peer(),
+                                    .own_connection = true}));
+  // The first time the backup may still be starting; once it served, a refused connection
+  // means it is gone, and the updates waiting fail soon.
+  const absl::Duration timeout = connected_once_ ? absl::Seconds(2) : options_.connect_timeout;
+  RETURN_IF_ERROR(rpc::WaitUntilConnected(
+      *channel, absl::StrCat("backup ", options_.target), timeout, [this] {
+        MutexLock lock(&mu_);
+        return stopping_;
+      }));
+  auto stream = std::make_unique<Stream>();
+  stream->channel = channel;
+  stream->stub = KVStoreService::NewStub(channel);
+  stream->stream = stream->stub->Replicate(&stream->context);
+  connected_once_ = true;
+  return stream;
+}
+
+void GrpcReplicaLink::Close(std::unique_ptr<Stream> stream) {
+  {
+    MutexLock lock(&mu_);
+    open_ = nullptr;
+  }
+  stream->context.TryCancel();
+  (void)stream->stream->Finish();
+  stream->reader.join();
+}
+
+void GrpcReplicaLink::WriteLoop() {
+  std::unique_ptr<Stream> stream;
+  uint64_t next_id = 1;
+  MutexLock lock(&mu_);
+  while (true) {
+    while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
+    if (stopping_) break;
+    if (stream != nullptr && broken_) {
+      MutexUnlock unlocked(&mu_);
+      Close(std::move(stream));
+    }
+    if (stream == nullptr) {
+      absl::StatusOr<std::unique_ptr<Stream>> opened;
+      {
+        MutexUnlock unlocked(&mu_);
+        opened = Open();
+      }
+      if (stopping_) break;
+      if (!opened.ok()) {
+        // Every update waiting now fails alike, rather than each after its own timeout.
+        std::deque<std::pair<ReplicaMessage, Done>> failed = std::move(queue_);
+        queue_.clear();
+        MutexUnlock unlocked(&mu_);
+        for (auto& [update, done] : failed) done(opened.status());
+        continue;
+      }
+      stream = *std::move(opened);
+      broken_ = false;
+      open_ = stream.get();
+      stream->reader = std::thread([this, s = stream.get()] { ReadLoop(s); });
+    }
+    auto [update, done] = std::move(queue_.front());
+    queue_.pop_front();
+    const uint64_t id = next_id++;
+    in_flight_.emplace_back(id, std::move(done));
+    MutexUnlock unlocked(&mu_);
+    for (ReplicaMessage& m :
+         kvstore::SplitReplicaUpdate(std::move(update), id, options_.max_chunk_bytes)) {
+      // A failed write: the stream ended, and the reader fails what is in flight.
+      if (!stream->stream->Write(m)) break;
+    }
+  }
+  MutexUnlock unlocked(&mu_);
+  if (stream != nullptr) Close(std::move(stream));
+}
+
+void GrpcReplicaLink::ReadLoop(Stream* stream) {
+  ReplicaAck ack;
+  absl::Status ended = absl::UnavailableError(
+      absl::StrCat("the Replicate stream to backup ", options_.target, " ended"));
+  while (stream->stream->Read(&ack)) {
+    Done done;
+    {
+      MutexLock lock(&mu_);
+      if (in_flight_.empty() || in_flight_.front().first != ack.id()) {
+        ended = absl::InternalError(absl::StrCat("backup ", options_.target,
+                                                 " acknowledged update ", ack.id(),
+                                                 ", which is not the next one awaited"));
+        stream->context.TryCancel();
+        break;
+      }
+      done = std::move(in_flight_.front().second);
+      in_flight_.pop_front();
+    }
+    done(absl::Status(static_cast<absl::StatusCode>(ack.code()),
+                      absl::StrCat("backup ", options_.target, ": ", ack.message())));
+  }
+  std::deque<std::pair<uint64_t, Done>> failed;
+  {
+    MutexLock lock(&mu_);
+    broken_ = true;
+    failed.swap(in_flight_);
+  }
+  for (auto& [id, done] : failed) done(ended);
+}
+
+}  // namespace tessera::server
