@@ -377,6 +377,13 @@ TEST_F(JobTest, LaunchSizesTheClusterFromTheCommandLine) {
   for (const char* log : {"ps-0", "ps-1", "worker-0", "worker-1", "worker-2"}) {
     EXPECT_TRUE(fs::exists(absl::StrCat(run, "/logs/", log, ".log"))) << log;
   }
+  // Each server's parts were also on the other, and replication never failed.
+  for (int s = 0; s < 2; ++s) {
+    const std::string log = ReadFileToString(absl::StrCat(run, "/logs/ps-", s, ".log")).value_or("");
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("backed up by unix:"))) << log;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("/ps-", 1 - s, ".sock"))) << log;
+    EXPECT_THAT(log, Not(HasSubstr("replication to its backup"))) << log;
+  }
   ExpectDaemonsGone(run, 5);
 }
 
