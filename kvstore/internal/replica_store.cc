@@ -10,42 +10,64 @@ namespace tessera::kvstore {
 
 std::vector<ReplicaMessage> SplitReplicaUpdate(ReplicaMessage update, uint64_t id,
                                                uint64_t max_chunk_bytes) {
-  std::string data = std::move(*update.mutable_value()->mutable_data());
+  const std::string data = std::move(*update.mutable_value()->mutable_data());
+  const std::string slot = std::move(*update.mutable_optimizer_slot());
   update.mutable_value()->clear_data();
+  update.clear_optimizer_slot();
   update.set_id(id);
+  // Message i carries bytes [i * max, (i + 1) * max) of the value and of the slot (either
+  // may have run out), so no message exceeds twice the chunk.
+  const uint64_t longer = std::max(data.size(), slot.size());
+  const uint64_t count = std::max<uint64_t>(1, (longer + max_chunk_bytes - 1) / max_chunk_bytes);
+  auto piece = [&](const std::string& bytes, uint64_t i) {
+    const uint64_t at = std::min<uint64_t>(i * max_chunk_bytes, bytes.size());
+    return bytes.substr(at, std::min<uint64_t>(max_chunk_bytes, bytes.size() - at));
+  };
   std::vector<ReplicaMessage> messages;
-  uint64_t offset = 0;
-  do {
-    const uint64_t n = std::min<uint64_t>(max_chunk_bytes, data.size() - offset);
-    const bool last = offset + n == data.size();
+  for (uint64_t i = 0; i < count; ++i) {
     ReplicaMessage& m = messages.emplace_back();
-    if (last) {
-      m = std::move(update);  // the last chunk carries the rest of the update
+    if (i + 1 == count) {
+      m = std::move(update);  // the last message carries the rest of the update
     } else {
       m.set_id(id);
       *m.mutable_value() = update.value();
     }
-    m.mutable_value()->set_offset(offset);
-    m.mutable_value()->set_data(data.substr(offset, n));
-    m.mutable_value()->set_last(last);
-    offset += n;
-  } while (offset < data.size());
+    m.mutable_value()->set_offset(std::min<uint64_t>(i * max_chunk_bytes, data.size()));
+    m.mutable_value()->set_data(piece(data, i));
+    m.mutable_value()->set_last(i + 1 == count);
+    m.set_optimizer_slot(piece(slot, i));
+  }
   return messages;
 }
 
 ReplicaReceiver::ReplicaReceiver(int server_index, uint64_t max_array_bytes)
-    : assembler_({.server_index = server_index,
+    : max_slot_bytes_(4 * max_array_bytes + 4096),  // a few states and their headers
+      assembler_({.server_index = server_index,
                   .max_array_bytes = max_array_bytes,
                   .max_requests = 1,  // a primary sends one update's chunks together
                   .max_bytes = max_array_bytes}) {}
 
 absl::StatusOr<std::optional<ReplicaMessage>> ReplicaReceiver::Add(ReplicaMessage message) {
+  const uint64_t id = message.id();
+  if (id != slot_id_) {
+    slot_id_ = id;
+    slot_.clear();
+  }
+  if (message.optimizer_slot().size() > max_slot_bytes_ - slot_.size()) {
+    slot_.clear();
+    slot_id_ = 0;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replica update ", id, " of ", message.value().key(),
+        ": its optimizer slot exceeds the server's bound of ", max_slot_bytes_, " bytes"));
+  }
+  slot_ += message.optimizer_slot();
   absl::StatusOr<std::optional<RequestAssembler::Request>> whole =
-      assembler_.Add(message.id(), *message.mutable_value(), 0);
+      assembler_.Add(id, *message.mutable_value(), 0);
   if (!whole.ok()) {
+    slot_.clear();
     return absl::Status(whole.status().code(),
-                        absl::StrCat("replica update ", message.id(), " of ",
-                                     message.value().key(), ": ", whole.status().message()));
+                        absl::StrCat("replica update ", id, " of ", message.value().key(), ": ",
+                                     whole.status().message()));
   }
   if (!whole->has_value()) return std::optional<ReplicaMessage>();
   RequestAssembler::Request& request = **whole;
@@ -54,6 +76,9 @@ absl::StatusOr<std::optional<ReplicaMessage>> ReplicaReceiver::Add(ReplicaMessag
   for (const std::string& piece : request.pieces) data += piece;
   *message.mutable_value() = std::move(request.header);
   message.mutable_value()->set_data(std::move(data));
+  message.set_optimizer_slot(std::move(slot_));
+  slot_.clear();
+  slot_id_ = 0;
   return std::optional<ReplicaMessage>(std::move(message));
 }
 

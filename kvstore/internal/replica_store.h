@@ -24,12 +24,14 @@
 
 namespace tessera::kvstore {
 
-// `update` (value.data holding the whole part) as the messages of update `id`: one chunk of
-// at most `max_chunk_bytes` each, the rest of the update on the last.
+// `update` (value.data and optimizer_slot whole) as the messages of update `id`: each with
+// the next at most `max_chunk_bytes` of the value and of the slot, the rest of the update on
+// the last.
 std::vector<ReplicaMessage> SplitReplicaUpdate(ReplicaMessage update, uint64_t id,
                                                uint64_t max_chunk_bytes);
 
-// One Replicate stream's messages made whole again (each update's chunks, in order).
+// One Replicate stream's messages made whole again (each update's chunks, in order; its
+// optimizer slot is the concatenation of its messages' pieces).
 class ReplicaReceiver {
  public:
   ReplicaReceiver(int server_index, uint64_t max_array_bytes);
@@ -40,7 +42,10 @@ class ReplicaReceiver {
   absl::StatusOr<std::optional<ReplicaMessage>> Add(ReplicaMessage message);
 
  private:
+  const uint64_t max_slot_bytes_;
   RequestAssembler assembler_;
+  uint64_t slot_id_ = 0;  // the update whose slot pieces slot_ holds
+  std::string slot_;
 };
 
 class ReplicaStore {

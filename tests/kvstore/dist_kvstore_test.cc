@@ -61,6 +61,8 @@ class DistKVStoreTest : public ::testing::Test {
       options.num_servers = num_servers;
       options.num_workers = num_workers;
       options.shared_memory_min_bytes = 16;
+      // Replicas (a value and its optimizer slot) then travel in many chunks.
+      if (replicated) options.max_chunk_bytes = 256;
       const std::string address =
           transport == Transport::kUnixSockets
               ? absl::StrCat("unix:", socket_dir_, "/ps-", servers_.size(), ".sock")

@@ -130,10 +130,15 @@ TEST(ReplicaReceiverTest, ChunksOfAnUpdateComeBackWhole) {
   std::vector<float> value(10);
   for (int i = 0; i < 10; ++i) value[i] = static_cast<float>(i) + 0.5f;
   ReplicaMessage update = Update(3, 4, value);
-  update.set_optimizer_slot("slot");
+  // A slot longer than the value: messages past the value's end carry only slot bytes.
+  const std::string slot = "an optimizer slot of 50 bytes, longer than 40 ....";
+  ASSERT_EQ(slot.size(), 50u);
+  update.set_optimizer_slot(slot);
   std::vector<ReplicaMessage> chunks = SplitReplicaUpdate(update, 42, 12);
-  ASSERT_EQ(chunks.size(), 4u);  // 12 + 12 + 12 + 4 bytes
-  EXPECT_TRUE(chunks[0].optimizer_slot().empty());
+  ASSERT_EQ(chunks.size(), 5u);  // value 12 + 12 + 12 + 4 + 0, slot 12 + 12 + 12 + 12 + 2
+  EXPECT_EQ(chunks[0].optimizer_slot(), slot.substr(0, 12));
+  EXPECT_TRUE(chunks[4].value().data().empty());
+  EXPECT_EQ(chunks[4].value().offset(), 40u);
   ReplicaReceiver receiver(kBackup, 1 << 20);
   std::optional<ReplicaMessage> whole;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -145,7 +150,7 @@ TEST(ReplicaReceiverTest, ChunksOfAnUpdateComeBackWhole) {
   ASSERT_TRUE(whole.has_value());
   EXPECT_EQ(whole->id(), 42u);
   EXPECT_EQ(whole->version(), 4u);
-  EXPECT_EQ(whole->optimizer_slot(), "slot");
+  EXPECT_EQ(whole->optimizer_slot(), slot);
   EXPECT_EQ(whole->value().data(), update.value().data());
 }
 

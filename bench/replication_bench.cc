@@ -1,0 +1,262 @@
+// replication_bench: what replicated parameter servers cost. The same training-shaped traffic
+// runs with each server's key parts also on its backup (`tessera-ps --backup`, the default with
+// two or more servers) and without (`--replicas=1`), in the same run, alternating, so the
+// machine's state weighs on both alike. The peer is Tessera without replication.
+//
+// Cluster: --servers (2) `tessera-ps` processes on Unix sockets in a temporary folder, each the
+// next one's backup; --workers (4) worker threads of this process, each with its own runtime
+// and DistKVStore (as `tessera launch` runs them on one machine). Keys: the parameter shapes of
+// a small CNN (one 2.4 M, 1 M, 590 k, 295 k, 65 k, 25 k and two small float32 arrays: 17.6 MB
+// pushed per worker and step), split and spread by the store's own placement; the servers run
+// SGD with momentum (update_on_kvstore), so the backup also receives each key's optimizer slot.
+//
+// One step of a worker: Push(every key), Pull(every key), wait for the pulls. Per mode
+// (dist_sync, dist_async) and trial (--trials, 3), a cluster with replication and one without
+// each run --warmup steps, then --steps timed steps; steps_per_s is every worker's steps over
+// the wall time. Reported: each configuration's median over the trials, and
+// slowdown = 1 - replicated / unreplicated (goal: at most 0.05).
+// Last line: one JSON object naming the machine.
+#include <malloc.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "bench/machine.h"
+#include "core/file.h"
+#include "core/status_macros.h"
+#include "core/subprocess.h"
+#include "kvstore/dist_kvstore.h"
+#include "kvstore/optimizer.h"
+#include "ndarray/ndarray.h"
+#include "ndarray/runtime.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string ps_binary = "bazel-bin/server/tessera-ps";
+  int servers = 2;
+  int workers = 4;
+  int trials = 3;
+  int warmup = 3;
+  int steps = 30;
+};
+
+// A small CNN's parameter sizes, in floats.
+const std::vector<int64_t> kKeySizes = {2359296, 1048576, 589824, 294912, 65536, 25088, 512, 10};
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "replication_bench: %s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// `servers` tessera-ps processes on sockets in a fresh folder; each backs up on the next one
+// when `replicated`.
+class Cluster {
+ public:
+  Cluster(const Flags& flags, int num_workers, bool replicated) {
+    char dir[] = "/tmp/replication-bench-XXXXXX";  // short: a socket path has 107 bytes
+    if (mkdtemp(dir) == nullptr) Check(absl::InternalError("mkdtemp"), "socket folder");
+    dir_ = dir;
+    auto socket = [&](int i) { return absl::StrCat("unix:", dir_, "/ps-", i, ".sock"); };
+    for (int i = 0; i < flags.servers; ++i) {
+      const std::string port_file = absl::StrCat(dir_, "/ps-", i, ".port");
+      SubprocessOptions options{
+          .argv = {flags.ps_binary, "--address=" + socket(i), absl::StrCat("--index=", i),
+                   absl::StrCat("--num_servers=", flags.servers),
+                   absl::StrCat("--num_workers=", num_workers), "--port_file=" + port_file,
+                   replicated ? "--backup=" + socket((i + 1) % flags.servers) : "--replicas=1"},
+          .stdout_path = absl::StrCat(dir_, "/ps-", i, ".log"),
+          .stderr_path = absl::StrCat(dir_, "/ps-", i, ".log")};
+      absl::StatusOr<std::unique_ptr<Subprocess>> ps = Subprocess::Start(options);
+      Check(ps.status(), "starting tessera-ps");
+      processes_.push_back(*std::move(ps));
+      Check(WaitForFile(port_file, absl::Seconds(20)).status(), "tessera-ps serving");
+      addresses_.push_back(socket(i));
+    }
+  }
+  ~Cluster() {
+    for (auto& p : processes_) {
+      (void)p->Signal(SIGTERM);
+      (void)p->Wait(absl::Seconds(10));
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  std::string Log(int i) const {
+    return ReadFileToString(absl::StrCat(dir_, "/ps-", i, ".log")).value_or("");
+  }
+  // Whether a server's log says replication failed (the figures would then be one copy's).
+  bool ReplicationFailed() const {
+    for (size_t i = 0; i < processes_.size(); ++i) {
+      const std::string log =
+          ReadFileToString(absl::StrCat(dir_, "/ps-", i, ".log")).value_or("");
+      if (log.find("replication to its backup") != std::string::npos) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<Subprocess>> processes_;
+  std::vector<std::string> addresses_;
+};
+
+// Steps per second of every worker together, on a fresh cluster.
+double Run(const Flags& flags, const std::string& mode, bool replicated) {
+  Cluster cluster(flags, flags.workers, replicated);
+  std::vector<Clock::time_point> ends(flags.workers);
+  Clock::time_point start;
+  std::barrier sync(flags.workers, [&]() noexcept { start = Clock::now(); });
+  std::vector<std::thread> threads;
+  for (int w = 0; w < flags.workers; ++w) {
+    threads.emplace_back([&, w] {
+      auto rt = OwnedRuntime::Create(/*seed=*/w);
+      Check(rt.status(), "runtime");
+      kvstore::DistKVStoreOptions options;
+      options.cluster.role = kvstore::Role::kWorker;
+      options.cluster.index = w;
+      options.cluster.servers = cluster.addresses();
+      options.cluster.workers.assign(flags.workers, "");
+      options.job_id = "replication-bench";
+      auto kv = kvstore::CreateDistKVStore(mode, options);
+      Check(kv.status(), "CreateDistKVStore");
+      const Runtime& r = (*rt)->get();
+      std::vector<int> keys;
+      std::vector<NDArray> values;
+      std::vector<std::vector<NDArray>> grads, outs;
+      for (size_t k = 0; k < kKeySizes.size(); ++k) {
+        const int64_t n = kKeySizes[k];
+        const std::vector<float> fill(n, 0.001f * static_cast<float>(w + 1));
+        auto grad = NDArray::Empty(r, Shape{n});
+        auto out = NDArray::Empty(r, Shape{n});
+        Check(grad.status(), "alloc");
+        Check(out.status(), "alloc");
+        Check(grad->SyncCopyFromCPU(fill.data(), n), "copy");
+        keys.push_back(static_cast<int>(k));
+        values.push_back(*grad);
+        grads.push_back({*grad});
+        outs.push_back({*out});
+      }
+      Check((*kv)->Init(keys, values), "Init");
+      auto sgd = kvstore::Optimizer::Create("sgd", {{"learning_rate", "0.01"},
+                                                    {"momentum", "0.9"},
+                                                    {"wd", "0.0001"}});
+      Check(sgd.status(), "sgd");
+      Check((*kv)->SetOptimizer(std::move(*sgd)), "SetOptimizer");
+      auto step = [&] {
+        Check((*kv)->Push(keys, grads, 0), "Push");
+        Check((*kv)->Pull(keys, outs, 0), "Pull");
+        for (auto& out : outs) Check(out[0].WaitToRead(), "push+pull");
+      };
+      for (int i = 0; i < flags.warmup; ++i) step();
+      Check((*kv)->Barrier(), "Barrier");
+      sync.arrive_and_wait();
+      for (int i = 0; i < flags.steps; ++i) step();
+      ends[w] = Clock::now();
+      Check((*kv)->Barrier(), "Barrier");
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (replicated && cluster.ReplicationFailed()) {
+    for (int i = 0; i < flags.servers; ++i) {
+      std::fprintf(stderr, "%s\n", cluster.Log(i).c_str());
+    }
+    Check(absl::InternalError("a server's log says replication failed"), mode.c_str());
+  }
+  const double seconds =
+      std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) - start).count();
+  return static_cast<double>(flags.steps) * flags.workers / seconds;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  // As tessera-ps does: buffers the size of the keys come from the heap, not fresh mappings.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name, int* out) {
+      const std::string prefix = absl::StrCat("--", name, "=");
+      if (arg.rfind(prefix, 0) != 0) return false;
+      if (!absl::SimpleAtoi(arg.substr(prefix.size()), out) || *out < 1) {
+        std::fprintf(stderr, "replication_bench: %s needs a positive integer\n", prefix.c_str());
+        std::exit(2);
+      }
+      return true;
+    };
+    if (arg.rfind("--ps_binary=", 0) == 0) {
+      flags.ps_binary = arg.substr(12);
+    } else if (!value("servers", &flags.servers) && !value("workers", &flags.workers) &&
+               !value("trials", &flags.trials) && !value("warmup", &flags.warmup) &&
+               !value("steps", &flags.steps)) {
+      std::fprintf(stderr,
+                   "usage: replication_bench [--ps_binary=PATH] [--servers=N] [--workers=N] "
+                   "[--trials=N] [--warmup=N] [--steps=N]\n");
+      return 2;
+    }
+  }
+  if (flags.servers < 2) {
+    std::fprintf(stderr, "replication_bench: replication needs --servers >= 2\n");
+    return 2;
+  }
+  if (!std::filesystem::exists(flags.ps_binary)) {
+    std::fprintf(stderr, "replication_bench: %s is missing (bazel build //server:tessera-ps)\n",
+                 flags.ps_binary.c_str());
+    return 1;
+  }
+  int64_t floats = 0;
+  for (int64_t n : kKeySizes) floats += n;
+  nlohmann::json json;
+  json["bench"] = "replication_bench";
+  json["cpu"] = bench::CpuModel();
+  json["isa"] = bench::CpuIsa();
+  json["cores"] = std::thread::hardware_concurrency();
+  json["servers"] = flags.servers;
+  json["workers"] = flags.workers;
+  json["bytes_pushed_per_worker_step"] = floats * 4;
+  json["peer"] = "the same cluster with --replicas=1, alternating in the same run";
+  for (const std::string mode : {"dist_sync", "dist_async"}) {
+    std::vector<double> on, off;
+    for (int t = 0; t < flags.trials; ++t) {
+      off.push_back(Run(flags, mode, /*replicated=*/false));
+      on.push_back(Run(flags, mode, /*replicated=*/true));
+      std::fprintf(stderr, "%s trial %d: %.2f steps/s replicated, %.2f without\n", mode.c_str(),
+                   t + 1, on.back(), off.back());
+    }
+    const double replicated = Median(on), unreplicated = Median(off);
+    json[mode] = {{"replicated_steps_per_s", replicated},
+                  {"unreplicated_steps_per_s", unreplicated},
+                  {"slowdown", 1.0 - replicated / unreplicated},
+                  {"replicated_trials", on},
+                  {"unreplicated_trials", off}};
+  }
+  std::printf("%s\n", json.dump().c_str());
+  return 0;
+}
