@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "kvstore/internal/optimizer_spec.h"
 #include "kvstore/kvstore_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -88,7 +89,7 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options,
       backup_(std::move(backup)),
       has_backup_(backup_ != nullptr),
       backup_peer_(backup_ != nullptr ? backup_->peer() : ""),
-      replica_(options_.server_index, options_.num_servers) {
+      replica_(rt, options_.server_index, options_.num_servers) {
   sessions_.assign(options_.num_workers, nullptr);
   if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
@@ -118,12 +119,13 @@ std::unique_ptr<ServerStore::ReplicaSession> ServerStore::OpenReplicaSession() {
 
 std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage message) {
   const uint64_t id = message.id();
-  absl::StatusOr<std::optional<ReplicaMessage>> whole = receiver_.Add(std::move(message));
+  absl::StatusOr<std::optional<ReplicaReceiver::Whole>> whole =
+      receiver_.Add(std::move(message));
   absl::Status status = whole.status();
   if (whole.ok()) {
     if (!whole->has_value()) return std::nullopt;
     MutexLock lock(&store_->replica_mu_);
-    status = store_->replica_.Apply(std::move(**whole));
+    status = store_->replica_.Apply(std::move((*whole)->update), std::move((*whole)->pieces));
   }
   ReplicaAck ack;
   ack.set_id(id);
@@ -132,29 +134,38 @@ std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage mes
   return ack;
 }
 
-absl::StatusOr<ReplicaStore::Part> ServerStore::BackupCopy(int key) const {
+absl::StatusOr<ReplicaStore::Copy> ServerStore::BackupCopy(int key) const {
   MutexLock lock(&replica_mu_);
-  const ReplicaStore::Part* part = replica_.Find(key);
-  if (part == nullptr) {
-    return absl::NotFoundError(absl::StrCat("server ", options_.server_index,
-                                            " holds no backup copy of key ", key));
-  }
-  return *part;
+  return replica_.Find(key);
 }
 
-void ServerStore::Replicate(int key_id, Key& key) {
+ReplicaMessage ServerStore::ReplicaHeader() const {
+  ReplicaMessage message;
+  message.set_job_id(members_.job_id());
+  message.set_primary(options_.server_index);
+  message.set_mode(members_.mode());
+  message.set_num_workers(options_.num_workers);
+  return message;
+}
+
+void ServerStore::SendReplica(ReplicaMessage message, int key_id, int64_t version) {
+  backup_->Send(std::move(message),
+                [this, key_id, version, epoch = job_epoch_](const absl::Status& st) {
+                  Replicated(key_id, version, epoch, st);
+                });
+}
+
+void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
+                            bool snapshot) {
   if (!has_backup_ || backup_lost_.load()) return;
-  ReplicaMessage update;
-  update.set_job_id(members_.job_id());
-  update.set_primary(options_.server_index);
-  update.set_mode(members_.mode());
-  update.set_num_workers(options_.num_workers);
+  ReplicaMessage update = ReplicaHeader();
   update.set_version(static_cast<uint64_t>(key.version));
+  update.set_snapshot(snapshot);
   ArrayChunk& value = *update.mutable_value();
   value.set_key(key_id);
   value.set_dtype(DT_FLOAT32);
   for (int64_t d : key.shape.dims()) value.add_shape(d);
-  value.set_data(static_cast<const char*>(key.value.data().dptr),
+  value.set_data(static_cast<const char*>(sent.data().dptr),
                  static_cast<size_t>(key.shape.Size()) * sizeof(float));
   // Per rank, its newest push in this value. dist_sync: a worker's pushes of a key are
   // numbered without gaps, so one in the open round means the one before it is applied.
@@ -162,24 +173,35 @@ void ServerStore::Replicate(int key_id, Key& key) {
     uint64_t applied = key.taken[r];
     if (sync()) {
       const Key::InRound& in = key.in_round[r];
-      applied = in.seq == 0 || in.round <= key.round.rounds_done() ? in.seq : in.seq - 1;
+      applied = in.seq == 0 || in.round <= rounds ? in.seq : in.seq - 1;
     }
     update.add_taken(applied);
   }
-  if (optimizer_ != nullptr) {
+  if (snapshot && optimizer_ != nullptr) {
     absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
     if (!slot.ok()) return LoseBackup(slot.status());
     update.set_optimizer_slot(*std::move(slot));
   }
-  backup_->Send(std::move(update),
-                [this, key_id, version = key.version, epoch = job_epoch_](const absl::Status& st) {
-                  Replicated(key_id, version, epoch, st);
-                });
+  SendReplica(std::move(update), key_id, key.version);
+}
+
+void ServerStore::Diverged(int key_id, const absl::Status& why) {
+  if (!has_backup_) return;
+  LoseBackup(absl::InternalError(absl::StrCat("key ", key_id, ": the backup applied an update "
+                                              "this server could not: ", why.message())));
+}
+
+void ServerStore::ReplicateOptimizer() {
+  if (!has_backup_ || backup_lost_.load()) return;
+  ReplicaMessage message = ReplicaHeader();
+  *message.mutable_optimizer() = optimizer_spec_;
+  SendReplica(std::move(message), -1, 0);
 }
 
 void ServerStore::Replicated(int key_id, int64_t version, uint64_t epoch,
                              const absl::Status& status) {
   if (!status.ok()) LoseBackup(status);
+  if (key_id < 0) return;  // an optimizer: nothing waits for it
   ReaderLock lock(&mu_);
   if (epoch != job_epoch_) return;  // the last job's
   auto it = keys_.find(key_id);
@@ -288,7 +310,7 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     key.merged = std::move(merged);
     const uint64_t bytes = static_cast<uint64_t>(shape.Size()) * sizeof(float);
     key.shared = slot_budget_.Share(header.key(), bytes, options_.num_workers);
-    Replicate(header.key(), key);
+    Replicate(header.key(), key, key.value, 0);
     return absl::OkStatus();
   }();
   s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
@@ -390,10 +412,16 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   if (!sync()) {
     CopyPieces(Payload(key, rank, std::move(pieces), shared).views(),
                static_cast<char*>(key.merged.data().dptr));
-    if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) return fail(st);
+    const uint64_t taken = key.taken[rank];
     if (header.seq() > 0) key.taken[rank] = header.seq();  // taken once applied
     ++key.version;
-    Replicate(header.key(), key);
+    Replicate(header.key(), key, key.merged, 0);
+    if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) {
+      key.taken[rank] = taken;
+      --key.version;
+      Diverged(header.key(), st);
+      return fail(st);
+    }
     if (Replicated(key, key.version)) {
       return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
                                 : std::vector<ServerMessage>{OkReply(id)});
@@ -496,9 +524,13 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   if (!key.round.Ready(members_.InBarrier(), static_cast<float*>(key.merged.data().dptr))) {
     return absl::OkStatus();
   }
+  ++key.version;
+  Replicate(key_id, key, key.merged, key.round.rounds_done() + 1);
   absl::Status applied = Apply(key_id, key, key.merged);
   if (!applied.ok()) {
     // The value is unchanged; the round's pulls learn why.
+    --key.version;
+    Diverged(key_id, applied);
     key.round.Abandon();
     applied = absl::InternalError(absl::StrCat("update of key ", key_id, " on server ",
                                                options_.server_index, ": ", applied.message()));
@@ -507,8 +539,6 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return applied;
   }
   key.round.Finish();
-  ++key.version;
-  Replicate(key_id, key);
   metrics_.rounds.Increment();
   metrics_.round_seconds.Observe(
       absl::ToDoubleSeconds(options_.clock() - key.round_opened));
@@ -787,21 +817,11 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
           return reply;
         }
       }
-      ops::KwArgs params(spec.params().begin(), spec.params().end());
-      std::sort(params.begin(), params.end());  // a proto map has no order
-      ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(spec.name(), params));
-      optimizer->SetLrMult(std::map<int, double>(spec.lr_mult().begin(), spec.lr_mult().end()));
-      optimizer->SetWdMult(std::map<int, double>(spec.wd_mult().begin(), spec.wd_mult().end()));
-      if (!spec.lr_scheduler().empty()) {
-        std::vector<std::pair<std::string, std::string>> args(spec.lr_scheduler_params().begin(),
-                                                              spec.lr_scheduler_params().end());
-        ASSIGN_OR_RETURN(std::unique_ptr<LRScheduler> scheduler,
-                         CreateLRScheduler(spec.lr_scheduler(), args));
-        optimizer->SetLrScheduler(std::move(scheduler));
-      }
+      ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(spec));
       WriterLock lock(&mu_);
       optimizer_ = std::move(optimizer);
       optimizer_spec_ = spec;
+      ReplicateOptimizer();  // before any update it applies
       return reply;
     }
     case CommandRequest::kSaveOptimizerState: {
@@ -821,6 +841,10 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
             "server ", options_.server_index, " has no optimizer to load a state into"));
       }
       RETURN_IF_ERROR(optimizer_->LoadState(rt_, request.load_optimizer_state()));
+      // The backup's copy has no updates to replay into that state: it gets every key whole.
+      for (auto& [key_id, key] : keys_) {
+        Replicate(key_id, key, key.value, key.round.rounds_done(), /*snapshot=*/true);
+      }
       return reply;
     }
     default:

@@ -211,7 +211,7 @@ class ServerStore {
   // A session for the Replicate stream of the primary this server backs up.
   std::unique_ptr<ReplicaSession> OpenReplicaSession();
   // This server's copy of its primary's part of `key`, NOT_FOUND naming it when there is none.
-  absl::StatusOr<ReplicaStore::Part> BackupCopy(int key) const ABSL_LOCKS_EXCLUDED(replica_mu_);
+  absl::StatusOr<ReplicaStore::Copy> BackupCopy(int key) const ABSL_LOCKS_EXCLUDED(replica_mu_);
   // Whether this primary lost its backup for the current job (it then keeps one copy).
   bool backup_lost() const { return backup_lost_.load(); }
 
@@ -335,8 +335,21 @@ class ServerStore {
   bool Replicated(const Key& key, int64_t version) const {
     return !has_backup_ || backup_lost_.load() || key.replicated >= version;
   }
-  // Sends the key's current value (its version) to the backup.
-  void Replicate(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sends the backup version `key.version` of the key: `sent` is its Init's value or the
+  // gradient that version applies (sent before the primary applies it, so both apply it at
+  // once), or with `snapshot` the key's value and optimizer slot. dist_sync: the value holds
+  // `rounds` rounds.
+  void Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
+                 bool snapshot = false) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The primary failed to apply an update it had sent the backup: the copies differ now.
+  void Diverged(int key_id, const absl::Status& why);
+  // Sends the optimizer the store now runs to the backup.
+  void ReplicateOptimizer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What every replica message of the current job carries.
+  ReplicaMessage ReplicaHeader() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sends `message`; its acknowledgement serves `key_id`'s waiters (-1: none).
+  void SendReplica(ReplicaMessage message, int key_id, int64_t version)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The backup's answer to version `version` of `key_id` (sent in job `epoch`).
   void Replicated(int key_id, int64_t version, uint64_t epoch, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_);

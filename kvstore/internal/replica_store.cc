@@ -5,11 +5,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/shape.h"
+#include "core/status_macros.h"
+#include "kvstore/internal/optimizer_spec.h"
+#include "kvstore/internal/sync_round.h"
 
 namespace tessera::kvstore {
 
 std::vector<ReplicaMessage> SplitReplicaUpdate(ReplicaMessage update, uint64_t id,
                                                uint64_t max_chunk_bytes) {
+  if (!update.has_value()) {  // an optimizer: one message
+    update.set_id(id);
+    return {std::move(update)};
+  }
   const std::string data = std::move(*update.mutable_value()->mutable_data());
   const std::string slot = std::move(*update.mutable_optimizer_slot());
   update.mutable_value()->clear_data();
@@ -47,8 +54,10 @@ ReplicaReceiver::ReplicaReceiver(int server_index, uint64_t max_array_bytes)
                   .max_requests = 1,  // a primary sends one update's chunks together
                   .max_bytes = max_array_bytes}) {}
 
-absl::StatusOr<std::optional<ReplicaMessage>> ReplicaReceiver::Add(ReplicaMessage message) {
+absl::StatusOr<std::optional<ReplicaReceiver::Whole>> ReplicaReceiver::Add(
+    ReplicaMessage message) {
   const uint64_t id = message.id();
+  if (!message.has_value()) return std::optional<Whole>(Whole{std::move(message), {}});
   if (id != slot_id_) {
     slot_id_ = id;
     slot_.clear();
@@ -69,32 +78,41 @@ absl::StatusOr<std::optional<ReplicaMessage>> ReplicaReceiver::Add(ReplicaMessag
                         absl::StrCat("replica update ", id, " of ", message.value().key(), ": ",
                                      whole.status().message()));
   }
-  if (!whole->has_value()) return std::optional<ReplicaMessage>();
+  if (!whole->has_value()) return std::optional<Whole>();
   RequestAssembler::Request& request = **whole;
-  std::string data;
-  data.reserve(request.received);
-  for (const std::string& piece : request.pieces) data += piece;
   *message.mutable_value() = std::move(request.header);
-  message.mutable_value()->set_data(std::move(data));
   message.set_optimizer_slot(std::move(slot_));
   slot_.clear();
   slot_id_ = 0;
-  return std::optional<ReplicaMessage>(std::move(message));
+  return std::optional<Whole>(Whole{std::move(message), std::move(request.pieces)});
 }
 
-ReplicaStore::ReplicaStore(int server_index, int num_servers)
-    : server_index_(server_index), primary_((server_index + num_servers - 1) % num_servers) {}
+ReplicaStore::ReplicaStore(const Runtime& rt, int server_index, int num_servers)
+    : rt_(rt),
+      server_index_(server_index),
+      primary_((server_index + num_servers - 1) % num_servers) {}
 
-const ReplicaStore::Part* ReplicaStore::Find(int key) const {
+absl::StatusOr<ReplicaStore::Copy> ReplicaStore::Find(int key) const {
   auto it = parts_.find(key);
-  return it == parts_.end() ? nullptr : &it->second;
+  if (it == parts_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("server ", server_index_, " holds no backup copy of key ", key));
+  }
+  const Part& part = it->second;
+  Copy copy;
+  copy.shape.assign(part.shape.dims().begin(), part.shape.dims().end());
+  copy.value.resize(static_cast<size_t>(part.shape.Size()) * sizeof(float));
+  RETURN_IF_ERROR(part.value.SyncCopyToCPU(copy.value.data(), part.shape.Size()));
+  copy.version = part.version;
+  copy.taken = part.taken;
+  if (optimizer_ != nullptr) {
+    ASSIGN_OR_RETURN(copy.optimizer_slot, optimizer_->SaveSlot(key));
+  }
+  return copy;
 }
 
-absl::Status ReplicaStore::Apply(ReplicaMessage update) {
-  const int key = update.value().key();
-  const std::string what =
-      absl::StrCat("replica of key ", key, " (version ", update.version(), ", job '",
-                   update.job_id(), "') from server ", update.primary());
+absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string& what,
+                                 bool* another_job) const {
   if (update.primary() != primary_ || primary_ == server_index_) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": server ", server_index_, " backs up server ", primary_,
@@ -109,67 +127,129 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": needs a worker count (got ", update.num_workers(), ") and a mode"));
   }
-  if (update.value().dtype() != DT_FLOAT32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": a replica is float32, got ",
-                     ShapeString(update.value().dtype(), update.value().shape())));
+  *another_job = !has_job_ || update.job_id() != job_id_;
+  if (!*another_job && (update.mode() != mode_ || update.num_workers() != num_workers_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the job's copy is ", SyncMode_Name(mode_), " with ", num_workers_,
+        " workers, the update says ", SyncMode_Name(update.mode()), " with ",
+        update.num_workers()));
+  }
+  // A new job's copy starts with its optimizer or a key's Init.
+  if (*another_job && !update.has_optimizer() && (update.version() != 0 || update.snapshot())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": this server holds no copy of that job",
+        has_job_ ? absl::StrCat(" (its copy is of job '", job_id_, "')") : "",
+        "; a job's copy starts with an Init (version 0)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NDArray> ReplicaStore::Array(const Shape& shape, const ReplicaMessage& update,
+                                            const std::vector<std::string>& pieces,
+                                            const std::string& what) const {
+  const ArrayChunk& value = update.value();
+  const uint64_t bytes = static_cast<uint64_t>(shape.Size()) * sizeof(float);
+  if (value.dtype() != DT_FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": a replica is float32, got ", ShapeString(value.dtype(), value.shape())));
+  }
+  std::vector<std::string_view> views(pieces.begin(), pieces.end());
+  if (pieces.empty()) views.push_back(value.data());
+  uint64_t size = 0;
+  for (std::string_view v : views) size += v.size();
+  if (size != bytes || value.offset() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", size, " bytes at offset ",
+                                                   value.offset(), " for a value of ", bytes));
+  }
+  ASSIGN_OR_RETURN(NDArray array, NDArray::Empty(rt_, shape));
+  RETURN_IF_ERROR(array.WaitToWrite());
+  CopyPieces(views, static_cast<char*>(array.data().dptr));
+  return array;
+}
+
+void ReplicaStore::StartJob(const ReplicaMessage& update) {
+  parts_.clear();
+  optimizer_.reset();
+  has_job_ = true;
+  job_id_ = update.job_id();
+  mode_ = update.mode();
+  num_workers_ = update.num_workers();
+}
+
+absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string> pieces) {
+  const int key = update.value().key();
+  const std::string what =
+      update.has_optimizer()
+          ? absl::StrCat("replica of the optimizer (job '", update.job_id(), "') from server ",
+                         update.primary())
+          : absl::StrCat("replica of key ", key, " (", update.snapshot() ? "snapshot at " : "",
+                         "version ", update.version(), ", job '", update.job_id(),
+                         "') from server ", update.primary());
+  bool another_job = false;
+  RETURN_IF_ERROR(Check(update, what, &another_job));
+  if (update.has_optimizer()) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(update.optimizer());
+    if (!optimizer.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", optimizer.status().message()));
+    if (another_job) StartJob(update);
+    view_ = update.view();
+    optimizer_ = *std::move(optimizer);
+    return absl::OkStatus();
   }
   if (update.taken_size() != update.num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", update.taken_size(),
                                                    " push counts for ", update.num_workers(),
                                                    " workers"));
   }
-  const bool another_job = !has_job_ || update.job_id() != job_id_;
-  if (!another_job && (update.mode() != mode_ || update.num_workers() != num_workers_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": the job's copy is ", SyncMode_Name(mode_), " with ", num_workers_,
-        " workers, the update says ", SyncMode_Name(update.mode()), " with ",
-        update.num_workers()));
-  }
-  if (another_job && update.version() != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": this server holds no copy of that job",
-        has_job_ ? absl::StrCat(" (its copy is of job '", job_id_, "')") : "",
-        "; a job's copy starts with an Init (version 0)"));
-  }
-  const Part* held = another_job ? nullptr : Find(key);
-  std::vector<int64_t> shape(update.value().shape().begin(), update.value().shape().end());
+  const Shape shape(update.value().shape().begin(), update.value().shape().end());
+  auto it = another_job ? parts_.end() : parts_.find(key);
+  Part* held = it == parts_.end() ? nullptr : &it->second;
   if (held == nullptr && update.version() != 0) {
     return absl::NotFoundError(
         absl::StrCat(what, ": no copy of the key (its Init, version 0, never came)"));
   }
   if (held != nullptr && held->shape != shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": value float32 ", Shape(shape.begin(), shape.end()).ToString(),
-                     " but the copy is float32 ",
-                     Shape(held->shape.begin(), held->shape.end()).ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": value float32 ", shape.ToString(),
+                                                   " but the copy is float32 ",
+                                                   held->shape.ToString()));
   }
-  if (held != nullptr && update.version() <= held->version) return absl::OkStatus();  // a resend
-  if (held != nullptr && update.version() > held->version + 1) {
+  if (held != nullptr && !update.snapshot() && update.version() <= held->version) {
+    return absl::OkStatus();  // a resend
+  }
+  if (held != nullptr && update.snapshot() && update.version() < held->version) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": the copy is at version ",
+                                                      held->version, " already"));
+  }
+  if (held != nullptr && !update.snapshot() && update.version() > held->version + 1) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": the copy is at version ",
                                                       held->version, ", so version ",
                                                       held->version + 1, " was lost"));
   }
-  const uint64_t bytes = static_cast<uint64_t>(Shape(shape.begin(), shape.end()).Size()) * 4;
-  if (update.value().data().size() != bytes || update.value().offset() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", update.value().data().size(), " bytes at offset ", update.value().offset(),
-        " for a value of ", bytes));
-  }
-  if (another_job) {
-    parts_.clear();
-    has_job_ = true;
-    job_id_ = update.job_id();
-    mode_ = update.mode();
-    num_workers_ = update.num_workers();
+  ASSIGN_OR_RETURN(NDArray array, Array(shape, update, pieces, what));
+  if (held != nullptr && !update.snapshot()) {
+    // The next version: the primary's update, applied as the primary applied it.
+    if (optimizer_ != nullptr) {
+      absl::Status applied = optimizer_->Update(key, held->value, array);
+      if (applied.ok()) applied = held->value.WaitToRead();
+      if (!applied.ok()) {
+        return absl::InternalError(absl::StrCat(what, ": ", applied.message()));
+      }
+    } else {
+      held->value = std::move(array);
+    }
+  } else {
+    // An Init, or a snapshot: the value (and optimizer slot) as sent.
+    if (update.snapshot() && optimizer_ != nullptr) {
+      absl::Status loaded = optimizer_->LoadSlot(rt_, key, update.optimizer_slot());
+      if (!loaded.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", loaded.message()));
+    }
+    if (another_job) StartJob(update);
+    held = &parts_[key];
+    held->shape = shape;
+    held->value = std::move(array);
   }
   view_ = update.view();
-  Part& part = parts_[key];
-  part.shape = std::move(shape);
-  part.value = std::move(*update.mutable_value()->mutable_data());
-  part.version = update.version();
-  part.taken.assign(update.taken().begin(), update.taken().end());
-  part.optimizer_slot = std::move(*update.mutable_optimizer_slot());
+  held->version = update.version();
+  held->taken.assign(update.taken().begin(), update.taken().end());
   return absl::OkStatus();
 }
 

@@ -1,25 +1,32 @@
 // ReplicaStore: a backup server's copy of its primary's key parts (docs/replication.md),
-// kept current by the primary's Replicate stream: each update replaces one key part's value,
-// version, taken push numbers and optimizer slot. No locks: the server store locks it.
+// kept current by the primary's Replicate stream. Each update is applied as the primary applied
+// it - the round's sum or the push through the same optimizer, or copied in without one - so
+// the copy holds the primary's bits. The locks are its owner's (the server store's).
 //
 // What it refuses (each update is applied whole or not at all, and the refusal names the key
 // and what was wrong): an update from a server that is not this one's primary, from an older
 // view than one already seen, an update of a key it has no Init of, a value of another shape
 // or a wrong size, a version beyond the next (one between was lost), a job, mode or worker
-// count other than the copy's (except an Init, which starts another job's copy afresh).
-// A version it holds already is acknowledged and changes nothing (a resend).
+// count other than the copy's (except an Init, which starts another job's copy afresh), an
+// optimizer that cannot be made. A version it holds already is acknowledged and changes
+// nothing (a resend).
 #ifndef TESSERA_KVSTORE_INTERNAL_REPLICA_STORE_H_
 #define TESSERA_KVSTORE_INTERNAL_REPLICA_STORE_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/shape.h"
 #include "kvstore/internal/request_assembler.h"
+#include "kvstore/optimizer.h"
+#include "ndarray/ndarray.h"
+#include "ndarray/runtime.h"
 #include "proto/kvstore.pb.h"
 
 namespace tessera::kvstore {
@@ -36,10 +43,15 @@ class ReplicaReceiver {
  public:
   ReplicaReceiver(int server_index, uint64_t max_array_bytes);
 
-  // The whole update (value.data holding every chunk's bytes) once `message` completes it;
-  // nullopt while more chunks are due; the refusal of a malformed chunk (its update's other
-  // chunks are then dropped).
-  absl::StatusOr<std::optional<ReplicaMessage>> Add(ReplicaMessage message);
+  // An update made whole: the last message, without value.data, and the value's bytes in
+  // chunk order.
+  struct Whole {
+    ReplicaMessage update;
+    std::vector<std::string> pieces;
+  };
+  // The whole update once `message` completes it; nullopt while more chunks are due; the
+  // refusal of a malformed chunk (its update's other chunks are then dropped).
+  absl::StatusOr<std::optional<Whole>> Add(ReplicaMessage message);
 
  private:
   const uint64_t max_slot_bytes_;
@@ -50,27 +62,44 @@ class ReplicaReceiver {
 
 class ReplicaStore {
  public:
-  // One key part as the backup holds it.
-  struct Part {
+  // One key part as the backup holds it, copied out.
+  struct Copy {
     std::vector<int64_t> shape;
     std::string value;  // float32, shape's size
     uint64_t version = 0;
     std::vector<uint64_t> taken;  // per rank
-    std::string optimizer_slot;
+    std::string optimizer_slot;   // Optimizer::SaveSlot; "" without an optimizer
   };
 
-  ReplicaStore(int server_index, int num_servers);
+  // `rt` makes the copy's arrays and runs its optimizer.
+  ReplicaStore(const Runtime& rt, int server_index, int num_servers);
 
-  // Applies a whole update (ReplicaReceiver's), or refuses it changing nothing.
-  absl::Status Apply(ReplicaMessage update);
+  // Applies a whole update, or refuses it changing nothing. The value's bytes are `pieces`
+  // (ReplicaReceiver's) or, when there are none, update.value.data.
+  absl::Status Apply(ReplicaMessage update, std::vector<std::string> pieces = {});
 
   const std::string& job_id() const { return job_id_; }
   uint64_t view() const { return view_; }
-  // The copy of `key`; null when there is none.
-  const Part* Find(int key) const;
-  const std::map<int, Part>& parts() const { return parts_; }
+  // The copy of `key`; NOT_FOUND naming it when there is none.
+  absl::StatusOr<Copy> Find(int key) const;
 
  private:
+  struct Part {
+    Shape shape;
+    NDArray value;  // float32 CPU
+    uint64_t version = 0;
+    std::vector<uint64_t> taken;
+  };
+  // The checks every update passes; `another_job` says whether it starts a new job's copy.
+  absl::Status Check(const ReplicaMessage& update, const std::string& what,
+                     bool* another_job) const;
+  // The value's bytes as an array of `shape`.
+  absl::StatusOr<NDArray> Array(const Shape& shape, const ReplicaMessage& update,
+                                const std::vector<std::string>& pieces,
+                                const std::string& what) const;
+  void StartJob(const ReplicaMessage& update);
+
+  const Runtime rt_;
   const int server_index_;
   const int primary_;  // the server this one backs up: its left neighbour
   bool has_job_ = false;
@@ -79,6 +108,7 @@ class ReplicaStore {
   int num_workers_ = 0;
   uint64_t view_ = 0;
   std::map<int, Part> parts_;
+  std::unique_ptr<Optimizer> optimizer_;  // the primary's; null: it has none
 };
 
 }  // namespace tessera::kvstore

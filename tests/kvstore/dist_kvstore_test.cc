@@ -236,7 +236,7 @@ TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
     std::vector<float> whole;
     std::vector<uint64_t> taken;
     for (int primary = 0; primary < 2; ++primary) {
-      absl::StatusOr<ReplicaStore::Part> part =
+      absl::StatusOr<ReplicaStore::Copy> part =
           servers_[(primary + 1) % 2]->store().BackupCopy(key);
       if (!part.ok()) continue;
       const size_t at = whole.size();

@@ -10,6 +10,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/ndarray/test_util.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -40,20 +41,26 @@ ReplicaMessage Update(int key, uint64_t version, const std::vector<float>& value
   return m;
 }
 
-std::vector<float> ValueOf(const ReplicaStore::Part& part) {
+const Runtime& rt() {
+  static const std::unique_ptr<OwnedRuntime> owned =
+      tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+  return owned->get();
+}
+
+std::vector<float> ValueOf(const ReplicaStore::Copy& part) {
   std::vector<float> v(part.value.size() / sizeof(float));
   std::memcpy(v.data(), part.value.data(), part.value.size());
   return v;
 }
 
 TEST(ReplicaStoreTest, UpdatesReplaceTheCopyInOrderAndResendsChangeNothing) {
-  ReplicaStore store(kBackup, kServers);
+  ReplicaStore store(rt(), kBackup, kServers);
   ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
   ASSERT_THAT(store.Apply(Update(7, 1, {3, 4})), IsOk());
   ASSERT_THAT(store.Apply(Update(7, 1, {9, 9})), IsOk());  // a resend: acknowledged, not applied
   ASSERT_THAT(store.Apply(Update(7, 0, {9, 9})), IsOk());  // an Init sent again, likewise
-  const ReplicaStore::Part* part = store.Find(7);
-  ASSERT_NE(part, nullptr);
+  absl::StatusOr<ReplicaStore::Copy> part = store.Find(7);
+  ASSERT_THAT(part.status(), IsOk());
   EXPECT_EQ(ValueOf(*part), (std::vector<float>{3, 4}));
   EXPECT_EQ(part->version, 1u);
   EXPECT_EQ(part->taken, (std::vector<uint64_t>{1, 1}));
@@ -61,7 +68,7 @@ TEST(ReplicaStoreTest, UpdatesReplaceTheCopyInOrderAndResendsChangeNothing) {
 }
 
 TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
-  ReplicaStore store(kBackup, kServers);
+  ReplicaStore store(rt(), kBackup, kServers);
   ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
   ReplicaMessage m = Update(7, 1, {3, 4});
   m.set_primary(2);
@@ -93,14 +100,59 @@ TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
   EXPECT_THAT(store.Apply(Update(7, 1, {3, 4}, "job-b")),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("its copy is of job 'job-a'")));
-  const ReplicaStore::Part* part = store.Find(7);
-  ASSERT_NE(part, nullptr);
+  absl::StatusOr<ReplicaStore::Copy> part = store.Find(7);
+  ASSERT_THAT(part.status(), IsOk());
   EXPECT_EQ(ValueOf(*part), (std::vector<float>{1, 2}));
   EXPECT_EQ(part->version, 0u);
 }
 
+// With the primary's optimizer, each update is the gradient the primary applied: the copy
+// runs it through its own optimizer and holds the same bits as an optimizer on the primary.
+TEST(ReplicaStoreTest, UpdatesRunThroughTheReplicatedOptimizer) {
+  ReplicaStore store(rt(), kBackup, kServers);
+  ReplicaMessage optimizer;
+  optimizer.set_job_id("job-a");
+  optimizer.set_primary(0);
+  optimizer.set_mode(SYNC_MODE_SYNC);
+  optimizer.set_num_workers(2);
+  optimizer.mutable_optimizer()->set_name("sgd");
+  (*optimizer.mutable_optimizer()->mutable_params())["learning_rate"] = "0.5";
+  (*optimizer.mutable_optimizer()->mutable_params())["momentum"] = "0.9";
+  ASSERT_THAT(store.Apply(optimizer), IsOk());
+  ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
+  ASSERT_THAT(store.Apply(Update(7, 1, {1, 1})), IsOk());
+  ASSERT_THAT(store.Apply(Update(7, 2, {1, 1})), IsOk());
+  // The primary's side, the same calls in the same order.
+  absl::StatusOr<std::unique_ptr<Optimizer>> sgd =
+      Optimizer::Create("sgd", {{"learning_rate", "0.5"}, {"momentum", "0.9"}});
+  ASSERT_THAT(sgd.status(), IsOk());
+  const std::vector<float> start = {1, 2}, grad = {1, 1};
+  NDArray weight = *FromVector<float>(rt(), Shape({2}), absl::MakeConstSpan(start));
+  NDArray g = *FromVector<float>(rt(), Shape({2}), absl::MakeConstSpan(grad));
+  ASSERT_THAT((*sgd)->Update(7, weight, g), IsOk());
+  ASSERT_THAT((*sgd)->Update(7, weight, g), IsOk());
+  absl::StatusOr<ReplicaStore::Copy> copy = store.Find(7);
+  ASSERT_THAT(copy.status(), IsOk());
+  EXPECT_EQ(ValueOf(*copy), *weight.AsVector<float>());
+  EXPECT_EQ(copy->optimizer_slot, *(*sgd)->SaveSlot(7));
+  // A snapshot replaces value and slot whole, at the primary's version.
+  ReplicaMessage snapshot = Update(7, 5, {3, 3});
+  snapshot.set_snapshot(true);
+  snapshot.set_optimizer_slot(*(*sgd)->SaveSlot(7));
+  ASSERT_THAT(store.Apply(snapshot), IsOk());
+  copy = store.Find(7);
+  EXPECT_EQ(ValueOf(*copy), (std::vector<float>{3, 3}));
+  EXPECT_EQ(copy->version, 5u);
+  snapshot.set_version(4);
+  EXPECT_THAT(store.Apply(snapshot), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                              HasSubstr("at version 5 already")));
+  optimizer.mutable_optimizer()->set_name("no-such-optimizer");
+  EXPECT_THAT(store.Apply(optimizer), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("replica of the optimizer")));
+}
+
 TEST(ReplicaStoreTest, AnOlderViewIsRefused) {
-  ReplicaStore store(kBackup, kServers);
+  ReplicaStore store(rt(), kBackup, kServers);
   ReplicaMessage m = Update(7, 0, {1});
   m.set_view(2);
   ASSERT_THAT(store.Apply(m), IsOk());
@@ -112,16 +164,16 @@ TEST(ReplicaStoreTest, AnOlderViewIsRefused) {
 }
 
 TEST(ReplicaStoreTest, AnotherJobsInitStartsItsCopyAfresh) {
-  ReplicaStore store(kBackup, kServers);
+  ReplicaStore store(rt(), kBackup, kServers);
   ASSERT_THAT(store.Apply(Update(7, 0, {1})), IsOk());
   ASSERT_THAT(store.Apply(Update(8, 0, {2}, "job-b")), IsOk());
-  EXPECT_EQ(store.Find(7), nullptr);
-  ASSERT_NE(store.Find(8), nullptr);
+  EXPECT_THAT(store.Find(7).status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(store.Find(8).status(), IsOk());
   EXPECT_EQ(store.job_id(), "job-b");
 }
 
 TEST(ReplicaStoreTest, ASingleServerBacksUpNobody) {
-  ReplicaStore store(0, 1);
+  ReplicaStore store(rt(), 0, 1);
   EXPECT_THAT(store.Apply(Update(7, 0, {1})),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("itself")));
 }
@@ -140,18 +192,26 @@ TEST(ReplicaReceiverTest, ChunksOfAnUpdateComeBackWhole) {
   EXPECT_TRUE(chunks[4].value().data().empty());
   EXPECT_EQ(chunks[4].value().offset(), 40u);
   ReplicaReceiver receiver(kBackup, 1 << 20);
-  std::optional<ReplicaMessage> whole;
+  std::optional<ReplicaReceiver::Whole> whole;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    absl::StatusOr<std::optional<ReplicaMessage>> got = receiver.Add(chunks[i]);
+    absl::StatusOr<std::optional<ReplicaReceiver::Whole>> got = receiver.Add(chunks[i]);
     ASSERT_THAT(got.status(), IsOk());
     EXPECT_EQ(got->has_value(), i + 1 == chunks.size());
     if (got->has_value()) whole = **got;
   }
   ASSERT_TRUE(whole.has_value());
-  EXPECT_EQ(whole->id(), 42u);
-  EXPECT_EQ(whole->version(), 4u);
-  EXPECT_EQ(whole->optimizer_slot(), slot);
-  EXPECT_EQ(whole->value().data(), update.value().data());
+  EXPECT_EQ(whole->update.id(), 42u);
+  EXPECT_EQ(whole->update.version(), 4u);
+  EXPECT_EQ(whole->update.optimizer_slot(), slot);
+  std::string data;
+  for (const std::string& piece : whole->pieces) data += piece;
+  EXPECT_EQ(data, update.value().data());
+  // Applied from its pieces, the copy holds the value sent.
+  ReplicaStore store(rt(), kBackup, kServers);
+  ReplicaMessage init = whole->update;
+  init.set_version(0);
+  ASSERT_THAT(store.Apply(init, whole->pieces), IsOk());
+  EXPECT_EQ(ValueOf(*store.Find(3)), value);
 }
 
 TEST(ReplicaReceiverTest, AChunkThatDoesNotContinueItsUpdateIsRefused) {
@@ -163,11 +223,11 @@ TEST(ReplicaReceiverTest, AChunkThatDoesNotContinueItsUpdateIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("replica update 5 of 3: request 5: a chunk for key 3")));
   // The rest of the refused update is dropped; the next one is taken.
-  absl::StatusOr<std::optional<ReplicaMessage>> last = receiver.Add(chunks[2]);
+  absl::StatusOr<std::optional<ReplicaReceiver::Whole>> last = receiver.Add(chunks[2]);
   ASSERT_THAT(last.status(), IsOk());
   EXPECT_FALSE(last->has_value());
   std::vector<ReplicaMessage> next = SplitReplicaUpdate(Update(3, 0, {1}), 6, 4);
-  absl::StatusOr<std::optional<ReplicaMessage>> got = receiver.Add(next[0]);
+  absl::StatusOr<std::optional<ReplicaReceiver::Whole>> got = receiver.Add(next[0]);
   ASSERT_THAT(got.status(), IsOk());
   EXPECT_TRUE(got->has_value());
 }

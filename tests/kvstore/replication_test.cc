@@ -134,14 +134,14 @@ class ReplicationTest : public ::testing::Test {
     }
   }
   // The backup's copy of `key` once it is at `version` (waits up to 10 s).
-  ReplicaStore::Part CopyAt(int key, uint64_t version) {
+  ReplicaStore::Copy CopyAt(int key, uint64_t version) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (true) {
-      absl::StatusOr<ReplicaStore::Part> part = backup_->BackupCopy(key);
+      absl::StatusOr<ReplicaStore::Copy> part = backup_->BackupCopy(key);
       if ((part.ok() && part->version >= version) || absl::Now() > deadline) {
         EXPECT_THAT(part.status(), IsOk());
         EXPECT_EQ(part.ok() ? part->version : 0, version);
-        return part.ok() ? *part : ReplicaStore::Part();
+        return part.ok() ? *part : ReplicaStore::Copy();
       }
       absl::SleepFor(absl::Milliseconds(1));
     }
@@ -177,7 +177,7 @@ TEST_F(ReplicationTest, ADistSyncPullIsAnsweredOnlyOnceTheBackupHoldsItsRound) {
   EXPECT_EQ(link_->queued(), 1);
   link_->Release();
   EXPECT_EQ(workers_[0]->ValueOf(pull), (std::vector<float>{3, 3, 3}));
-  const ReplicaStore::Part copy = CopyAt(3, 1);
+  const ReplicaStore::Copy copy = CopyAt(3, 1);
   EXPECT_EQ(Floats(copy.value), (std::vector<float>{3, 3, 3}));
   EXPECT_EQ(copy.taken, (std::vector<uint64_t>{1, 1}));  // rank 1's push 2 is not applied yet
   EXPECT_FALSE(workers_[1]->HasReply());                  // its round 2 is open
@@ -200,7 +200,7 @@ TEST_F(ReplicationTest, AnAsyncPushIsAcknowledgedOnlyOnceTheBackupHoldsIt) {
   link_->Release();
   EXPECT_EQ(workers_[0]->Next().code(), 0);
   EXPECT_EQ(workers_[0]->Next().code(), 0);
-  const ReplicaStore::Part copy = CopyAt(0, 1);
+  const ReplicaStore::Copy copy = CopyAt(0, 1);
   EXPECT_EQ(Floats(copy.value), (std::vector<float>{4, 5}));
   EXPECT_EQ(copy.taken, (std::vector<uint64_t>{1}));
 }
@@ -262,7 +262,7 @@ TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
     for (int k = 0; k < kKeys; ++k) {
       const std::vector<float> pulled = workers_[order[0]]->PullValue(k);
       // A pull is answered only once the backup holds its round: no waiting needed here.
-      absl::StatusOr<ReplicaStore::Part> copy = backup_->BackupCopy(k);
+      absl::StatusOr<ReplicaStore::Copy> copy = backup_->BackupCopy(k);
       ASSERT_THAT(copy.status(), IsOk());
       EXPECT_EQ(copy->version, static_cast<uint64_t>(round));
       EXPECT_EQ(Floats(copy->value), pulled) << "key " << k << ", round " << round;
@@ -271,7 +271,7 @@ TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
   }
   // The slot the backup holds, loaded into a fresh optimizer, continues as the primary does.
   const int key = 2;
-  absl::StatusOr<ReplicaStore::Part> copy = backup_->BackupCopy(key);
+  absl::StatusOr<ReplicaStore::Copy> copy = backup_->BackupCopy(key);
   ASSERT_THAT(copy.status(), IsOk());
   ASSERT_FALSE(copy->optimizer_slot.empty());
   absl::StatusOr<std::unique_ptr<Optimizer>> fresh =
