@@ -41,7 +41,7 @@ void PutLengthTag(std::string& out, int field, uint64_t length) {
   PutVarint(out, length);
 }
 
-// `message` (whose `chunk` field number `field` has empty data) followed by that chunk with
+// `message` (without its chunk field number `field`) followed by that chunk with
 // `payload` as its data: the message's own fields, then the chunk field, encoded by hand so
 // the payload joins the buffer as a slice instead of being copied into it. Protobuf parsers
 // accept fields in any order, so the result parses as the whole message.
@@ -50,7 +50,6 @@ grpc::ByteBuffer WithPayload(Message& message, const ArrayChunk& chunk, int fiel
   std::string head = chunk.SerializeAsString();
   std::string data_tag;
   PutLengthTag(data_tag, /*ArrayChunk.data=*/5, payload.size());
-  message.clear_body();
   std::string prefix = message.SerializeAsString();
   PutLengthTag(prefix, field, head.size() + data_tag.size() + payload.size());
   prefix += head;
@@ -64,6 +63,13 @@ grpc::Slice MoveIntoSlice(std::string* data) {
   data->clear();
   return grpc::Slice(owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); },
                      owned);
+}
+
+// [data, data + size) as a slice that keeps `owner` until gRPC lets go of it.
+grpc::Slice LentSlice(const char* data, size_t size, std::shared_ptr<const void> owner) {
+  auto* hold = new std::shared_ptr<const void>(std::move(owner));
+  return grpc::Slice(const_cast<char*>(data), size,
+                     [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);
 }
 
 // The field number of a WorkerMessage's array chunk (init, push or push_pull), 0 for none.
@@ -103,6 +109,7 @@ grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message) {
   if (const int field = ChunkField(message); field != 0) {
     ArrayChunk chunk = std::move(*MutableChunk(message));
     grpc::Slice payload = MoveIntoSlice(chunk.mutable_data());
+    message.clear_body();
     return WithPayload(message, chunk, field, std::move(payload));
   }
   return Plain(message);
@@ -112,16 +119,24 @@ grpc::ByteBuffer EncodeWorkerChunk(WorkerMessage message, const char* data, size
                                    std::shared_ptr<const void> owner) {
   const int field = ChunkField(message);
   const ArrayChunk chunk = *MutableChunk(message);
-  auto* hold = new std::shared_ptr<const void>(std::move(owner));
-  grpc::Slice payload(const_cast<char*>(data), size,
-                      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);
-  return WithPayload(message, chunk, field, std::move(payload));
+  message.clear_body();
+  return WithPayload(message, chunk, field, LentSlice(data, size, std::move(owner)));
+}
+
+grpc::ByteBuffer EncodeReplicaChunk(ReplicaMessage message, const char* data, size_t size,
+                                    std::shared_ptr<const void> owner) {
+  if (!message.has_value()) return Plain(message);
+  const ArrayChunk chunk = message.value();
+  message.clear_value();
+  return WithPayload(message, chunk, ReplicaMessage::kValueFieldNumber,
+                     LentSlice(data, size, std::move(owner)));
 }
 
 grpc::ByteBuffer EncodeServerMessage(ServerMessage message) {
   if (message.has_pull()) {
     ArrayChunk chunk = std::move(*message.mutable_pull());
     grpc::Slice payload = MoveIntoSlice(chunk.mutable_data());
+    message.clear_body();
     return WithPayload(message, chunk, ServerMessage::kPullFieldNumber, std::move(payload));
   }
   return Plain(message);

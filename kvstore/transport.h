@@ -39,6 +39,10 @@ grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message);
 grpc::ByteBuffer EncodeWorkerChunk(WorkerMessage message, const char* data, size_t size,
                                    std::shared_ptr<const void> owner);
 grpc::ByteBuffer EncodeServerMessage(ServerMessage message);
+// A Replicate message (its value without data) with [data, data + size) as the value's data,
+// lent as EncodeWorkerChunk's is.
+grpc::ByteBuffer EncodeReplicaChunk(ReplicaMessage message, const char* data, size_t size,
+                                    std::shared_ptr<const void> owner);
 // Consumes `buffer`; INVALID_ARGUMENT when it is not a WorkerMessage.
 absl::Status DecodeWorkerMessage(grpc::ByteBuffer* buffer, WorkerMessage* message);
 

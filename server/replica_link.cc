@@ -46,8 +46,11 @@ absl::StatusOr<std::unique_ptr<GrpcReplicaLink::Stream>> GrpcReplicaLink::Open()
       }));
   auto stream = std::make_unique<Stream>();
   stream->channel = channel;
-  stream->stub = KVStoreService::NewStub(channel);
-  stream->stream = stream->stub->Replicate(&stream->context);
+  const grpc::internal::RpcMethod method("/tessera.KVStoreService/Replicate",
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  stream->stream.reset(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, ReplicaAck>::Create(
+          channel.get(), method, &stream->context));
   connected_once_ = true;
   return stream;
 }
@@ -98,10 +101,15 @@ void GrpcReplicaLink::WriteLoop() {
     const uint64_t id = next_id++;
     in_flight_.emplace_back(id, std::move(done));
     MutexUnlock unlocked(&mu_);
-    for (ReplicaMessage& m :
-         kvstore::SplitReplicaUpdate(std::move(update), id, options_.max_chunk_bytes)) {
+    auto data = std::make_shared<const std::string>(
+        update.has_value() ? std::move(*update.mutable_value()->mutable_data()) : std::string());
+    for (kvstore::ReplicaChunk& c : kvstore::PlanReplicaChunks(
+             std::move(update), data->size(), id, options_.max_chunk_bytes)) {
       // A failed write: the stream ended, and the reader fails what is in flight.
-      if (!stream->stream->Write(m)) break;
+      if (!stream->stream->Write(kvstore::EncodeReplicaChunk(
+              std::move(c.message), data->data() + c.offset, c.size, data))) {
+        break;
+      }
     }
   }
   MutexUnlock unlocked(&mu_);

@@ -45,9 +45,9 @@ class GrpcReplicaLink : public kvstore::ReplicaLink {
   // One open stream and the thread reading its acknowledgements.
   struct Stream {
     std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<KVStoreService::Stub> stub;
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderWriter<ReplicaMessage, ReplicaAck>> stream;
+    // Writes encoded messages (kvstore/transport.h), so the value is lent, not copied.
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, ReplicaAck>> stream;
     std::thread reader;
   };
 

@@ -11,38 +11,45 @@
 
 namespace tessera::kvstore {
 
-std::vector<ReplicaMessage> SplitReplicaUpdate(ReplicaMessage update, uint64_t id,
-                                               uint64_t max_chunk_bytes) {
-  if (!update.has_value()) {  // an optimizer: one message
-    update.set_id(id);
-    return {std::move(update)};
-  }
-  const std::string data = std::move(*update.mutable_value()->mutable_data());
-  const std::string slot = std::move(*update.mutable_optimizer_slot());
-  update.mutable_value()->clear_data();
-  update.clear_optimizer_slot();
+std::vector<ReplicaChunk> PlanReplicaChunks(ReplicaMessage update, uint64_t value_bytes,
+                                            uint64_t id, uint64_t max_chunk_bytes) {
   update.set_id(id);
+  if (!update.has_value()) return {{std::move(update), 0, 0}};  // an optimizer: one message
+  const std::string slot = std::move(*update.mutable_optimizer_slot());
+  update.clear_optimizer_slot();
+  update.mutable_value()->clear_data();
   // Message i carries bytes [i * max, (i + 1) * max) of the value and of the slot (either
   // may have run out), so no message exceeds twice the chunk.
-  const uint64_t longer = std::max(data.size(), slot.size());
+  const uint64_t longer = std::max<uint64_t>(value_bytes, slot.size());
   const uint64_t count = std::max<uint64_t>(1, (longer + max_chunk_bytes - 1) / max_chunk_bytes);
-  auto piece = [&](const std::string& bytes, uint64_t i) {
-    const uint64_t at = std::min<uint64_t>(i * max_chunk_bytes, bytes.size());
-    return bytes.substr(at, std::min<uint64_t>(max_chunk_bytes, bytes.size() - at));
-  };
-  std::vector<ReplicaMessage> messages;
+  std::vector<ReplicaChunk> chunks;
   for (uint64_t i = 0; i < count; ++i) {
-    ReplicaMessage& m = messages.emplace_back();
+    ReplicaChunk& c = chunks.emplace_back();
     if (i + 1 == count) {
-      m = std::move(update);  // the last message carries the rest of the update
+      c.message = std::move(update);  // the last message carries the rest of the update
     } else {
-      m.set_id(id);
-      *m.mutable_value() = update.value();
+      c.message.set_id(id);
+      *c.message.mutable_value() = update.value();
     }
-    m.mutable_value()->set_offset(std::min<uint64_t>(i * max_chunk_bytes, data.size()));
-    m.mutable_value()->set_data(piece(data, i));
-    m.mutable_value()->set_last(i + 1 == count);
-    m.set_optimizer_slot(piece(slot, i));
+    c.offset = std::min<uint64_t>(i * max_chunk_bytes, value_bytes);
+    c.size = std::min<uint64_t>(max_chunk_bytes, value_bytes - c.offset);
+    c.message.mutable_value()->set_offset(c.offset);
+    c.message.mutable_value()->set_last(i + 1 == count);
+    const uint64_t at = std::min<uint64_t>(i * max_chunk_bytes, slot.size());
+    c.message.set_optimizer_slot(slot.substr(at, std::min<uint64_t>(max_chunk_bytes, slot.size() - at)));
+  }
+  return chunks;
+}
+
+std::vector<ReplicaMessage> SplitReplicaUpdate(ReplicaMessage update, uint64_t id,
+                                               uint64_t max_chunk_bytes) {
+  // (mutable_value would give an optimizer message an empty value.)
+  const std::string data =
+      update.has_value() ? std::move(*update.mutable_value()->mutable_data()) : std::string();
+  std::vector<ReplicaMessage> messages;
+  for (ReplicaChunk& c : PlanReplicaChunks(std::move(update), data.size(), id, max_chunk_bytes)) {
+    if (c.message.has_value()) c.message.mutable_value()->set_data(data.substr(c.offset, c.size));
+    messages.push_back(std::move(c.message));
   }
   return messages;
 }

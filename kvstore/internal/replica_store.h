@@ -31,9 +31,19 @@
 
 namespace tessera::kvstore {
 
-// `update` (value.data and optimizer_slot whole) as the messages of update `id`: each with
-// the next at most `max_chunk_bytes` of the value and of the slot, the rest of the update on
-// the last.
+// One message of a replica update, and the bytes of the value it carries: [offset, offset +
+// size) (not in the message, so a sender can attach them without a copy).
+struct ReplicaChunk {
+  ReplicaMessage message;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+// `update` (its value's data, of `value_bytes`, left out; its optimizer slot whole) as the
+// messages of update `id`: each with the next at most `max_chunk_bytes` of the value and of
+// the slot, the rest of the update on the last. The one place the chunk layout is made.
+std::vector<ReplicaChunk> PlanReplicaChunks(ReplicaMessage update, uint64_t value_bytes,
+                                            uint64_t id, uint64_t max_chunk_bytes);
+// The same with each message's value bytes copied in from update.value.data.
 std::vector<ReplicaMessage> SplitReplicaUpdate(ReplicaMessage update, uint64_t id,
                                                uint64_t max_chunk_bytes);
 
