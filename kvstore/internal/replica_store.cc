@@ -233,12 +233,12 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
   }
   ASSIGN_OR_RETURN(NDArray array, Array(shape, update, pieces, what));
   if (held != nullptr && !update.snapshot()) {
-    // The next version: the primary's update, applied as the primary applied it.
+    // The next version: the primary's update, applied as the primary applied it. The engine
+    // runs it after this returns (the key's updates in order), so the acknowledgement does
+    // not wait for the optimizer; reading the copy waits for it.
     if (optimizer_ != nullptr) {
-      absl::Status applied = optimizer_->Update(key, held->value, array);
-      if (applied.ok()) applied = held->value.WaitToRead();
-      if (!applied.ok()) {
-        return absl::InternalError(absl::StrCat(what, ": ", applied.message()));
+      if (absl::Status pushed = optimizer_->Update(key, held->value, array); !pushed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", pushed.message()));
       }
     } else {
       held->value = std::move(array);
