@@ -47,6 +47,16 @@ ServerMetrics NewServerMetrics(prometheus::Registry& registry) {
       NewLatency("tessera_ps_round_seconds",
                  "How long a dist_sync round stayed open, from its first push to its last",
                  registry),
+      NewCounter("tessera_ps_replica_updates_total",
+                 "Updates of this server's keys its backup acknowledged", registry),
+      NewCounter("tessera_ps_replica_bytes_total",
+                 "Value bytes of the updates this server sent its backup", registry),
+      NewLatency("tessera_ps_replica_seconds",
+                 "Time from sending the backup an update to its acknowledgement", registry),
+      NewCounter("tessera_ps_backup_losses_total",
+                 "Jobs in which this server lost its backup and went on with one copy", registry),
+      NewCounter("tessera_ps_backup_updates_total",
+                 "Updates this server applied to its copy of its primary's keys", registry),
   };
 }
 

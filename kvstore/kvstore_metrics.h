@@ -29,6 +29,14 @@ struct ServerMetrics {
   prometheus::Counter& updates;
   prometheus::Counter& rounds;
   prometheus::Histogram& round_seconds;
+  // Replication (docs/replication.md): as a primary, the updates the backup acknowledged,
+  // their value bytes, the time from sending one to its acknowledgement, and the jobs in
+  // which the backup was lost; as a backup, the updates applied to its copy.
+  prometheus::Counter& replica_updates;
+  prometheus::Counter& replica_bytes;
+  prometheus::Histogram& replica_seconds;
+  prometheus::Counter& backup_losses;
+  prometheus::Counter& backup_updates;
 };
 // The process's (registered on ProcessMetrics() on first use).
 ServerMetrics& KVStoreServerMetrics();

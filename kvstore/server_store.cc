@@ -126,6 +126,7 @@ std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage mes
     if (!whole->has_value()) return std::nullopt;
     MutexLock lock(&store_->replica_mu_);
     status = store_->replica_.Apply(std::move((*whole)->update), std::move((*whole)->pieces));
+    if (status.ok()) store_->metrics_.backup_updates.Increment();
   }
   ReplicaAck ack;
   ack.set_id(id);
@@ -149,10 +150,16 @@ ReplicaMessage ServerStore::ReplicaHeader() const {
 }
 
 void ServerStore::SendReplica(ReplicaMessage message, int key_id, int64_t version) {
-  backup_->Send(std::move(message),
-                [this, key_id, version, epoch = job_epoch_](const absl::Status& st) {
-                  Replicated(key_id, version, epoch, st);
-                });
+  const double bytes = static_cast<double>(message.value().data().size());
+  backup_->Send(std::move(message), [this, key_id, version, bytes, epoch = job_epoch_,
+                                     sent = options_.clock()](const absl::Status& st) {
+    if (st.ok()) {
+      metrics_.replica_updates.Increment();
+      metrics_.replica_bytes.Increment(bytes);
+      metrics_.replica_seconds.Observe(absl::ToDoubleSeconds(options_.clock() - sent));
+    }
+    Replicated(key_id, version, epoch, st);
+  });
 }
 
 void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
@@ -214,6 +221,7 @@ void ServerStore::Replicated(int key_id, int64_t version, uint64_t epoch,
 
 void ServerStore::LoseBackup(const absl::Status& why) {
   if (backup_lost_.exchange(true)) return;
+  metrics_.backup_losses.Increment();
   spdlog::error("server {}: replication to its backup {} failed, so it keeps the only copy of its "
                 "keys for the rest of this job: {}",
                 options_.server_index, backup_peer_, why.ToString());

@@ -219,6 +219,7 @@ TEST_F(ReplicationTest, ALostBackupLeavesOneCopyAndTheJobGoesOn) {
   link_->Break();
   EXPECT_EQ(workers_[0]->ValueOf(pull), (std::vector<float>{3}));
   EXPECT_TRUE(primary_->backup_lost());
+  EXPECT_EQ(metrics_.backup_losses.Value(), 1);
   // Later rounds are not sent at all, and their pulls do not wait.
   workers_[0]->Send(false, 1, {1});
   workers_[1]->Send(false, 1, {1});
@@ -269,6 +270,16 @@ TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
       EXPECT_EQ(copy->taken, std::vector<uint64_t>(kWorkers, round));
     }
   }
+  // Every update acknowledged once, and counted on both sides: the optimizer, kKeys Inits
+  // and a round of each key per round.
+  const double updates = 1 + kKeys + kKeys * kRounds;
+  EXPECT_EQ(metrics_.replica_updates.Value(), updates);
+  EXPECT_EQ(metrics_.backup_updates.Value(), updates);
+  EXPECT_EQ(metrics_.replica_seconds.Collect().histogram.sample_count, updates);
+  double floats = 0;
+  for (int k = 0; k < kKeys; ++k) floats += (5 + k) * (1 + kRounds);
+  EXPECT_EQ(metrics_.replica_bytes.Value(), floats * sizeof(float));
+  EXPECT_EQ(metrics_.backup_losses.Value(), 0);
   // The slot the backup holds, loaded into a fresh optimizer, continues as the primary does.
   const int key = 2;
   absl::StatusOr<ReplicaStore::Copy> copy = backup_->BackupCopy(key);
