@@ -313,9 +313,10 @@ class Parser {
       spec.set_eval_metric(joined);
     }
 
+    Entries cluster;
     if (auto it = top.find("cluster"); it != top.end()) {
-      ASSIGN_OR_RETURN(Entries cluster,
-                       Map(it->second.value, it->second.key, "cluster", {"workers", "servers"}));
+      ASSIGN_OR_RETURN(cluster, Map(it->second.value, it->second.key, "cluster",
+                                    {"workers", "servers", "replicas"}));
       if (auto w = cluster.find("workers"); w != cluster.end()) {
         ASSIGN_OR_RETURN(job.num_workers, Int(w->second, "cluster.workers", 1));
       }
@@ -325,6 +326,16 @@ class Parser {
     }
     if (cluster_.workers) job.num_workers = *cluster_.workers;
     if (cluster_.servers) job.num_servers = *cluster_.servers;
+    job.replicas = job.num_servers >= 2 ? 2 : 1;
+    if (auto r = cluster.find("replicas"); r != cluster.end()) {
+      ASSIGN_OR_RETURN(job.replicas, Int(r->second, "cluster.replicas", 1));
+      if (job.replicas > 2 || (job.replicas == 2 && job.num_servers < 2)) {
+        return Error(r->second, "cluster.replicas",
+                     absl::StrCat("must be 1, or 2 with at least 2 servers (this cluster has ",
+                                  job.num_servers,
+                                  "): each server's keys are copied to the next server"));
+      }
+    }
 
     spec.set_kvstore(job.num_workers > 1 ? "dist_sync" : "local");
     if (auto it = top.find("kvstore"); it != top.end()) {

@@ -58,7 +58,9 @@
 //                           #   local | dist_sync | dist_async (local needs workers: 1)
 //   cluster: {workers: 2, servers: 1}
 //                           # = {workers: 2, servers: 1}: the processes `tessera train` starts
-//                           #   (servers >= 1 for the dist KVStores)
+//                           #   (servers >= 1 for the dist KVStores); replicas: 1 | 2, the
+//                           #   copies of each server's keys (= 2 with servers >= 2: each
+//                           #   server's keys also on the next, docs/replication.md)
 //   devices: [cpu(0)]       # = [cpu(0)]; per worker: cpu(N) | gpu(N), or one string
 //   seed: 0                 # = 0; initialization and shuffling
 //   checkpoint: true        # = true: NAME-NNNN.params/.states after every epoch and
@@ -103,6 +105,7 @@ struct JobFile {
   JobSpec spec;
   int num_workers = 2;  // cluster size for `tessera train`'s embedded cluster
   int num_servers = 1;
+  int replicas = 1;  // copies of each server's keys: 2 by default with two servers or more
   // Where logs, metrics.csv, plot.svg and checkpoints go, as written (default "runs/<name>").
   std::string run_dir;
 };

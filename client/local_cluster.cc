@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
                                      absl::StrCat("--num_servers=", options.num_servers),
                                      absl::StrCat("--num_workers=", options.num_workers)};
     // Each server's parts are also on the next one (its socket is named before it exists).
-    if (options.num_servers >= 2) {
+    if (options.num_servers >= 2 && options.replicas >= 2) {
       argv.push_back(absl::StrCat("--backup=unix:", cluster->socket_dir_, "/ps-",
                                   (s + 1) % options.num_servers, ".sock"));
     }

@@ -39,6 +39,9 @@ namespace tessera::client {
 struct LocalClusterOptions {
   int num_servers = 1;  // 0: for jobs with kvstore "local"
   int num_workers = 2;
+  // Copies of each server's keys: 2 (each server backs up on the next; needs two servers or
+  // more) or 1.
+  int replicas = 2;
   std::string run_dir;  // logs and port files go under it (created if missing)
   // The workers' --data_root and --run_root: by default the whole file system for reading
   // (the cluster is this user's own, behind its token) and `run_dir` for writing.

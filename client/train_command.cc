@@ -168,6 +168,7 @@ absl::StatusOr<TrainSummary> RunTrain(const TrainOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> local,
                    LocalCluster::Start({.num_servers = job.num_servers,
                                         .num_workers = job.num_workers,
+                                        .replicas = job.replicas,
                                         .run_dir = job.run_dir,
                                         .max_restarts = jobs::RecoveryPolicyOf(job.spec).max_restarts,
                                         .stop_with_this_process = true}));

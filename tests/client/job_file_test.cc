@@ -193,6 +193,7 @@ run_dir: /tmp/out
   EXPECT_EQ(s.kvstore(), "dist_async");
   EXPECT_EQ(job->num_workers, 3);
   EXPECT_EQ(job->num_servers, 2);
+  EXPECT_EQ(job->replicas, 2);  // the default with two servers
   EXPECT_THAT(s.devices(), ElementsAre("cpu(0)", "cpu(1)"));
   EXPECT_EQ(s.seed(), 18446744073709551615u);
   EXPECT_EQ(s.checkpoint_prefix(), "");
@@ -209,6 +210,10 @@ TEST(JobFileTest, ShortForms) {
   EXPECT_THAT(job->spec.devices(), ElementsAre("cpu(0)"));
   EXPECT_EQ(job->spec.eval_metric(), "ce");
   EXPECT_EQ(job->spec.kvstore(), "local");  // one worker
+  EXPECT_EQ(job->replicas, 1);                // one server: nothing to copy to
+  job = Parse(std::string(kMinimal) + "cluster: {workers: 2, servers: 2, replicas: 1}\n");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->replicas, 1);
 }
 
 TEST(JobFileTest, TheLaunchersClusterWinsOverTheFiles) {
@@ -222,6 +227,7 @@ TEST(JobFileTest, TheLaunchersClusterWinsOverTheFiles) {
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->num_workers, 3);
   EXPECT_EQ(job->num_servers, 2);
+  EXPECT_EQ(job->replicas, 2);  // the launcher's two servers back each other up
   EXPECT_EQ(job->spec.kvstore(), "dist_async");
   // Without a kvstore, more than one worker means dist_sync, whoever set the size.
   job = ParseJobFile(std::string(kMinimal) + "cluster: {workers: 1}\n", "/jobs", "job.yaml",
@@ -620,6 +626,12 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"NoWorkers", With("cluster: {workers: 0}"), "cluster.workers: must be >= 1"},
         ErrorCase{"DistWithoutServers", With("cluster: {workers: 2, servers: 0}"),
                   "cluster.servers: kvstore dist_sync needs"},
+        ErrorCase{"ReplicasWithOneServer", With("cluster: {workers: 2, replicas: 2}"),
+                  "cluster.replicas: must be 1, or 2 with at least 2 servers (this cluster has 1)"},
+        ErrorCase{"ThreeReplicas", With("cluster: {workers: 2, servers: 3, replicas: 3}"),
+                  "cluster.replicas: must be 1, or 2"},
+        ErrorCase{"NoReplicas", With("cluster: {workers: 2, servers: 2, replicas: 0}"),
+                  "cluster.replicas: must be >= 1"},
         ErrorCase{"BadDevice", With("devices: [cpu(0), tpu(0)]"), "job.yaml:5: devices[1]"},
         ErrorCase{"DevicesMap", With("devices: {cpu: 0}"),
                   "devices: expected a list of strings, got a map"},

@@ -72,6 +72,7 @@ struct Job {
   std::string model = "mlp";
   int epochs = 2;
   int workers = 2, servers = 1;
+  int replicas = 0;  // 0: the file leaves it to the default
   std::string kvstore = "dist_sync";
   std::string extra;    // more YAML lines
   std::string run_dir;  // empty: RunDir(name)
@@ -94,6 +95,7 @@ std::string WriteJob(const Job& job) {
                       << "optimizer: {name: sgd, params: {learning_rate: 0.1, momentum: 0.9}}\n"
                       << "kvstore: " << job.kvstore << "\n"
                       << "cluster: {workers: " << job.workers << ", servers: " << job.servers
+                      << (job.replicas > 0 ? absl::StrCat(", replicas: ", job.replicas) : "")
                       << "}\n"
                       << "seed: 1\n"
                       << "run_dir: " << (job.run_dir.empty() ? RunDir(job.name) : job.run_dir)
@@ -385,6 +387,18 @@ TEST_F(JobTest, LaunchSizesTheClusterFromTheCommandLine) {
     EXPECT_THAT(log, Not(HasSubstr("replication to its backup"))) << log;
   }
   ExpectDaemonsGone(run, 5);
+}
+
+TEST_F(JobTest, AJobFileCanKeepOneCopyOfEachServersKeys) {
+  const Command c = Tessera(
+      {"train", WriteJob({.name = "one-copy", .epochs = 1, .servers = 2, .replicas = 1}), "--json"});
+  const std::string run = RunDir("one-copy");
+  ASSERT_EQ(c.code, 0) << c.out << c.err << Logs(run);
+  for (int s = 0; s < 2; ++s) {
+    const std::string log = ReadFileToString(absl::StrCat(run, "/logs/ps-", s, ".log")).value_or("");
+    EXPECT_THAT(log, HasSubstr("without a backup")) << log;
+  }
+  ExpectDaemonsGone(run, 4);
 }
 
 TEST_F(JobTest, ALocalKVStoreJobRunsWithoutServers) {
