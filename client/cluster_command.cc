@@ -29,8 +29,10 @@ void RequestStop() {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: tessera cluster [-n WORKERS] [-s SERVERS] [--run_dir DIR] [--max_restarts N]\n"
-               "A daemon that dies is started again, at most N times each (default 10; 0: never).\n");
+               "usage: tessera cluster [-n WORKERS] [-s SERVERS] [--replicas 1|2] [--run_dir DIR] "
+               "[--max_restarts N]\n"
+               "A daemon that dies is started again, at most N times each (default 10; 0: never).\n"
+               "--replicas: copies of each server's keys (default 2 with two servers or more).\n");
   return 2;
 }
 
@@ -42,13 +44,23 @@ int ClusterMain(int argc, char** argv) {
       .run_dir = "runs/local-cluster", .max_restarts = 10, .stop_with_this_process = true};
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg != "-n" && arg != "-s" && arg != "--run_dir" && arg != "--max_restarts") ||
+    if ((arg != "-n" && arg != "-s" && arg != "--replicas" && arg != "--run_dir" &&
+         arg != "--max_restarts") ||
         i + 1 >= argc) {
       return Usage();
     }
     const std::string value = argv[++i];
     if (arg == "--run_dir") {
       options.run_dir = value;
+      continue;
+    }
+    if (arg == "--replicas") {
+      if (value != "1" && value != "2") {
+        std::fprintf(stderr, "tessera cluster: --replicas: expected 1 or 2, got '%s'\n",
+                     value.c_str());
+        return 2;
+      }
+      options.replicas = value == "1" ? 1 : 2;
       continue;
     }
     const int least = arg == "-n" ? 1 : 0;
