@@ -55,14 +55,31 @@ absl::StatusOr<std::unique_ptr<GrpcReplicaLink::Stream>> GrpcReplicaLink::Open()
   return stream;
 }
 
-void GrpcReplicaLink::Close(std::unique_ptr<Stream> stream) {
+grpc::Status GrpcReplicaLink::Close(std::unique_ptr<Stream> stream, bool cancel) {
   {
     MutexLock lock(&mu_);
     open_ = nullptr;
   }
-  stream->context.TryCancel();
-  (void)stream->stream->Finish();
+  if (cancel) stream->context.TryCancel();
+  const grpc::Status status = stream->stream->Finish();
   stream->reader.join();
+  return status;
+}
+
+void GrpcReplicaLink::FailInFlight(const grpc::Status& finished) {
+  absl::Status why;
+  std::deque<std::pair<uint64_t, Done>> failed;
+  {
+    MutexLock lock(&mu_);
+    why = !broke_because_.ok() ? broke_because_
+          : !finished.ok()     ? kvstore::FromGrpcStatus(finished,
+                                                         absl::StrCat("backup ", options_.target))
+                               : absl::UnavailableError(absl::StrCat(
+                                     "the Replicate stream to backup ", options_.target, " ended"));
+    broke_because_ = absl::OkStatus();
+    failed.swap(in_flight_);
+  }
+  for (auto& [id, done] : failed) done(why);
 }
 
 void GrpcReplicaLink::WriteLoop() {
@@ -70,11 +87,14 @@ void GrpcReplicaLink::WriteLoop() {
   uint64_t next_id = 1;
   MutexLock lock(&mu_);
   while (true) {
-    while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
+    while (!stopping_ && queue_.empty() && !(stream != nullptr && broken_)) cv_.Wait(&mu_);
     if (stopping_) break;
     if (stream != nullptr && broken_) {
+      // Finished by the backup (or the connection): its status says why, for what was in
+      // flight.
       MutexUnlock unlocked(&mu_);
-      Close(std::move(stream));
+      FailInFlight(Close(std::move(stream), /*cancel=*/false));
+      continue;
     }
     if (stream == nullptr) {
       absl::StatusOr<std::unique_ptr<Stream>> opened;
@@ -105,7 +125,7 @@ void GrpcReplicaLink::WriteLoop() {
         update.has_value() ? std::move(*update.mutable_value()->mutable_data()) : std::string());
     for (kvstore::ReplicaChunk& c : kvstore::PlanReplicaChunks(
              std::move(update), data->size(), id, options_.max_chunk_bytes)) {
-      // A failed write: the stream ended, and the reader fails what is in flight.
+      // A failed write: the stream ended; the reader says so, and this loop closes it.
       if (!stream->stream->Write(kvstore::EncodeReplicaChunk(
               std::move(c.message), data->data() + c.offset, c.size, data))) {
         break;
@@ -113,21 +133,20 @@ void GrpcReplicaLink::WriteLoop() {
     }
   }
   MutexUnlock unlocked(&mu_);
-  if (stream != nullptr) Close(std::move(stream));
+  if (stream != nullptr) (void)Close(std::move(stream), /*cancel=*/true);
 }
 
 void GrpcReplicaLink::ReadLoop(Stream* stream) {
   ReplicaAck ack;
-  absl::Status ended = absl::UnavailableError(
-      absl::StrCat("the Replicate stream to backup ", options_.target, " ended"));
+  absl::Status why;  // a broken protocol; else the stream's own status says why it ended
   while (stream->stream->Read(&ack)) {
     Done done;
     {
       MutexLock lock(&mu_);
       if (in_flight_.empty() || in_flight_.front().first != ack.id()) {
-        ended = absl::InternalError(absl::StrCat("backup ", options_.target,
-                                                 " acknowledged update ", ack.id(),
-                                                 ", which is not the next one awaited"));
+        why = absl::InternalError(absl::StrCat("backup ", options_.target,
+                                               " acknowledged update ", ack.id(),
+                                               ", which is not the next one awaited"));
         stream->context.TryCancel();
         break;
       }
@@ -137,13 +156,10 @@ void GrpcReplicaLink::ReadLoop(Stream* stream) {
     done(absl::Status(static_cast<absl::StatusCode>(ack.code()),
                       absl::StrCat("backup ", options_.target, ": ", ack.message())));
   }
-  std::deque<std::pair<uint64_t, Done>> failed;
-  {
-    MutexLock lock(&mu_);
-    broken_ = true;
-    failed.swap(in_flight_);
-  }
-  for (auto& [id, done] : failed) done(ended);
+  MutexLock lock(&mu_);
+  broken_ = true;
+  broke_because_ = why;
+  cv_.SignalAll();
 }
 
 }  // namespace tessera::server

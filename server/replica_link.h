@@ -2,9 +2,10 @@
 // (kvstore/replica_link.h). A writer thread sends the queued updates in order, split into
 // chunks; a reader thread matches the backup's acknowledgements to them, in the same order.
 // The stream is opened at the first update (waiting up to connect_timeout for the backup to
-// come up) and again at the first update after it broke (waiting 2 s); when it breaks, every update sent
-// and not yet acknowledged fails with UNAVAILABLE naming the backup. A frozen backup is
-// noticed by the channel's keepalive (rpc/channel.h).
+// come up) and again at the first update after it broke (waiting 2 s). When it breaks, every
+// update sent and not yet acknowledged fails with the stream's status (UNAVAILABLE, or why
+// the backup refused the stream: a wrong token is UNAUTHENTICATED), naming the backup. A
+// frozen backup is noticed by the channel's keepalive (rpc/channel.h).
 #ifndef TESSERA_SERVER_REPLICA_LINK_H_
 #define TESSERA_SERVER_REPLICA_LINK_H_
 
@@ -55,16 +56,19 @@ class GrpcReplicaLink : public kvstore::ReplicaLink {
   // Opens a stream; the error names the backup.
   absl::StatusOr<std::unique_ptr<Stream>> Open();
   void ReadLoop(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
-  // Ends `stream` (cancelled, finished, its reader joined).
-  void Close(std::unique_ptr<Stream> stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends `stream` (cancelled first, when `cancel`), joins its reader; the stream's status.
+  grpc::Status Close(std::unique_ptr<Stream> stream, bool cancel) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails the updates in flight with why the stream ended (`finished`: its status).
+  void FailInFlight(const grpc::Status& finished) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   Mutex mu_;
-  CondVar cv_;  // an update queued, or stopping_
+  CondVar cv_;  // an update queued, the stream broke, or stopping_
   std::deque<std::pair<ReplicaMessage, Done>> queue_ ABSL_GUARDED_BY(mu_);
   // Updates written to the open stream and not yet acknowledged: their ids, in order.
   std::deque<std::pair<uint64_t, Done>> in_flight_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;  // the open stream ended
+  absl::Status broke_because_ ABSL_GUARDED_BY(mu_);  // a protocol error the reader found
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_once_ = false;  // the writer's
   Stream* open_ ABSL_GUARDED_BY(mu_) = nullptr;  // for the destructor's cancel

@@ -61,19 +61,20 @@ class ReplicaLinkTest : public ::testing::Test {
     backup_.reset();
     std::filesystem::remove_all(dir_);
   }
-  // Server 1 of 2: the backup of server 0.
-  void StartBackup() {
+  // Server 1 of 2: the backup of server 0, served with `security`.
+  void StartBackup(const rpc::TransportSecurity& security = {}) {
     kvstore::ServerStoreOptions options;
     options.server_index = 1;
     options.num_servers = 2;
     options.num_workers = 2;
-    absl::StatusOr<std::unique_ptr<ParameterServer>> ps = ParameterServer::Start(address_, options);
+    absl::StatusOr<std::unique_ptr<ParameterServer>> ps =
+        ParameterServer::Start(address_, options, security);
     ASSERT_THAT(ps.status(), IsOk());
     backup_ = *std::move(ps);
   }
-  void StartLink() {
-    link_ = std::make_unique<GrpcReplicaLink>(
-        GrpcReplicaLink::Options{.target = address_, .max_chunk_bytes = 64});
+  void StartLink(const rpc::TransportSecurity& security = {}) {
+    link_ = std::make_unique<GrpcReplicaLink>(GrpcReplicaLink::Options{
+        .target = address_, .security = security, .max_chunk_bytes = 64});
   }
   // Version `version` of key 4 (300 floats): its Init's value or an update, both `fill`.
   static ReplicaMessage Update(uint64_t version, float fill) {
@@ -128,6 +129,21 @@ TEST_F(ReplicaLinkTest, ARefusedUpdateFailsAloneAndNamesWhy) {
                                     AllOf(HasSubstr(address_), HasSubstr("version 1 was lost"))));
   EXPECT_THAT(statuses[2], IsOk());
   EXPECT_EQ(Copy(), std::vector<float>(300, 3.f));
+}
+
+// The Replicate stream is a call like any other: without the cluster's token the backup
+// refuses it, and the updates fail saying so.
+TEST_F(ReplicaLinkTest, AnotherClustersTokenIsRefusedAndSaysWhy) {
+  StartBackup({.token = "the-clusters-token"});
+  StartLink({.token = "another-token"});
+  link_->Send(Update(0, 1.f), acks_.Next());
+  EXPECT_THAT(acks_.Await(1)[0], StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr(address_)));
+  EXPECT_THAT(backup_->store().BackupCopy(4).status(), StatusIs(absl::StatusCode::kNotFound));
+  // With the cluster's token, the same backup takes it.
+  link_.reset();
+  StartLink({.token = "the-clusters-token"});
+  link_->Send(Update(0, 1.f), acks_.Next());
+  EXPECT_THAT(acks_.Await(2)[1], IsOk());
 }
 
 TEST_F(ReplicaLinkTest, ABackupThatStartsLaterIsWaitedFor) {
