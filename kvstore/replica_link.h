@@ -6,7 +6,9 @@
 #define TESSERA_KVSTORE_REPLICA_LINK_H_
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "proto/kvstore.pb.h"
@@ -24,9 +26,16 @@ class ReplicaLink {
   // error) before it returns, or not at all.
   virtual ~ReplicaLink() = default;
 
-  // Queues `update` (value.data holding the whole part; the link sets the id and splits it)
-  // and returns at once.
-  virtual void Send(ReplicaMessage update, Done done) = 0;
+  // An update's value bytes, lent: `owner` keeps them alive, and nothing changes them, until
+  // the link lets go of `owner`.
+  struct Payload {
+    std::shared_ptr<const void> owner;
+    std::string_view bytes;
+  };
+
+  // Queues `update`, whose value's data is `payload` (none for an optimizer message), and
+  // returns at once; the link sets the id and splits it into chunks.
+  virtual void Send(ReplicaMessage update, Payload payload, Done done) = 0;
   // The backup's address, for messages.
   virtual const std::string& peer() const = 0;
 };

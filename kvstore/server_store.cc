@@ -149,22 +149,24 @@ ReplicaMessage ServerStore::ReplicaHeader() const {
   return message;
 }
 
-void ServerStore::SendReplica(ReplicaMessage message, int key_id, int64_t version) {
-  const double bytes = static_cast<double>(message.value().data().size());
-  backup_->Send(std::move(message), [this, key_id, version, bytes, epoch = job_epoch_,
-                                     sent = options_.clock()](const absl::Status& st) {
-    if (st.ok()) {
-      metrics_.replica_updates.Increment();
-      metrics_.replica_bytes.Increment(bytes);
-      metrics_.replica_seconds.Observe(absl::ToDoubleSeconds(options_.clock() - sent));
-    }
-    Replicated(key_id, version, epoch, st);
-  });
+void ServerStore::SendReplica(ReplicaMessage message, ReplicaLink::Payload payload, int key_id,
+                              int64_t version) {
+  const double bytes = static_cast<double>(payload.bytes.size());
+  backup_->Send(std::move(message), std::move(payload),
+                [this, key_id, version, bytes, epoch = job_epoch_,
+                 sent = options_.clock()](const absl::Status& st) {
+                  if (st.ok()) {
+                    metrics_.replica_updates.Increment();
+                    metrics_.replica_bytes.Increment(bytes);
+                    metrics_.replica_seconds.Observe(
+                        absl::ToDoubleSeconds(options_.clock() - sent));
+                  }
+                  Replicated(key_id, version, epoch, st);
+                });
 }
 
-void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
-                            bool snapshot) {
-  if (!has_backup_ || backup_lost_.load()) return;
+ReplicaMessage ServerStore::ReplicaUpdate(int key_id, const Key& key, int64_t rounds,
+                                          bool snapshot) const {
   ReplicaMessage update = ReplicaHeader();
   update.set_version(static_cast<uint64_t>(key.version));
   update.set_snapshot(snapshot);
@@ -172,8 +174,6 @@ void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t r
   value.set_key(key_id);
   value.set_dtype(DT_FLOAT32);
   for (int64_t d : key.shape.dims()) value.add_shape(d);
-  value.set_data(static_cast<const char*>(sent.data().dptr),
-                 static_cast<size_t>(key.shape.Size()) * sizeof(float));
   // Per rank, its newest push in this value. dist_sync: a worker's pushes of a key are
   // numbered without gaps, so one in the open round means the one before it is applied.
   for (int r = 0; r < options_.num_workers; ++r) {
@@ -184,12 +184,38 @@ void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t r
     }
     update.add_taken(applied);
   }
+  return update;
+}
+
+void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
+                            bool snapshot) {
+  if (!has_backup_ || backup_lost_.load()) return;
+  ReplicaMessage update = ReplicaUpdate(key_id, key, rounds, snapshot);
   if (snapshot && optimizer_ != nullptr) {
     absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
     if (!slot.ok()) return LoseBackup(slot.status());
     update.set_optimizer_slot(*std::move(slot));
   }
-  SendReplica(std::move(update), key_id, key.version);
+  auto copy = std::make_shared<const std::string>(
+      static_cast<const char*>(sent.data().dptr),
+      static_cast<size_t>(key.shape.Size()) * sizeof(float));
+  const std::string_view bytes = *copy;
+  SendReplica(std::move(update), {std::move(copy), bytes}, key_id, key.version);
+}
+
+std::optional<NDArray> ServerStore::LendMerged(int key_id, Key& key, int64_t rounds) {
+  if (!has_backup_ || backup_lost_.load()) return std::nullopt;
+  absl::StatusOr<NDArray> fresh = NDArray::Empty(rt_, key.shape);
+  if (!fresh.ok()) {  // no buffer to spare: a copy, which may still fit
+    Replicate(key_id, key, key.merged, rounds);
+    return std::nullopt;
+  }
+  auto lent = std::make_shared<const NDArray>(key.merged);
+  const std::string_view bytes(static_cast<const char*>(lent->data().dptr),
+                               static_cast<size_t>(key.shape.Size()) * sizeof(float));
+  SendReplica(ReplicaUpdate(key_id, key, rounds, /*snapshot=*/false), {std::move(lent), bytes},
+              key_id, key.version);
+  return *std::move(fresh);
 }
 
 void ServerStore::Diverged(int key_id, const absl::Status& why) {
@@ -202,7 +228,7 @@ void ServerStore::ReplicateOptimizer() {
   if (!has_backup_ || backup_lost_.load()) return;
   ReplicaMessage message = ReplicaHeader();
   *message.mutable_optimizer() = optimizer_spec_;
-  SendReplica(std::move(message), -1, 0);
+  SendReplica(std::move(message), {}, -1, 0);
 }
 
 void ServerStore::Replicated(int key_id, int64_t version, uint64_t epoch,
@@ -423,12 +449,14 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     const uint64_t taken = key.taken[rank];
     if (header.seq() > 0) key.taken[rank] = header.seq();  // taken once applied
     ++key.version;
-    Replicate(header.key(), key, key.merged, 0);
-    if (absl::Status st = Apply(header.key(), key, key.merged); !st.ok()) {
+    std::optional<NDArray> fresh = LendMerged(header.key(), key, 0);
+    absl::Status applied = Apply(header.key(), key, key.merged);
+    if (fresh.has_value()) key.merged = *std::move(fresh);  // the lent one is the link's now
+    if (!applied.ok()) {
       key.taken[rank] = taken;
       --key.version;
-      Diverged(header.key(), st);
-      return fail(st);
+      Diverged(header.key(), applied);
+      return fail(applied);
     }
     if (Replicated(key, key.version)) {
       return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
@@ -533,8 +561,9 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return absl::OkStatus();
   }
   ++key.version;
-  Replicate(key_id, key, key.merged, key.round.rounds_done() + 1);
+  std::optional<NDArray> fresh = LendMerged(key_id, key, key.round.rounds_done() + 1);
   absl::Status applied = Apply(key_id, key, key.merged);
+  if (fresh.has_value()) key.merged = *std::move(fresh);  // the lent one is the link's now
   if (!applied.ok()) {
     // The value is unchanged; the round's pulls learn why.
     --key.version;

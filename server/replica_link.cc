@@ -24,9 +24,9 @@ GrpcReplicaLink::~GrpcReplicaLink() {
   writer_.join();
 }
 
-void GrpcReplicaLink::Send(ReplicaMessage update, Done done) {
+void GrpcReplicaLink::Send(ReplicaMessage update, Payload payload, Done done) {
   MutexLock lock(&mu_);
-  queue_.emplace_back(std::move(update), std::move(done));
+  queue_.push_back({std::move(update), std::move(payload), std::move(done)});
   cv_.SignalAll();
 }
 
@@ -105,10 +105,10 @@ void GrpcReplicaLink::WriteLoop() {
       if (stopping_) break;
       if (!opened.ok()) {
         // Every update waiting now fails alike, rather than each after its own timeout.
-        std::deque<std::pair<ReplicaMessage, Done>> failed = std::move(queue_);
+        std::deque<Queued> failed = std::move(queue_);
         queue_.clear();
         MutexUnlock unlocked(&mu_);
-        for (auto& [update, done] : failed) done(opened.status());
+        for (Queued& q : failed) q.done(opened.status());
         continue;
       }
       stream = *std::move(opened);
@@ -116,18 +116,17 @@ void GrpcReplicaLink::WriteLoop() {
       open_ = stream.get();
       stream->reader = std::thread([this, s = stream.get()] { ReadLoop(s); });
     }
-    auto [update, done] = std::move(queue_.front());
+    Queued next = std::move(queue_.front());
     queue_.pop_front();
     const uint64_t id = next_id++;
-    in_flight_.emplace_back(id, std::move(done));
+    in_flight_.emplace_back(id, std::move(next.done));
     MutexUnlock unlocked(&mu_);
-    auto data = std::make_shared<const std::string>(
-        update.has_value() ? std::move(*update.mutable_value()->mutable_data()) : std::string());
+    const std::string_view bytes = next.payload.bytes;
     for (kvstore::ReplicaChunk& c : kvstore::PlanReplicaChunks(
-             std::move(update), data->size(), id, options_.max_chunk_bytes)) {
+             std::move(next.update), bytes.size(), id, options_.max_chunk_bytes)) {
       // A failed write: the stream ended; the reader says so, and this loop closes it.
       if (!stream->stream->Write(kvstore::EncodeReplicaChunk(
-              std::move(c.message), data->data() + c.offset, c.size, data))) {
+              std::move(c.message), bytes.data() + c.offset, c.size, next.payload.owner))) {
         break;
       }
     }

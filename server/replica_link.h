@@ -39,7 +39,7 @@ class GrpcReplicaLink : public kvstore::ReplicaLink {
   // returns (with an error), never after.
   ~GrpcReplicaLink() override;
 
-  void Send(ReplicaMessage update, Done done) override ABSL_LOCKS_EXCLUDED(mu_);
+  void Send(ReplicaMessage update, Payload payload, Done done) override ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& peer() const override { return options_.target; }
 
  private:
@@ -64,7 +64,12 @@ class GrpcReplicaLink : public kvstore::ReplicaLink {
   const Options options_;
   Mutex mu_;
   CondVar cv_;  // an update queued, the stream broke, or stopping_
-  std::deque<std::pair<ReplicaMessage, Done>> queue_ ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    ReplicaMessage update;
+    Payload payload;
+    Done done;
+  };
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   // Updates written to the open stream and not yet acknowledged: their ids, in order.
   std::deque<std::pair<uint64_t, Done>> in_flight_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;  // the open stream ended

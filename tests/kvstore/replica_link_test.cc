@@ -93,6 +93,13 @@ class ReplicaLinkTest : public ::testing::Test {
     m.add_taken(version);
     return m;
   }
+  // The update's value lent as the store lends it.
+  void Send(ReplicaMessage update, kvstore::ReplicaLink::Done done) {
+    auto bytes = std::make_shared<const std::string>(update.value().data());
+    update.mutable_value()->clear_data();
+    const std::string_view view = *bytes;
+    link_->Send(std::move(update), {std::move(bytes), view}, std::move(done));
+  }
   std::vector<float> Copy() {
     absl::StatusOr<kvstore::ReplicaStore::Copy> copy = backup_->store().BackupCopy(4);
     EXPECT_THAT(copy.status(), IsOk());
@@ -111,7 +118,7 @@ class ReplicaLinkTest : public ::testing::Test {
 TEST_F(ReplicaLinkTest, UpdatesReachTheBackupInOrderAndEachIsAcknowledged) {
   StartBackup();
   StartLink();
-  for (uint64_t v = 0; v <= 3; ++v) link_->Send(Update(v, static_cast<float>(v) + 0.5f), acks_.Next());
+  for (uint64_t v = 0; v <= 3; ++v) Send(Update(v, static_cast<float>(v) + 0.5f), acks_.Next());
   for (const absl::Status& s : acks_.Await(4)) EXPECT_THAT(s, IsOk());
   EXPECT_EQ(Copy(), std::vector<float>(300, 3.5f));  // no optimizer: the update is the value
   EXPECT_EQ(backup_->store().BackupCopy(4)->version, 3u);
@@ -120,9 +127,9 @@ TEST_F(ReplicaLinkTest, UpdatesReachTheBackupInOrderAndEachIsAcknowledged) {
 TEST_F(ReplicaLinkTest, ARefusedUpdateFailsAloneAndNamesWhy) {
   StartBackup();
   StartLink();
-  link_->Send(Update(0, 1.f), acks_.Next());
-  link_->Send(Update(2, 2.f), acks_.Next());  // version 1 never came
-  link_->Send(Update(1, 3.f), acks_.Next());
+  Send(Update(0, 1.f), acks_.Next());
+  Send(Update(2, 2.f), acks_.Next());  // version 1 never came
+  Send(Update(1, 3.f), acks_.Next());
   const std::vector<absl::Status> statuses = acks_.Await(3);
   EXPECT_THAT(statuses[0], IsOk());
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -136,19 +143,19 @@ TEST_F(ReplicaLinkTest, ARefusedUpdateFailsAloneAndNamesWhy) {
 TEST_F(ReplicaLinkTest, AnotherClustersTokenIsRefusedAndSaysWhy) {
   StartBackup({.token = "the-clusters-token"});
   StartLink({.token = "another-token"});
-  link_->Send(Update(0, 1.f), acks_.Next());
+  Send(Update(0, 1.f), acks_.Next());
   EXPECT_THAT(acks_.Await(1)[0], StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr(address_)));
   EXPECT_THAT(backup_->store().BackupCopy(4).status(), StatusIs(absl::StatusCode::kNotFound));
   // With the cluster's token, the same backup takes it.
   link_.reset();
   StartLink({.token = "the-clusters-token"});
-  link_->Send(Update(0, 1.f), acks_.Next());
+  Send(Update(0, 1.f), acks_.Next());
   EXPECT_THAT(acks_.Await(2)[1], IsOk());
 }
 
 TEST_F(ReplicaLinkTest, ABackupThatStartsLaterIsWaitedFor) {
   StartLink();
-  link_->Send(Update(0, 1.f), acks_.Next());  // nothing listens yet
+  Send(Update(0, 1.f), acks_.Next());  // nothing listens yet
   StartBackup();
   EXPECT_THAT(acks_.Await(1)[0], IsOk());
   EXPECT_EQ(Copy(), std::vector<float>(300, 1.f));
@@ -157,12 +164,12 @@ TEST_F(ReplicaLinkTest, ABackupThatStartsLaterIsWaitedFor) {
 TEST_F(ReplicaLinkTest, ABackupThatWentAwayFailsTheUpdatesAfterIt) {
   StartBackup();
   StartLink();
-  link_->Send(Update(0, 1.f), acks_.Next());
+  Send(Update(0, 1.f), acks_.Next());
   ASSERT_THAT(acks_.Await(1)[0], IsOk());
   backup_->Shutdown();
   backup_.reset();
-  link_->Send(Update(1, 2.f), acks_.Next());
-  link_->Send(Update(2, 3.f), acks_.Next());
+  Send(Update(1, 2.f), acks_.Next());
+  Send(Update(2, 3.f), acks_.Next());
   const std::vector<absl::Status> statuses = acks_.Await(3);
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr(address_)));
   EXPECT_THAT(statuses[2], StatusIs(absl::StatusCode::kUnavailable, HasSubstr(address_)));
@@ -170,7 +177,7 @@ TEST_F(ReplicaLinkTest, ABackupThatWentAwayFailsTheUpdatesAfterIt) {
 
 TEST_F(ReplicaLinkTest, DestroyingTheLinkDoesNotWaitForAnAbsentBackup) {
   StartLink();
-  link_->Send(Update(0, 1.f), acks_.Next());  // waits up to 30 s for a backup to come
+  Send(Update(0, 1.f), acks_.Next());  // waits up to 30 s for a backup to come
   link_.reset();  // cancels that wait (within a second)
 }
 
