@@ -315,6 +315,7 @@ def main():
     check_overlay(root / "overlays" / "cpu", gpu=False)
     if shutil.which("kubectl"):  # without it only the base can be read
         check_overlay(root / "overlays" / "gpu", gpu=True)
+        check_overlay(root / "overlays" / "replicated", gpu=False)
     check_batch(root)
     check_monitoring(root)
     for f in failures:

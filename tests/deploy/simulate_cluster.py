@@ -893,9 +893,32 @@ def checks(cluster):
                if any(d["kind"] == "PodMonitor" for d in cluster.docs) else [])
     restarted = (["JobSetRestartResumesTheJob"]
                  if any(d["kind"] in ("JobSet", "TrainJob") for d in cluster.docs) else [])
+    replicated = ["ServersBackEachOtherUp"] if len(server_pods_planned(cluster)) >= 2 else []
     return (["DaemonsBecomeReady", "DaemonsRunAsTheirSecurityContextSays",
-             "SubmitterTrainsTheJob"] + restarted + scraped + lost +
+             "SubmitterTrainsTheJob"] + replicated + restarted + scraped + lost +
             ["DaemonsStopWithinTheirGracePeriod"])
+
+
+def server_pods_planned(cluster):
+    """The parameter servers' pod names of a standing cluster (its tessera-ps StatefulSet)."""
+    return [f"tessera-ps-{i}" for d in cluster.docs
+            if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "tessera-ps"
+            for i in range(d["spec"].get("replicas", 1))]
+
+
+def check_replication(daemons):
+    """Each server says it is backed up by the next one (across hosts: TLS, the token), and
+    none lost its backup while the job trained."""
+    servers = sorted((p for p in daemons if p.name.startswith("tessera-ps-")),
+                     key=lambda p: p.name)
+    said = []
+    for i, pod in enumerate(servers):
+        log = pod.log.read_text(errors="replace")
+        backup = servers[(i + 1) % len(servers)].name
+        if f"backed up by {backup}." not in log or "replication to its backup" in log:
+            raise Failure(f"{pod.name} should be backed up by {backup} and keep it{tail(pod)}")
+        said.append(f"{pod.name} backed up by {backup}")
+    return "; ".join(said)
 
 
 def submit(cluster, attempt):
@@ -1028,6 +1051,8 @@ def simulate(cluster, report):
                       f"{tail(first)}{''.join(tail(p) for p in daemons)}")
     report.case("SubmitterTrainsTheJob", "passed",
                 f"test accuracy {accuracy[-1]}, results volume {made}")
+    if "ServersBackEachOtherUp" in checks(cluster):
+        report.case("ServersBackEachOtherUp", "passed", check_replication(daemons))
     if restart:
         resumed = re.search(r"tessera: resumed from (\S+)", log)
         epochs = [line.split(",", 1)[0] for line in next(results.rglob("metrics.csv"))
