@@ -161,7 +161,7 @@ void ServerStore::SendReplica(ReplicaMessage message, ReplicaLink::Payload paylo
                     metrics_.replica_seconds.Observe(
                         absl::ToDoubleSeconds(options_.clock() - sent));
                   }
-                  Replicated(key_id, version, epoch, st);
+                  OnReplicaAck(key_id, version, epoch, st);
                 });
 }
 
@@ -231,7 +231,7 @@ void ServerStore::ReplicateOptimizer() {
   SendReplica(std::move(message), {}, -1, 0);
 }
 
-void ServerStore::Replicated(int key_id, int64_t version, uint64_t epoch,
+void ServerStore::OnReplicaAck(int key_id, int64_t version, uint64_t epoch,
                              const absl::Status& status) {
   if (!status.ok()) LoseBackup(status);
   if (key_id < 0) return;  // an optimizer: nothing waits for it
@@ -458,14 +458,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
       Diverged(header.key(), applied);
       return fail(applied);
     }
-    if (Replicated(key, key.version)) {
-      return s->send_(then_pull ? PullReply(id, header.key(), key, rank, shared)
-                                : std::vector<ServerMessage>{OkReply(id)});
-    }
-    // Answered once the backup holds it (the push is applied: past the waiting bound).
-    ++s->waiting_;
-    key.pulls.push_back({Waiter{s, id}, rank, key.version, shared, /*ack_only=*/!then_pull});
-    return;
+    return AnswerAsyncPush(s, id, header.key(), key, then_pull, shared);
   }
   std::vector<char> joined = Joined(key);
   joined[rank] = 1;
@@ -506,16 +499,8 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
 void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, uint64_t seq,
                                bool then_pull, bool shared) {
   const int rank = s->rank_;
-  if (!sync()) {
-    // As the first: once the backup holds the value it went into (at the latest, this one).
-    if (Replicated(key, key.version)) {
-      return s->send_(then_pull ? PullReply(id, key_id, key, rank, shared)
-                                : std::vector<ServerMessage>{OkReply(id)});
-    }
-    ++s->waiting_;
-    key.pulls.push_back({Waiter{s, id}, rank, key.version, shared, !then_pull});
-    return;
-  }
+  // As the first: once the backup holds the value it went into (at the latest, this one).
+  if (!sync()) return AnswerAsyncPush(s, id, key_id, key, then_pull, shared);
   if (!then_pull) return s->send_({OkReply(id)});
   if (seq != key.in_round[rank].seq) {
     // An earlier push, whose round's value is gone, or one still parked: a worker resends
@@ -532,6 +517,17 @@ void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, ui
   ++s->waiting_;
   key.pulls.push_back({Waiter{s, id}, rank, key.in_round[rank].round, shared});
   ServePulls(key_id, key);
+}
+
+void ServerStore::AnswerAsyncPush(Session* s, uint64_t id, int key_id, Key& key, bool then_pull,
+                                  bool shared) {
+  if (Replicated(key, key.version)) {
+    return s->send_(then_pull ? PullReply(id, key_id, key, s->rank_, shared)
+                              : std::vector<ServerMessage>{OkReply(id)});
+  }
+  // Answered once the backup holds it (the push is applied: past the waiting bound).
+  ++s->waiting_;
+  key.pulls.push_back({Waiter{s, id}, s->rank_, key.version, shared, /*ack_only=*/!then_pull});
 }
 
 void ServerStore::DropParked(Key& key, const Session* of, const absl::Status& why) {

@@ -310,6 +310,10 @@ class ServerStore {
   // answered, without applying it.
   void AnswerResent(Session* s, uint64_t id, int key_id, Key& key, uint64_t seq, bool then_pull,
                     bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Answers a dist_async push applied to `key` (an acknowledgement, or with `then_pull` the
+  // value) once the backup holds the key's current version.
+  void AnswerAsyncPush(Session* s, uint64_t id, int key_id, Key& key, bool then_pull, bool shared)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Drops `key`'s parked pushes of session `of` (null: all), which were not taken after all;
   // they are answered with `why` (OK: not answered, their worker is gone).
   void DropParked(Key& key, const Session* of, const absl::Status& why)
@@ -361,7 +365,7 @@ class ServerStore {
   ReplicaMessage ReplicaHeader() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // The backup's answer to version `version` of `key_id` (sent in job `epoch`).
-  void Replicated(int key_id, int64_t version, uint64_t epoch, const absl::Status& status)
+  void OnReplicaAck(int key_id, int64_t version, uint64_t epoch, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_);
   void LoseBackup(const absl::Status& why);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -405,7 +409,7 @@ class ServerStore {
   SlotBudget slot_budget_ ABSL_GUARDED_BY(mu_);
   // Counts the jobs served, so that an acknowledgement of the last job's update is ignored.
   uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  // Set at construction, destroyed first at destruction (its threads call Replicated, which
+  // Set at construction, destroyed first at destruction (its threads call OnReplicaAck, which
   // reads only has_backup_ and backup_peer_).
   std::unique_ptr<ReplicaLink> backup_;
   const bool has_backup_;
