@@ -43,7 +43,8 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
   }
   if (hello.job_id() != job_id_) {
     if (const int connected = connected_count(); connected > 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      // UNAVAILABLE: it passes once those workers leave (a worker says Hello again).
+      return absl::UnavailableError(absl::StrCat(
           "server ", server_index_, " serves job '", job_id_, "' (", connected,
           " of its workers connected); job '", hello.job_id(), "' must wait"));
     }

@@ -1,5 +1,6 @@
 #include "kvstore/internal/server_connection.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <utility>
@@ -191,20 +192,35 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
       [cancellation] { return cancellation != nullptr && cancellation->cancelled(); }));
   std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
   conn->reactor_ = new Reactor(conn->channel_, address);
-  // Shared: if Hello times out, the callback may still run while `conn` is torn down.
-  auto answer = std::make_shared<std::promise<ServerMessage>>();
-  std::future<ServerMessage> future = answer->get_future();
-  WorkerMessage message;
-  *message.mutable_hello() = hello;
-  conn->Send({std::move(message)}, 0, [answer](const ServerMessage& reply, bool) {
-    answer->set_value(reply);
-  });
-  if (future.wait_for(absl::ToChronoSeconds(timeout)) != std::future_status::ready) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("parameter server ", address, " did not answer Hello within ",
-                     absl::FormatDuration(timeout)));
+  // A server still serving another job's workers answers UNAVAILABLE: Hello again (on the
+  // same stream) until they leave - a rerun's workers reach the servers before every worker
+  // of the run it replaces has let go - or until `timeout`.
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration pause = absl::Milliseconds(50);
+  ServerMessage reply;
+  while (true) {
+    // Shared: if Hello times out, the callback may still run while `conn` is torn down.
+    auto answer = std::make_shared<std::promise<ServerMessage>>();
+    std::future<ServerMessage> future = answer->get_future();
+    WorkerMessage message;
+    *message.mutable_hello() = hello;
+    conn->Send({std::move(message)}, 0, [answer](const ServerMessage& reply, bool) {
+      answer->set_value(reply);
+    });
+    const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    if (future.wait_for(absl::ToChronoNanoseconds(left)) != std::future_status::ready) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("parameter server ", address, " did not answer Hello within ",
+                       absl::FormatDuration(timeout)));
+    }
+    reply = future.get();
+    const bool busy = reply.code() == static_cast<int>(absl::StatusCode::kUnavailable) &&
+                      !reply.has_hello();
+    const bool cancelled = cancellation != nullptr && cancellation->cancelled();
+    if (!busy || cancelled || absl::Now() + pause > deadline) break;
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Seconds(1));
   }
-  const ServerMessage reply = future.get();
   if (reply.code() != 0) {
     // The server's answer, or the stream's end, which already names the server.
     const std::string name = absl::StrCat("parameter server ", address, ": ");

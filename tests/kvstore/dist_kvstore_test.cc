@@ -263,6 +263,30 @@ TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
   }
 }
 
+// A rerun's workers can reach a server before every worker of the run it replaces has let
+// go: their Hello waits (retried on the server's UNAVAILABLE) instead of failing the rerun.
+TEST_F(DistKVStoreTest, ANewJobsWorkerWaitsForTheOldJobsToLeave) {
+  StartCluster("dist_sync", 1, 1);  // job "dist-kvstore-test" holds the server
+  absl::StatusOr<std::unique_ptr<KVStore>> next;
+  std::atomic<bool> done{false};
+  std::thread rerun([&] {
+    DistKVStoreOptions options;
+    options.cluster.servers = {servers_[0]->address()};
+    options.cluster.workers = {""};
+    options.cluster.index = 0;
+    options.job_id = "the-rerun";
+    options.connect_timeout = absl::Seconds(60);
+    next = CreateDistKVStore("dist_sync", options);
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(done.load()) << "the rerun's Hello was taken while the old job held the server";
+  workers_.clear();  // the old job's worker leaves
+  rerun.join();
+  ASSERT_THAT(next.status(), IsOk());
+  ASSERT_THAT((*next)->Init({1}, {Arr({2, 3})}), IsOk());
+}
+
 TEST_F(DistKVStoreTest, DevicesOfOneWorkerAreSummedBeforeThePush) {
   StartCluster("dist_sync", 1, 1);
   ASSERT_THAT(workers_[0]->Init({4}, {Arr({0, 0})}), IsOk());

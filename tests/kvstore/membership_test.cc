@@ -49,7 +49,7 @@ TEST(MembershipTest, AHelloThatDoesNotFitIsRefusedNamingWhy) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("worker 1 asks for dist_async but this job runs dist_sync")));
   EXPECT_THAT(members.Admit(HelloOf(1, 3, SYNC_MODE_SYNC, "job-b"), &started),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
+              StatusIs(absl::StatusCode::kUnavailable,
                        AllOf(HasSubstr("serves job 'job-a' (1 of its workers connected)"),
                              HasSubstr("job 'job-b' must wait"))));
   ASSERT_THAT(members.Admit(HelloOf(1), &started), IsOk());
@@ -66,7 +66,7 @@ TEST(MembershipTest, ANewJobStartsAfreshOnceTheLastOnesWorkersLeft) {
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("worker 0 left server 0 (stream closed)")));
   EXPECT_THAT(members.Admit(HelloOf(0, 2, SYNC_MODE_ASYNC, "job-b"), &started),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("must wait")));
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("must wait")));
   (void)members.Depart(1, "stream closed");
   // Nothing of job-a carries over: not its departures, not its mode.
   ASSERT_THAT(members.Admit(HelloOf(0, 2, SYNC_MODE_ASYNC, "job-b"), &started), IsOk());

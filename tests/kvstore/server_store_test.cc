@@ -442,7 +442,7 @@ TEST_F(ServerStoreTest, ANewJobStartsAfreshOnceTheOldOnesWorkersLeft) {
   });
   session->Handle(hello(*workers_[0], "b"));
   ASSERT_EQ(replies.size(), 1u);
-  EXPECT_EQ(replies[0].code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(replies[0].code(), static_cast<int>(absl::StatusCode::kUnavailable));
   EXPECT_THAT(replies[0].message(), HasSubstr("job 'b' must wait"));
   workers_[0]->Close();
   // Now it starts afresh: another mode is fine and key 0 is gone.
