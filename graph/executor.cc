@@ -15,7 +15,7 @@
 #include "core/status_macros.h"
 #include "graph/gradient.h"
 #include "graph/infer.h"
-#include "graph/internal/stream_graph.h"
+#include "engine/stream_graph.h"
 #include "ndarray/arithmetic.h"
 
 #if TESSERA_USE_CUDA
@@ -73,7 +73,7 @@ struct Executor::NodeState {
 struct Executor::Pass {
   explicit Pass(std::string name) : graph(std::move(name)) {}
   engine::OprHandle opr;
-  internal::StreamGraph graph;
+  engine::StreamGraph graph;
 };
 
 Executor::Executor(const Runtime& rt, Symbol symbol, Context ctx, ExecutorOptions options)
@@ -196,10 +196,7 @@ absl::Status Executor::Init(std::vector<NDArray> args, std::vector<NDArray> arg_
   return absl::OkStatus();
 }
 
-bool ExecutorOptions::CudaGraphsFromEnv() {
-  const char* value = std::getenv("TESSERA_CUDA_GRAPHS");
-  return value != nullptr && std::string(value) == "1";
-}
+bool ExecutorOptions::CudaGraphsFromEnv() { return engine::StreamGraph::EnabledByEnv(); }
 
 std::string Executor::GraphObstacle() const {
 #if !TESSERA_USE_CUDA
@@ -280,7 +277,7 @@ absl::Status Executor::BuildPasses() {
     const std::string name = absl::StrCat(index == 2 ? "backward" : (r.is_train ? "forward" : "forward_infer"),
                                           " pass (CUDA graph)");
     auto pass = std::make_unique<Pass>(name);
-    internal::StreamGraph* graph = &pass->graph;
+    engine::StreamGraph* graph = &pass->graph;
     auto fn = [graph, steps = std::move(steps)](engine::RunContext rc, engine::CallbackOnComplete done) {
       done(graph->Run(rc.stream, [&]() -> absl::Status {
         for (const auto& step : steps) RETURN_IF_ERROR(step(rc));

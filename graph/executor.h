@@ -45,7 +45,7 @@ struct ExecutorOptions {
   MemoryPlanOptions memory;
   // On a GPU: run each pass (forward in training, forward in inference, backward) as one
   // engine function whose kernels are captured once into a CUDA graph and replayed
-  // (graph/internal/stream_graph.h), as MXNet 2's MXNET_ENABLE_CUDA_GRAPHS. Default: the
+  // (engine/stream_graph.h), as MXNet 2's MXNET_ENABLE_CUDA_GRAPHS. Default: the
   // TESSERA_CUDA_GRAPHS environment variable ("1" on). Graphs are used only where a replay
   // computes what a fresh run would: every node on the executor's GPU, no operator drawing
   // random numbers (Dropout, rrelu), no model parallelism, no poisoning; otherwise the

@@ -305,4 +305,10 @@ absl::StatusOr<std::unique_ptr<LRScheduler>> CreateLRScheduler(
   return made;
 }
 
+absl::StatusOr<std::unique_ptr<LRScheduler>> LRScheduler::Clone() const {
+  ASSIGN_OR_RETURN(std::unique_ptr<LRScheduler> copy, CreateLRScheduler(name(), config()));
+  RETURN_IF_ERROR(copy->LoadState(SaveState()));
+  return copy;
+}
+
 }  // namespace tessera::kvstore

@@ -58,6 +58,10 @@ class LRScheduler {
   // re-create it in another process: the parameter servers run the trainer's schedule).
   const std::vector<std::pair<std::string, std::string>>& config() const { return config_; }
 
+  // A scheduler that continues from this one's state as this one would (for computing rates
+  // ahead without moving this one).
+  absl::StatusOr<std::unique_ptr<LRScheduler>> Clone() const;
+
   // The mutable state, and its restoration; LoadState rejects a vector of another length.
   virtual std::vector<double> SaveState() const;
   virtual absl::Status LoadState(absl::Span<const double> state);

@@ -115,6 +115,20 @@ absl::Status Optimizer::CheckUpdateLocked(int index, const NDArray& weight,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::map<Optimizer::SlotKey, Optimizer::Slot>::iterator> Optimizer::SlotLocked(
+    int index, const NDArray& weight, bool* created) {
+  const SlotKey key = KeyOf(index, weight.ctx());
+  auto it = slots_.find(key);
+  *created = it == slots_.end();
+  if (!*created) return it;
+  Slot slot;
+  for (int i = 0; i < NumStates(); ++i) {
+    ASSIGN_OR_RETURN(NDArray state, Zeros(weight.runtime(), weight.shape(), weight.ctx()));
+    slot.states.push_back(std::move(state));
+  }
+  return slots_.emplace(key, std::move(slot)).first;
+}
+
 double Optimizer::BaseLrLocked() const {
   return scheduler_ != nullptr ? (*scheduler_)(num_update_) : lr_;
 }
@@ -130,18 +144,10 @@ absl::Status Optimizer::Update(int index, const NDArray& weight, const NDArray& 
         s.code(), absl::StrCat(name_, ": index ", index, ", float32 ", weight.shape().ToString(),
                                " on ", weight.ctx().ToString(), ": ", s.message()));
   };
-  const SlotKey key = KeyOf(index, weight.ctx());
-  auto it = slots_.find(key);
-  const bool new_slot = it == slots_.end();
-  if (new_slot) {
-    Slot slot;
-    for (int i = 0; i < NumStates(); ++i) {
-      absl::StatusOr<NDArray> state = Zeros(weight.runtime(), weight.shape(), weight.ctx());
-      if (!state.ok()) return refused(state.status());
-      slot.states.push_back(*std::move(state));
-    }
-    it = slots_.emplace(key, std::move(slot)).first;
-  }
+  bool new_slot = false;
+  absl::StatusOr<std::map<SlotKey, Slot>::iterator> found = SlotLocked(index, weight, &new_slot);
+  if (!found.ok()) return refused(found.status());
+  auto it = *found;
   Slot& slot = it->second;
   const int64_t old_num_update = num_update_;
   ++slot.count;
@@ -171,6 +177,7 @@ absl::Status Optimizer::SetLearningRate(double lr) {
                      scheduler_->name(), ") set; the scheduler decides the rate"));
   }
   lr_ = lr;
+  ++generation_;
   return absl::OkStatus();
 }
 
@@ -182,11 +189,13 @@ double Optimizer::learning_rate() const {
 void Optimizer::SetLrMult(std::map<int, double> lr_mult) {
   MutexLock lock(&mu_);
   lr_mult_ = std::move(lr_mult);
+  ++generation_;
 }
 
 void Optimizer::SetWdMult(std::map<int, double> wd_mult) {
   MutexLock lock(&mu_);
   wd_mult_ = std::move(wd_mult);
+  ++generation_;
 }
 
 std::map<int, double> Optimizer::lr_mult() const {
@@ -207,6 +216,7 @@ const LRScheduler* Optimizer::lr_scheduler() const {
 void Optimizer::SetLrScheduler(std::unique_ptr<LRScheduler> scheduler) {
   MutexLock lock(&mu_);
   scheduler_ = std::move(scheduler);
+  ++generation_;
   if (scheduler_ != nullptr && lr_given_) scheduler_->SetBaseLr(lr_);
 }
 
@@ -370,6 +380,7 @@ absl::Status Optimizer::LoadState(const Runtime& rt, const std::string& bytes) {
   lr_ = lr;
   num_update_ = num_update;
   slots_ = std::move(slots);
+  ++generation_;
   return absl::OkStatus();
 }
 
@@ -413,6 +424,7 @@ absl::Status Optimizer::LoadSlot(const Runtime& rt, int index, const std::string
   MutexLock lock(&mu_);
   slots_[KeyOf(index, Context::CPU())] = std::move(slot);
   num_update_ = std::max(num_update_, count);
+  ++generation_;
   return absl::OkStatus();
 }
 

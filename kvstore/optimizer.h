@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "core/context.h"
 #include "core/mutex.h"
+#include "kvstore/internal/update_kernel.h"
 #include "kvstore/lr_scheduler.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
@@ -137,11 +138,15 @@ class Optimizer {
 
   // State arrays per weight (shaped and placed like the weight, zero at first).
   virtual int NumStates() const = 0;
-  // Pushes the kernel: one PushSync mutating weight and states, reading grad.
-  virtual absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
-                                  const std::vector<NDArray>& states, int priority) = 0;
+  // The kernel and hyperparameters of one update (the same for every element).
+  virtual internal::UpdateKernel KernelFor(const Step& step) const = 0;
 
  private:
+  friend class FusedUpdate;  // runs KernelFor over many parameters at once
+
+  // Pushes KernelFor(step): one PushSync mutating weight and states, reading grad.
+  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
+                          const std::vector<NDArray>& states, int priority) const;
   // (index, device type, device id): ordered, so SaveState's output is deterministic.
   using SlotKey = std::tuple<int, int, int>;
   struct Slot {
@@ -154,6 +159,10 @@ class Optimizer {
   absl::Status CheckUpdateLocked(int index, const NDArray& weight, const NDArray& grad) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double BaseLrLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slot of (index, weight's device), made with zero states if there is none (*created).
+  absl::StatusOr<std::map<SlotKey, Slot>::iterator> SlotLocked(int index, const NDArray& weight,
+                                                               bool* created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   ops::KwArgs params_;  // set once by Create
@@ -169,6 +178,9 @@ class Optimizer {
   std::map<int, double> wd_mult_ ABSL_GUARDED_BY(mu_);
   int64_t num_update_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<SlotKey, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  // Counts the changes a fused update's precomputed steps and state pointers depend on (the
+  // rate, the multipliers, the scheduler, loaded state).
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera::kvstore

@@ -6,20 +6,15 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
-#include "kvstore/internal/update_kernels.h"
+#include "kvstore/internal/update_kernel.h"
 #include "kvstore/optimizer.h"
-
-#if TESSERA_USE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "kvstore/internal/update_kernels_gpu.h"
-#endif
 
 namespace tessera::kvstore {
 namespace {
@@ -27,86 +22,12 @@ namespace {
 using ops::KwArgs;
 using ops::ParamSchema;
 
-// The two forms of each update: Cpu runs the host loop, Gpu enqueues the device kernel on
-// `stream`. `s` holds the state pointers in NumStates() order.
-struct SgdKernel {
-  internal::SgdHyper h;
-  void Cpu(int64_t n, const float* g, float* w, float* const*) const {
-    internal::SgdUpdate(n, h, g, w);
-  }
-#if TESSERA_USE_CUDA
-  cudaError_t Gpu(int64_t n, const float* g, float* w, float* const*, cudaStream_t stream) const {
-    return internal::SgdUpdateGpu(n, h, g, w, stream);
-  }
-#endif
-};
-
-struct SgdMomKernel {
-  internal::SgdHyper h;
-  void Cpu(int64_t n, const float* g, float* w, float* const* s) const {
-    internal::SgdMomUpdate(n, h, g, w, s[0]);
-  }
-#if TESSERA_USE_CUDA
-  cudaError_t Gpu(int64_t n, const float* g, float* w, float* const* s, cudaStream_t stream) const {
-    return internal::SgdMomUpdateGpu(n, h, g, w, s[0], stream);
-  }
-#endif
-};
-
-struct AdamKernel {
-  internal::AdamHyper h;
-  void Cpu(int64_t n, const float* g, float* w, float* const* s) const {
-    internal::AdamUpdate(n, h, g, w, s[0], s[1]);
-  }
-#if TESSERA_USE_CUDA
-  cudaError_t Gpu(int64_t n, const float* g, float* w, float* const* s, cudaStream_t stream) const {
-    return internal::AdamUpdateGpu(n, h, g, w, s[0], s[1], stream);
-  }
-#endif
-};
-
-struct RmsPropKernel {
-  internal::RmsPropHyper h;
-  void Cpu(int64_t n, const float* g, float* w, float* const* s) const {
-    internal::RmsPropUpdate(n, h, g, w, s[0]);
-  }
-#if TESSERA_USE_CUDA
-  cudaError_t Gpu(int64_t n, const float* g, float* w, float* const* s, cudaStream_t stream) const {
-    return internal::RmsPropUpdateGpu(n, h, g, w, s[0], stream);
-  }
-#endif
-};
-
-struct RmsPropCenteredKernel {
-  internal::RmsPropHyper h;
-  void Cpu(int64_t n, const float* g, float* w, float* const* s) const {
-    internal::RmsPropCenteredUpdate(n, h, g, w, s[0], s[1], s[2]);
-  }
-#if TESSERA_USE_CUDA
-  cudaError_t Gpu(int64_t n, const float* g, float* w, float* const* s, cudaStream_t stream) const {
-    return internal::RmsPropCenteredUpdateGpu(n, h, g, w, s[0], s[1], s[2], stream);
-  }
-#endif
-};
-
-struct AdaGradKernel {
-  internal::AdaGradHyper h;
-  void Cpu(int64_t n, const float* g, float* w, float* const* s) const {
-    internal::AdaGradUpdate(n, h, g, w, s[0]);
-  }
-#if TESSERA_USE_CUDA
-  cudaError_t Gpu(int64_t n, const float* g, float* w, float* const* s, cudaStream_t stream) const {
-    return internal::AdaGradUpdateGpu(n, h, g, w, s[0], stream);
-  }
-#endif
-};
-
 // One engine push of `kernel` on the weight's device (weight and states mutated, grad read):
 // the host loop for a CPU weight, the device kernel on the run context's stream for a GPU
 // one. The engine orders the launch after the states' creation and the grad's writers
 // (events across streams), so nothing here waits on the device.
 template <typename Kernel>
-absl::Status PushKernel(const char* name, int index, const NDArray& weight, const NDArray& grad,
+absl::Status PushKernel(int index, const NDArray& weight, const NDArray& grad,
                         const std::vector<NDArray>& states, int priority, Kernel kernel) {
   std::vector<engine::VarHandle> mutate{weight.var()};
   std::vector<float*> s;
@@ -119,6 +40,7 @@ absl::Status PushKernel(const char* name, int index, const NDArray& weight, cons
   const int64_t n = weight.Size();
   const Context ctx = weight.ctx();
   engine::Engine* eng = weight.runtime().engine;
+  const char* name = Kernel::kName;
   if (!ctx.is_gpu()) {
     return eng->PushSync(
         [kernel, n, g, w, s](engine::RunContext) {
@@ -189,19 +111,15 @@ class Sgd : public Optimizer {
  protected:
   // MXNet creates no momentum state for momentum 0 and runs sgd_update then.
   int NumStates() const override { return p_.momentum > 0 ? 1 : 0; }
-  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
-                          const std::vector<NDArray>& states, int priority) override {
+  internal::UpdateKernel KernelFor(const Step& step) const override {
     internal::SgdHyper h;
     h.lr = static_cast<float>(step.lr);
     h.wd = static_cast<float>(step.wd);
     h.rescale_grad = static_cast<float>(p_.rescale_grad);
     h.clip_gradient = static_cast<float>(p_.clip_gradient);
     h.momentum = static_cast<float>(p_.momentum);
-    if (states.empty()) {
-      return PushKernel("sgd_update", step.index, weight, grad, states, priority, SgdKernel{h});
-    }
-    return PushKernel("sgd_mom_update", step.index, weight, grad, states, priority,
-                      SgdMomKernel{h});
+    if (NumStates() == 0) return internal::SgdKernel{h};
+    return internal::SgdMomKernel{h};
   }
 
  private:
@@ -233,8 +151,7 @@ class Adam : public Optimizer {
 
  protected:
   int NumStates() const override { return 2; }  // mean, var
-  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
-                          const std::vector<NDArray>& states, int priority) override {
+  internal::UpdateKernel KernelFor(const Step& step) const override {
     // Bias correction in the rate, in double, as MXNet's Python Adam.update.
     const double t = static_cast<double>(step.t);
     const double coef1 = 1.0 - std::pow(p_.beta1, t);
@@ -247,7 +164,7 @@ class Adam : public Optimizer {
     h.beta1 = static_cast<float>(p_.beta1);
     h.beta2 = static_cast<float>(p_.beta2);
     h.epsilon = static_cast<float>(p_.epsilon);
-    return PushKernel("adam_update", step.index, weight, grad, states, priority, AdamKernel{h});
+    return internal::AdamKernel{h};
   }
 
  private:
@@ -283,8 +200,7 @@ class RmsProp : public Optimizer {
 
  protected:
   int NumStates() const override { return p_.centered ? 3 : 1; }  // n [, g, delta]
-  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
-                          const std::vector<NDArray>& states, int priority) override {
+  internal::UpdateKernel KernelFor(const Step& step) const override {
     internal::RmsPropHyper h;
     h.lr = static_cast<float>(step.lr);
     h.wd = static_cast<float>(step.wd);
@@ -294,12 +210,8 @@ class RmsProp : public Optimizer {
     h.gamma2 = static_cast<float>(p_.gamma2);
     h.epsilon = static_cast<float>(p_.epsilon);
     h.clip_weights = static_cast<float>(p_.clip_weights);
-    if (!p_.centered) {
-      return PushKernel("rmsprop_update", step.index, weight, grad, states, priority,
-                        RmsPropKernel{h});
-    }
-    return PushKernel("rmspropalex_update", step.index, weight, grad, states, priority,
-                      RmsPropCenteredKernel{h});
+    if (!p_.centered) return internal::RmsPropKernel{h};
+    return internal::RmsPropCenteredKernel{h};
   }
 
  private:
@@ -328,16 +240,14 @@ class AdaGrad : public Optimizer {
 
  protected:
   int NumStates() const override { return 1; }  // history
-  absl::Status PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
-                          const std::vector<NDArray>& states, int priority) override {
+  internal::UpdateKernel KernelFor(const Step& step) const override {
     internal::AdaGradHyper h;
     h.lr = static_cast<float>(step.lr);
     h.wd = static_cast<float>(step.wd);
     h.rescale_grad = static_cast<float>(p_.rescale_grad);
     h.clip_gradient = static_cast<float>(p_.clip_gradient);
     h.eps = static_cast<float>(p_.eps);
-    return PushKernel("adagrad_update", step.index, weight, grad, states, priority,
-                      AdaGradKernel{h});
+    return internal::AdaGradKernel{h};
   }
 
  private:
@@ -361,6 +271,15 @@ absl::Status CheckAdam(const AdamParam& p) {
 }
 
 }  // namespace
+
+absl::Status Optimizer::PushUpdate(const Step& step, const NDArray& weight, const NDArray& grad,
+                                   const std::vector<NDArray>& states, int priority) const {
+  return std::visit(
+      [&](const auto& kernel) {
+        return PushKernel(step.index, weight, grad, states, priority, kernel);
+      },
+      KernelFor(step));
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::string& name,
                                                              const ops::KwArgs& params) {

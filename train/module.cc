@@ -96,6 +96,7 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
     }
   }
   for_training_ = for_training;
+  fused_update_.reset();
   execs_.clear();
   for (size_t d = 0; d < options_.contexts.size(); ++d) {
     const auto [begin, end] = Slice(d);
@@ -201,6 +202,7 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
                                    std::unique_ptr<kvstore::LRScheduler> lr_scheduler,
                                    std::optional<bool> update_on_kvstore, const FitOptions* fit) {
   if (!binded() || !for_training_) return absl::FailedPreconditionError("Module::InitOptimizer: bind for training first");
+  fused_update_.reset();
   kvstore_.reset();
   local_optimizer_.reset();
   optimizer_ = nullptr;
@@ -309,14 +311,11 @@ absl::Status Module::Backward() {
 
 absl::Status Module::Update() {
   if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::Update: call InitOptimizer first");
+  if (kvstore_ == nullptr) return UpdateInPlace();
   // Later parameters first and with higher priority: Backward produces their gradients first.
   for (auto it = trained_.rbegin(); it != trained_.rend(); ++it) {
     const int i = *it;
     const size_t at = param_position_[i];
-    if (kvstore_ == nullptr) {
-      RETURN_IF_ERROR(optimizer_->Update(i, execs_[0]->arg_arrays()[at], execs_[0]->grad_arrays()[at], i));
-      continue;
-    }
     std::vector<NDArray> grads, weights;
     for (auto& exec : execs_) {
       grads.push_back(exec->grad_arrays()[at]);
@@ -332,6 +331,24 @@ absl::Status Module::Update() {
     for (size_t d = 0; d < execs_.size(); ++d) RETURN_IF_ERROR(optimizer_->Update(i, weights[d], grads[d], i));
   }
   return absl::OkStatus();
+}
+
+absl::Status Module::UpdateInPlace() {
+  if (trained_.empty()) return absl::OkStatus();
+  if (fused_update_ == nullptr) {
+    // Every parameter in one push (one kernel launch on a GPU, a CUDA graph with the
+    // executor's); bit for bit what updating them one by one gives.
+    std::vector<NDArray> weights, grads;
+    for (int i : trained_) {
+      weights.push_back(execs_[0]->arg_arrays()[param_position_[i]]);
+      grads.push_back(execs_[0]->grad_arrays()[param_position_[i]]);
+    }
+    kvstore::FusedUpdate::Options fused;
+    fused.cuda_graphs = options_.executor.cuda_graphs;
+    ASSIGN_OR_RETURN(fused_update_, kvstore::FusedUpdate::Create(optimizer_, trained_, std::move(weights),
+                                                                 std::move(grads), fused));
+  }
+  return fused_update_->Step();
 }
 
 absl::Status Module::UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad) {

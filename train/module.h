@@ -38,6 +38,7 @@
 #include "graph/executor.h"
 #include "graph/symbol.h"
 #include "io/data_iter.h"
+#include "kvstore/fused_update.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
@@ -214,6 +215,8 @@ class Module {
       const std::vector<CheckpointManifest::EpochMetrics>& history,
       const FitOptions& options) const;
   // The first dist worker's `mine`, on every worker (the servers carry it).
+  // Update without a store: the optimizer on the one device's weights, fused.
+  absl::Status UpdateInPlace();
   absl::StatusOr<TrainingPosition> ShareStart(TrainingPosition mine);
   // PREFIX-symbol.json, PREFIX-NNNN.params and .states (SaveCheckpoint's files) from
   // `contents`.
@@ -234,6 +237,8 @@ class Module {
   bool params_initialized_ = false;
   std::unique_ptr<kvstore::KVStore> kvstore_;
   std::unique_ptr<kvstore::Optimizer> local_optimizer_;  // when the workers update
+  // One device without a store: every parameter's update in one push, made at the first.
+  std::unique_ptr<kvstore::FusedUpdate> fused_update_;
   bool update_on_kvstore_ = false;
   kvstore::Optimizer* optimizer_ = nullptr;
   std::vector<int> trained_;  // indices into param_names_ of parameters with gradients

@@ -1,13 +1,13 @@
-// The kernels behind update_kernels_gpu.h: one grid-stride kernel per update, each a line
-// by line transcription of its CPU loop in update_kernels.cc (read them side by side). The
-// clip flag is a template parameter chosen on the host exactly as the CPU loops choose it
-// (bound >= 0; a NaN bound clips nothing), and each element is loaded once, which gives the
-// CPU's values even when grad is the weight itself, since every CPU loop reads grad and
-// weight before writing either.
+// The kernels behind update_kernels_gpu.h: each update's element, a line by line
+// transcription of its CPU loop in update_kernels.cc (read them side by side), run by a
+// grid-stride kernel over one parameter or by a fused kernel over many. The clip flag is a
+// template parameter chosen on the host exactly as the CPU loops choose it (bound >= 0; a NaN
+// bound clips nothing), and each element is loaded once, which gives the CPU's values even
+// when grad is the weight itself, since every CPU loop reads grad and weight before writing
+// either.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kvstore/internal/update_kernels_gpu.h"
 #include "ndarray/cuda/launch_util.cuh"
@@ -36,10 +36,15 @@ __device__ __forceinline__ float Clip(float x, float bound) {
   return x;
 }
 
-// Without clipping the CPU multiplies lr * rescale_grad first; with it, lr * clip(...).
-template <bool kClip>
-__global__ void SgdKernel(int64_t n, SgdHyper h, const float* grad, float* weight) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+// One element of each update, shared by the one-parameter kernels and the fused ones.
+// Apply<kClip>(h, i, grad, weight, s) updates element i; s holds the state pointers in the
+// optimizer's order. Without clipping the CPU multiplies lr * rescale_grad first; with it,
+// lr * clip(...).
+struct SgdElement {
+  using Hyper = SgdHyper;
+  template <bool kClip>
+  __device__ static void Apply(const SgdHyper& h, int64_t i, const float* grad, float* weight,
+                               float* const*) {
     const float g = grad[i];
     const float decayed = Mul(Sub(1.f, Mul(h.lr, h.wd)), weight[i]);
     if constexpr (kClip) {
@@ -48,11 +53,14 @@ __global__ void SgdKernel(int64_t n, SgdHyper h, const float* grad, float* weigh
       weight[i] = Sub(decayed, Mul(Mul(h.lr, h.rescale_grad), g));
     }
   }
-}
+};
 
-template <bool kClip>
-__global__ void SgdMomKernel(int64_t n, SgdHyper h, const float* grad, float* weight, float* mom) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+struct SgdMomElement {
+  using Hyper = SgdHyper;
+  template <bool kClip>
+  __device__ static void Apply(const SgdHyper& h, int64_t i, const float* grad, float* weight,
+                               float* const* s) {
+    float* mom = s[0];
     const float g = grad[i];
     const float w = weight[i];
     const float kept = Sub(Mul(h.momentum, mom[i]), Mul(Mul(h.lr, h.wd), w));
@@ -65,12 +73,15 @@ __global__ void SgdMomKernel(int64_t n, SgdHyper h, const float* grad, float* we
     mom[i] = m;
     weight[i] = Add(w, m);
   }
-}
+};
 
-template <bool kClip>
-__global__ void AdamKernel(int64_t n, AdamHyper h, const float* grad, float* weight, float* mean,
-                           float* var) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+struct AdamElement {
+  using Hyper = AdamHyper;
+  template <bool kClip>
+  __device__ static void Apply(const AdamHyper& h, int64_t i, const float* grad, float* weight,
+                               float* const* s) {
+    float* mean = s[0];
+    float* var = s[1];
     const float w = weight[i];
     float g = Add(Mul(grad[i], h.rescale_grad), Mul(w, h.wd));
     if constexpr (kClip) g = Clip(g, h.clip_gradient);
@@ -80,30 +91,34 @@ __global__ void AdamKernel(int64_t n, AdamHyper h, const float* grad, float* wei
     var[i] = v;
     weight[i] = Sub(w, Div(Mul(h.lr, m), Add(Sqrt(v), h.epsilon)));
   }
-}
+};
 
 // Note (1 - gamma1) * (g * g) here but ((1 - gamma1) * g) * g in the centered form, as on
 // the CPU (and in MXNet).
-template <bool kClip>
-__global__ void RmsPropKernel(int64_t n, RmsPropHyper h, const float* grad, float* weight,
-                              float* state_n) {
-  const bool clip_w = h.clip_weights >= 0.0f;
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+struct RmsPropElement {
+  using Hyper = RmsPropHyper;
+  template <bool kClip>
+  __device__ static void Apply(const RmsPropHyper& h, int64_t i, const float* grad,
+                               float* weight, float* const* s) {
+    float* state_n = s[0];
     const float w = weight[i];
     float g = Add(Mul(h.rescale_grad, grad[i]), Mul(h.wd, w));
     if constexpr (kClip) g = Clip(g, h.clip_gradient);
     const float sn = Add(Mul(Sub(1.f, h.gamma1), Mul(g, g)), Mul(h.gamma1, state_n[i]));
     state_n[i] = sn;
     const float updated = Sub(w, Mul(h.lr, Div(g, Sqrt(Add(sn, h.epsilon)))));
-    weight[i] = clip_w ? Clip(updated, h.clip_weights) : updated;
+    weight[i] = h.clip_weights >= 0.0f ? Clip(updated, h.clip_weights) : updated;
   }
-}
+};
 
-template <bool kClip>
-__global__ void RmsPropCenteredKernel(int64_t n, RmsPropHyper h, const float* grad, float* weight,
-                                      float* state_n, float* state_g, float* delta) {
-  const bool clip_w = h.clip_weights >= 0.0f;
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+struct RmsPropCenteredElement {
+  using Hyper = RmsPropHyper;
+  template <bool kClip>
+  __device__ static void Apply(const RmsPropHyper& h, int64_t i, const float* grad,
+                               float* weight, float* const* s) {
+    float* state_n = s[0];
+    float* state_g = s[1];
+    float* delta = s[2];
     const float w = weight[i];
     float g = Add(Mul(h.rescale_grad, grad[i]), Mul(h.wd, w));
     if constexpr (kClip) g = Clip(g, h.clip_gradient);
@@ -115,15 +130,17 @@ __global__ void RmsPropCenteredKernel(int64_t n, RmsPropHyper h, const float* gr
     state_g[i] = sg;
     delta[i] = d;
     const float updated = Add(w, d);
-    weight[i] = clip_w ? Clip(updated, h.clip_weights) : updated;
+    weight[i] = h.clip_weights >= 0.0f ? Clip(updated, h.clip_weights) : updated;
   }
-}
+};
 
 // The weight decay is not clipped (MXNet's Python AdaGrad adds it after the clip).
-template <bool kClip>
-__global__ void AdaGradKernel(int64_t n, AdaGradHyper h, const float* grad, float* weight,
-                              float* history) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+struct AdaGradElement {
+  using Hyper = AdaGradHyper;
+  template <bool kClip>
+  __device__ static void Apply(const AdaGradHyper& h, int64_t i, const float* grad,
+                               float* weight, float* const* s) {
+    float* history = s[0];
     float g = Mul(grad[i], h.rescale_grad);
     if constexpr (kClip) g = Clip(g, h.clip_gradient);
     const float hist = Add(history[i], Mul(g, g));
@@ -132,16 +149,76 @@ __global__ void AdaGradKernel(int64_t n, AdaGradHyper h, const float* grad, floa
     const float w = weight[i];
     weight[i] = Add(w, Mul(Add(div, Mul(w, h.wd)), -h.lr));
   }
+};
+
+struct States {
+  float* s[kMaxFusedStates];
+};
+
+// One parameter: a grid-stride loop.
+template <typename Element, bool kClip>
+__global__ void UpdateKernel(int64_t n, typename Element::Hyper h, const float* grad,
+                             float* weight, States states) {
+  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+    Element::template Apply<kClip>(h, i, grad, weight, states.s);
+  }
 }
 
-// Launches `clipping` or `plain` over n elements on `stream`. The arguments are converted
-// to the kernel's parameter types (type_identity keeps them out of deduction).
-template <typename... Params>
-cudaError_t Launch(int64_t n, bool clip, cudaStream_t stream, void (*clipping)(int64_t, Params...),
-                   void (*plain)(int64_t, Params...), std::type_identity_t<Params>... args) {
+template <typename Element>
+cudaError_t LaunchOne(int64_t n, const typename Element::Hyper& h, const float* grad,
+                      float* weight, States states, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  void (*kernel)(int64_t, Params...) = clip ? clipping : plain;
-  kernel<<<Blocks(n), kThreads, 0, stream>>>(n, args...);
+  if (h.clip_gradient >= 0.0f) {
+    UpdateKernel<Element, true><<<Blocks(n), kThreads, 0, stream>>>(n, h, grad, weight, states);
+  } else {
+    UpdateKernel<Element, false><<<Blocks(n), kThreads, 0, stream>>>(n, h, grad, weight, states);
+  }
+  return cudaGetLastError();
+}
+
+// Every parameter of a fused update: block b updates chunks b, b + gridDim.x, ... with the
+// hyperparameters of the step that comes next. Every block reads the same counter, which only
+// FusedCountKernel (the next launch on the stream) changes.
+template <typename Element, bool kClip>
+__global__ void FusedKernel(FusedTable table) {
+  const int64_t row = table.counters->steps_done + 1 - table.window->first_step;
+  if (row < 0 || row >= table.window->rows) return;
+  const auto* hypers = static_cast<const typename Element::Hyper*>(table.hypers) + row * table.groups;
+  for (int32_t c = blockIdx.x; c < table.num_chunks; c += gridDim.x) {
+    const FusedChunk chunk = table.chunks[c];
+    const FusedTensor& t = table.tensors[chunk.tensor];
+    const typename Element::Hyper h = hypers[t.group];
+    const int64_t end = min(chunk.begin + kFusedChunkElements, t.n);
+    for (int64_t i = chunk.begin + threadIdx.x; i < end; i += blockDim.x) {
+      Element::template Apply<kClip>(h, i, t.grad, t.weight, t.state);
+    }
+  }
+}
+
+__global__ void FusedCountKernel(FusedTable table) {
+  FusedCounters* c = table.counters;
+  const int64_t row = c->steps_done + 1 - table.window->first_step;
+  if (row < 0 || row >= table.window->rows) {
+    ++c->missed;
+  } else {
+    ++c->steps_done;
+  }
+}
+
+constexpr int kMaxFusedBlocks = 1 << 16;
+
+template <typename Element>
+cudaError_t LaunchFused(const FusedTable& table, bool clip, cudaStream_t stream) {
+  if (table.num_chunks > 0) {
+    const int blocks = table.num_chunks < kMaxFusedBlocks ? table.num_chunks : kMaxFusedBlocks;
+    if (clip) {
+      FusedKernel<Element, true><<<blocks, kThreads, 0, stream>>>(table);
+    } else {
+      FusedKernel<Element, false><<<blocks, kThreads, 0, stream>>>(table);
+    }
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  FusedCountKernel<<<1, 1, 0, stream>>>(table);
   return cudaGetLastError();
 }
 
@@ -149,39 +226,47 @@ cudaError_t Launch(int64_t n, bool clip, cudaStream_t stream, void (*clipping)(i
 
 cudaError_t SgdUpdateGpu(int64_t n, const SgdHyper& h, const float* grad, float* weight,
                          cudaStream_t stream) {
-  return Launch(n, h.clip_gradient >= 0.0f, stream, &SgdKernel<true>, &SgdKernel<false>, h, grad,
-                weight);
+  return LaunchOne<SgdElement>(n, h, grad, weight, States{}, stream);
 }
 
 cudaError_t SgdMomUpdateGpu(int64_t n, const SgdHyper& h, const float* grad, float* weight,
                             float* mom, cudaStream_t stream) {
-  return Launch(n, h.clip_gradient >= 0.0f, stream, &SgdMomKernel<true>, &SgdMomKernel<false>, h,
-                grad, weight, mom);
+  return LaunchOne<SgdMomElement>(n, h, grad, weight, States{{mom}}, stream);
 }
 
 cudaError_t AdamUpdateGpu(int64_t n, const AdamHyper& h, const float* grad, float* weight,
                           float* mean, float* var, cudaStream_t stream) {
-  return Launch(n, h.clip_gradient >= 0.0f, stream, &AdamKernel<true>, &AdamKernel<false>, h, grad,
-                weight, mean, var);
+  return LaunchOne<AdamElement>(n, h, grad, weight, States{{mean, var}}, stream);
 }
 
 cudaError_t RmsPropUpdateGpu(int64_t n, const RmsPropHyper& h, const float* grad, float* weight,
                              float* state_n, cudaStream_t stream) {
-  return Launch(n, h.clip_gradient >= 0.0f, stream, &RmsPropKernel<true>, &RmsPropKernel<false>, h,
-                grad, weight, state_n);
+  return LaunchOne<RmsPropElement>(n, h, grad, weight, States{{state_n}}, stream);
 }
 
 cudaError_t RmsPropCenteredUpdateGpu(int64_t n, const RmsPropHyper& h, const float* grad,
                                      float* weight, float* state_n, float* state_g, float* delta,
                                      cudaStream_t stream) {
-  return Launch(n, h.clip_gradient >= 0.0f, stream, &RmsPropCenteredKernel<true>,
-                &RmsPropCenteredKernel<false>, h, grad, weight, state_n, state_g, delta);
+  return LaunchOne<RmsPropCenteredElement>(n, h, grad, weight, States{{state_n, state_g, delta}},
+                                           stream);
 }
 
 cudaError_t AdaGradUpdateGpu(int64_t n, const AdaGradHyper& h, const float* grad, float* weight,
                              float* history, cudaStream_t stream) {
-  return Launch(n, h.clip_gradient >= 0.0f, stream, &AdaGradKernel<true>, &AdaGradKernel<false>, h,
-                grad, weight, history);
+  return LaunchOne<AdaGradElement>(n, h, grad, weight, States{{history}}, stream);
+}
+
+cudaError_t FusedUpdateGpu(FusedKind kind, const FusedTable& table, bool clip,
+                           cudaStream_t stream) {
+  switch (kind) {
+    case FusedKind::kSgd: return LaunchFused<SgdElement>(table, clip, stream);
+    case FusedKind::kSgdMom: return LaunchFused<SgdMomElement>(table, clip, stream);
+    case FusedKind::kAdam: return LaunchFused<AdamElement>(table, clip, stream);
+    case FusedKind::kRmsProp: return LaunchFused<RmsPropElement>(table, clip, stream);
+    case FusedKind::kRmsPropCentered: return LaunchFused<RmsPropCenteredElement>(table, clip, stream);
+    case FusedKind::kAdaGrad: return LaunchFused<AdaGradElement>(table, clip, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace tessera::kvstore::internal

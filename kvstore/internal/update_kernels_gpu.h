@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kvstore/internal/fused_update_table.h"
 #include "kvstore/internal/update_kernels.h"
 
 namespace tessera::kvstore::internal {
@@ -36,6 +37,13 @@ cudaError_t RmsPropCenteredUpdateGpu(int64_t n, const RmsPropHyper& h, const flo
                                      cudaStream_t stream);
 cudaError_t AdaGradUpdateGpu(int64_t n, const AdaGradHyper& h, const float* grad, float* weight,
                              float* history, cudaStream_t stream);
+
+// Every parameter of `table` in one launch of `kind`'s kernel (clip: clip_gradient >= 0, the
+// same for every row), then one single-thread launch that counts the step: two launches
+// whatever the number of parameters, with arguments that never change (fused_update_table.h).
+// The hyperparameter structs in table.hypers are `kind`'s (SgdHyper for kSgd and kSgdMom, ...).
+cudaError_t FusedUpdateGpu(FusedKind kind, const FusedTable& table, bool clip,
+                           cudaStream_t stream);
 
 }  // namespace tessera::kvstore::internal
 

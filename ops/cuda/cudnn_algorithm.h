@@ -7,7 +7,7 @@
 // by cuDNN's heuristics (cudnnGet*Algorithm_v7), which on Hopper often rank a slower kernel
 // first. cuDNN measures on buffers it allocates itself (cudaMalloc, which waits for the
 // device), once per operator and input shape: in the first pass, which is never captured into
-// a CUDA graph (graph/internal/stream_graph.h).
+// a CUDA graph (engine/stream_graph.h).
 //
 // With TF32 off (the default) the first success within the workspace limit that uses plain
 // FP32 FMA math wins, else the first that uses no reduced-precision tensor-op math: TF32

@@ -1,5 +1,8 @@
 // StreamGraph (see stream_graph.h).
-#include "graph/internal/stream_graph.h"
+#include "engine/stream_graph.h"
+
+#include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -10,7 +13,12 @@
 #include "core/cuda_status.h"
 #endif
 
-namespace tessera::graph::internal {
+namespace tessera::engine {
+
+bool StreamGraph::EnabledByEnv() {
+  const char* value = std::getenv("TESSERA_CUDA_GRAPHS");
+  return value != nullptr && std::string(value) == "1";
+}
 
 #if TESSERA_USE_CUDA
 
@@ -81,4 +89,4 @@ absl::Status StreamGraph::Capture(void*, const std::function<absl::Status()>& wo
 
 #endif  // TESSERA_USE_CUDA
 
-}  // namespace tessera::graph::internal
+}  // namespace tessera::engine

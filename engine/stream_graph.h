@@ -1,7 +1,7 @@
 // StreamGraph: replays a fixed sequence of GPU work as a CUDA graph, as MXNet 2's
 // MXNET_ENABLE_CUDA_GRAPHS does for a bound executor. The work is a host function that
 // enqueues kernels on one stream (an executor's forward or backward pass, every operator in
-// order). The first Run executes it directly: cuDNN picks its algorithms and scratch buffers
+// order; a fused optimizer update). The first Run executes it directly: cuDNN picks its algorithms and scratch buffers
 // grow to their final sizes there. The second captures it into a graph
 // (cudaStreamBeginCapture in thread-local mode: nothing else in the process is disturbed) and
 // launches the graph; later runs only launch the graph, one driver call instead of one per
@@ -14,18 +14,21 @@
 // The caller guarantees what a replay assumes: the same device pointers and no per-call host
 // state baked into kernel arguments (no random numbers, no learning rates). Without CUDA,
 // Run just calls the work. Not thread-safe: one owner, runs serialized (an engine operator).
-#ifndef TESSERA_GRAPH_INTERNAL_STREAM_GRAPH_H_
-#define TESSERA_GRAPH_INTERNAL_STREAM_GRAPH_H_
+#ifndef TESSERA_ENGINE_STREAM_GRAPH_H_
+#define TESSERA_ENGINE_STREAM_GRAPH_H_
 
 #include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 
-namespace tessera::graph::internal {
+namespace tessera::engine {
 
 class StreamGraph {
  public:
+  // Whether CUDA graphs are asked for: the TESSERA_CUDA_GRAPHS environment variable is "1".
+  static bool EnabledByEnv();
+
   explicit StreamGraph(std::string name) : name_(std::move(name)) {}
   ~StreamGraph();
   StreamGraph(const StreamGraph&) = delete;
@@ -51,6 +54,6 @@ class StreamGraph {
   void* exec_ = nullptr;  // cudaGraphExec_t
 };
 
-}  // namespace tessera::graph::internal
+}  // namespace tessera::engine
 
-#endif  // TESSERA_GRAPH_INTERNAL_STREAM_GRAPH_H_
+#endif  // TESSERA_ENGINE_STREAM_GRAPH_H_

@@ -1,0 +1,369 @@
+// FusedUpdate (see fused_update.h).
+#include "kvstore/fused_update.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "engine/engine.h"
+
+#if TESSERA_USE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_status.h"
+#include "kvstore/internal/update_kernels_gpu.h"
+#endif
+
+namespace tessera::kvstore {
+
+using internal::FusedChunk;
+using internal::FusedCounters;
+using internal::FusedTensor;
+using internal::FusedWindow;
+using internal::UpdateKernel;
+
+// One device buffer: [counters | window | hyperparameter rows | tensors | chunks], the
+// window right before its rows so one copy writes both.
+struct FusedUpdate::Device {
+  NDArray buffer;  // uint8
+  size_t counters_at = 0, window_at = 0, hypers_at = 0, tensors_at = 0, chunks_at = 0;
+  size_t hyper_size = 0;     // bytes of one hyperparameter struct
+  size_t hyper_capacity = 0; // bytes for rows
+  internal::FusedTable table;
+  engine::StreamGraph graph{"fused optimizer update"};
+};
+
+namespace {
+
+size_t HyperSize(const UpdateKernel& kernel) {
+  return std::visit([](const auto& k) { return sizeof(k.h); }, kernel);
+}
+
+internal::FusedKind KindOf(const UpdateKernel& kernel) {
+  return std::visit([](const auto& k) { return std::decay_t<decltype(k)>::kKind; }, kernel);
+}
+
+const char* NameOf(const UpdateKernel& kernel) {
+  return std::visit([](const auto& k) { return std::decay_t<decltype(k)>::kName; }, kernel);
+}
+
+bool Clips(const UpdateKernel& kernel) {
+  return std::visit([](const auto& k) { return k.h.clip_gradient >= 0.0f; }, kernel);
+}
+
+template <typename T>
+void Append(std::string* out, const T& value) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+size_t AlignUp(size_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
+
+FusedUpdate::FusedUpdate(Optimizer* optimizer, std::vector<int> indices,
+                         std::vector<NDArray> weights, std::vector<NDArray> grads, Options options)
+    : optimizer_(optimizer),
+      indices_(std::move(indices)),
+      weights_(std::move(weights)),
+      grads_(std::move(grads)),
+      options_(options),
+      ctx_(weights_.front().ctx()) {}
+
+FusedUpdate::~FusedUpdate() = default;
+
+absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* optimizer,
+                                                                 std::vector<int> indices,
+                                                                 std::vector<NDArray> weights,
+                                                                 std::vector<NDArray> grads,
+                                                                 Options options) {
+  const std::string who = absl::StrCat(optimizer->name(), ": fused update");
+  if (indices.empty() || indices.size() != weights.size() || indices.size() != grads.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": needs one weight and one grad per index, got ",
+                                                   indices.size(), " indices, ", weights.size(),
+                                                   " weights and ", grads.size(), " grads"));
+  }
+  if (options.lookahead < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": lookahead must be >= 1, got ", options.lookahead));
+  }
+  std::set<int> seen;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (!seen.insert(indices[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": index ", indices[i], " is given twice"));
+    }
+    if (!weights[i].is_none() && !weights[0].is_none() && weights[i].ctx() != weights[0].ctx()) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": index ", indices[i], " is on ",
+                                                     weights[i].ctx().ToString(), " but index ", indices[0],
+                                                     " on ", weights[0].ctx().ToString(),
+                                                     "; one fused update per device"));
+    }
+  }
+  std::unique_ptr<FusedUpdate> fused(
+      new FusedUpdate(optimizer, std::move(indices), std::move(weights), std::move(grads), options));
+  FusedUpdate& f = *fused;
+  MutexLock lock(&optimizer->mu_);
+  for (size_t i = 0; i < f.indices_.size(); ++i) {
+    RETURN_IF_ERROR(optimizer->CheckUpdateLocked(f.indices_[i], f.weights_[i], f.grads_[i]));
+  }
+  const UpdateKernel kernel = optimizer->KernelFor(Optimizer::Step{});
+  f.kind_ = KindOf(kernel);
+  f.clip_ = Clips(kernel);
+  for (size_t i = 0; i < f.indices_.size(); ++i) {
+    bool created = false;
+    ASSIGN_OR_RETURN(auto it, optimizer->SlotLocked(f.indices_[i], f.weights_[i], &created));
+    (void)it;
+  }
+  RETURN_IF_ERROR(f.RefreshLocked());
+  for (size_t i = 0; i < f.indices_.size(); ++i) {
+    for (int64_t begin = 0; begin < f.weights_[i].Size(); begin += internal::kFusedChunkElements) {
+      f.chunks_.push_back(FusedChunk{static_cast<int32_t>(i), 0, begin});
+    }
+  }
+  if (!f.ctx_.is_gpu()) return fused;
+#if TESSERA_USE_CUDA
+  auto device = std::make_shared<Device>();
+  device->hyper_size = HyperSize(kernel);
+  const size_t groups = f.group_lr_mult_.size();
+  device->hyper_capacity =
+      device->hyper_size * std::max<size_t>(static_cast<size_t>(options.lookahead) * groups, f.indices_.size());
+  device->counters_at = 0;
+  device->window_at = AlignUp(sizeof(FusedCounters));
+  device->hypers_at = device->window_at + sizeof(FusedWindow);
+  device->tensors_at = AlignUp(device->hypers_at + device->hyper_capacity);
+  device->chunks_at = AlignUp(device->tensors_at + f.tensors_.size() * sizeof(FusedTensor));
+  const size_t bytes = device->chunks_at + f.chunks_.size() * sizeof(FusedChunk);
+  ASSIGN_OR_RETURN(device->buffer, NDArray::Empty(f.weights_[0].runtime(), Shape({static_cast<int64_t>(bytes)}),
+                                                  f.ctx_, DType::kUInt8));
+  uint8_t* base = device->buffer.data().data<uint8_t>();
+  internal::FusedTable& table = device->table;
+  table.tensors = reinterpret_cast<const FusedTensor*>(base + device->tensors_at);
+  table.chunks = reinterpret_cast<const FusedChunk*>(base + device->chunks_at);
+  table.num_chunks = static_cast<int32_t>(f.chunks_.size());
+  table.window = reinterpret_cast<const FusedWindow*>(base + device->window_at);
+  table.hypers = base + device->hypers_at;
+  table.counters = reinterpret_cast<FusedCounters*>(base + device->counters_at);
+  f.device_ = std::move(device);
+  return fused;
+#else
+  return absl::FailedPreconditionError(absl::StrCat(who, ": ", f.ctx_.ToString(), ": Tessera was built without CUDA"));
+#endif
+}
+
+absl::Status FusedUpdate::RefreshLocked() {
+  std::map<std::pair<double, double>, int> group_of;
+  group_lr_mult_.clear();
+  group_wd_mult_.clear();
+  group_index_.clear();
+  tensors_.clear();
+  slots_.clear();
+  for (size_t i = 0; i < indices_.size(); ++i) {
+    const int index = indices_[i];
+    bool created = false;
+    ASSIGN_OR_RETURN(auto it, optimizer_->SlotLocked(index, weights_[i], &created));
+    Optimizer::Slot& slot = it->second;
+    if (!slots_.empty() && slot.count != slots_.front()->count) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          optimizer_->name(), ": fused update: index ", index, " was updated ", slot.count,
+          " times but index ", indices_.front(), " ", slots_.front()->count,
+          " times; a fused update needs parameters updated together"));
+    }
+    slots_.push_back(&slot);
+    auto lr = optimizer_->lr_mult_.find(index);
+    auto wd = optimizer_->wd_mult_.find(index);
+    const std::pair<double, double> mults{lr != optimizer_->lr_mult_.end() ? lr->second : 1.0,
+                                          wd != optimizer_->wd_mult_.end() ? wd->second : 1.0};
+    auto [g, added] = group_of.emplace(mults, static_cast<int>(group_lr_mult_.size()));
+    if (added) {
+      group_lr_mult_.push_back(mults.first);
+      group_wd_mult_.push_back(mults.second);
+      group_index_.push_back(index);
+    }
+    FusedTensor t;
+    t.grad = grads_[i].data().data<float>();
+    t.weight = weights_[i].data().data<float>();
+    for (size_t s = 0; s < slot.states.size() && s < internal::kMaxFusedStates; ++s) {
+      t.state[s] = slot.states[s].data().data<float>();
+    }
+    t.n = weights_[i].Size();
+    t.group = g->second;
+    tensors_.push_back(t);
+  }
+  read_vars_.clear();
+  mutate_vars_.clear();
+  for (size_t i = 0; i < indices_.size(); ++i) {
+    read_vars_.push_back(grads_[i].var());
+    mutate_vars_.push_back(weights_[i].var());
+    for (const NDArray& state : slots_[i]->states) mutate_vars_.push_back(state.var());
+  }
+  steps_ = slots_.front()->count;
+  generation_ = optimizer_->generation_;
+  window_rows_ = 0;
+  tables_stale_ = true;
+  return absl::OkStatus();
+}
+
+std::vector<UpdateKernel> FusedUpdate::KernelsLocked(int64_t t, double base_lr) const {
+  std::vector<UpdateKernel> kernels;
+  for (size_t g = 0; g < group_lr_mult_.size(); ++g) {
+    Optimizer::Step step;
+    step.lr = base_lr * group_lr_mult_[g];
+    step.wd = optimizer_->wd_ * group_wd_mult_[g];
+    step.t = t;
+    step.index = group_index_[g];
+    kernels.push_back(optimizer_->KernelFor(step));
+  }
+  return kernels;
+}
+
+absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t rows) const {
+  // Rates ahead from a copy of the scheduler: the optimizer's own moves with the steps.
+  std::unique_ptr<LRScheduler> ahead;
+  if (optimizer_->scheduler_ != nullptr) {
+    ASSIGN_OR_RETURN(ahead, optimizer_->scheduler_->Clone());
+  }
+  std::string out;
+  Append(&out, FusedWindow{first, rows});
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t num_update = optimizer_->num_update_ + r;
+    const double base = ahead != nullptr ? (*ahead)(num_update) : optimizer_->lr_;
+    for (const UpdateKernel& kernel : KernelsLocked(first + r, base)) {
+      std::visit([&](const auto& k) { Append(&out, k.h); }, kernel);
+    }
+  }
+  return out;
+}
+
+absl::Status FusedUpdate::Step(int priority) {
+  MutexLock lock(&optimizer_->mu_);
+  bool apart = false;
+  for (const Optimizer::Slot* slot : slots_) apart |= slot->count != steps_;
+  if (generation_ != optimizer_->generation_ || apart) RETURN_IF_ERROR(RefreshLocked());
+
+  const int64_t old_num_update = optimizer_->num_update_;
+  for (Optimizer::Slot* slot : slots_) ++slot->count;
+  ++steps_;
+  optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);
+  const double base_lr = optimizer_->BaseLrLocked();
+  absl::Status pushed;
+  if (!ctx_.is_gpu()) {
+    pushed = PushCpu(KernelsLocked(steps_, base_lr), priority);
+  } else {
+    std::vector<std::pair<size_t, std::string>> uploads;
+    const bool in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
+                           optimizer_->num_update_ - steps_ == window_offset_;
+    int64_t rows = 0;
+    if (!in_window) {
+      rows = std::min<int64_t>(options_.lookahead,
+                               static_cast<int64_t>(device_->hyper_capacity /
+                                                    (device_->hyper_size * group_lr_mult_.size())));
+      absl::StatusOr<std::string> bytes = RowsLocked(steps_, rows);
+      pushed = bytes.status();
+      if (bytes.ok()) uploads.emplace_back(device_->window_at, *std::move(bytes));
+    }
+    if (pushed.ok() && tables_stale_) {
+      std::string counters;
+      Append(&counters, FusedCounters{steps_ - 1, 0});
+      uploads.emplace_back(device_->counters_at, std::move(counters));
+      std::string tables(reinterpret_cast<const char*>(tensors_.data()),
+                         tensors_.size() * sizeof(FusedTensor));
+      uploads.emplace_back(device_->tensors_at, std::move(tables));
+      std::string chunks(reinterpret_cast<const char*>(chunks_.data()),
+                         chunks_.size() * sizeof(FusedChunk));
+      uploads.emplace_back(device_->chunks_at, std::move(chunks));
+    }
+    if (pushed.ok()) pushed = PushGpu(std::move(uploads), priority);
+    if (pushed.ok()) {
+      tables_stale_ = false;
+      if (!in_window) {
+        window_first_ = steps_;
+        window_rows_ = rows;
+        window_offset_ = optimizer_->num_update_ - steps_;
+      }
+    }
+  }
+  if (!pushed.ok()) {  // nothing ran: count nothing
+    for (Optimizer::Slot* slot : slots_) --slot->count;
+    --steps_;
+    optimizer_->num_update_ = old_num_update;
+    return absl::Status(pushed.code(), absl::StrCat(optimizer_->name(), ": fused update of ",
+                                                    indices_.size(), " parameters on ",
+                                                    ctx_.ToString(), ": ", pushed.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FusedUpdate::PushCpu(const std::vector<UpdateKernel>& kernels, int priority) {
+  engine::Engine* eng = weights_.front().runtime().engine;
+  return eng->PushSync(
+      [kernels, tensors = tensors_](engine::RunContext) {
+        for (const FusedTensor& t : tensors) {
+          std::visit([&](const auto& k) { k.Cpu(t.n, t.grad, t.weight, t.state); },
+                     kernels[static_cast<size_t>(t.group)]);
+        }
+        return absl::OkStatus();
+      },
+      ctx_, read_vars_, mutate_vars_, engine::FnProperty::kNormal, priority,
+      kernels.empty() ? "fused_update" : NameOf(kernels.front()));
+}
+
+absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> uploads,
+                                  int priority) {
+#if TESSERA_USE_CUDA
+  engine::Engine* eng = weights_.front().runtime().engine;
+  std::vector<engine::VarHandle> mutate = mutate_vars_;
+  mutate.push_back(device_->buffer.var());
+  const bool graphs = options_.cuda_graphs;
+  return eng->PushSync(
+      [device = device_, uploads = std::move(uploads), kind = kind_, clip = clip_, graphs,
+       ctx = ctx_](engine::RunContext rctx) -> absl::Status {
+        auto stream = rctx.get_stream<cudaStream_t>();
+        uint8_t* base = device->buffer.data().data<uint8_t>();
+        // Pageable memory: the copy is staged before cudaMemcpyAsync returns, so the bytes
+        // may go with this function. Outside the graph: they change from window to window.
+        for (const auto& [at, bytes] : uploads) {
+          CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + at, bytes.data(), bytes.size(),
+                                               cudaMemcpyHostToDevice, stream));
+        }
+        auto launch = [&]() -> absl::Status {
+          const cudaError_t err = internal::FusedUpdateGpu(kind, device->table, clip, stream);
+          if (err == cudaSuccess) return absl::OkStatus();
+          return absl::InternalError(absl::StrCat("fused update on ", ctx.ToString(),
+                                                  ": kernel launch failed: ", cudaGetErrorName(err),
+                                                  " (", cudaGetErrorString(err), ")"));
+        };
+        if (!graphs) return launch();
+        return device->graph.Run(stream, launch);
+      },
+      ctx_, read_vars_, mutate, engine::FnProperty::kNormal, priority, "fused_update");
+#else
+  (void)uploads;
+  (void)priority;
+  return absl::FailedPreconditionError("Tessera was built without CUDA");
+#endif
+}
+
+absl::Status FusedUpdate::Check() const {
+  if (device_ == nullptr) {
+    for (const NDArray& w : weights_) RETURN_IF_ERROR(w.WaitToRead());
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(NDArray head, device_->buffer.Slice(0, sizeof(FusedCounters)));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, head.AsVector<uint8_t>());
+  FusedCounters counters;
+  std::memcpy(&counters, bytes.data(), sizeof(counters));
+  MutexLock lock(&optimizer_->mu_);
+  if (counters.missed != 0 || counters.steps_done != steps_) {
+    return absl::InternalError(absl::StrCat(optimizer_->name(), ": fused update on ", ctx_.ToString(),
+                                            ": the device did ", counters.steps_done, " steps and missed ",
+                                            counters.missed, ", the host pushed ", steps_));
+  }
+  return absl::OkStatus();
+}
+
+bool FusedUpdate::captured() const { return device_ != nullptr && device_->graph.captured(); }
+
+}  // namespace tessera::kvstore

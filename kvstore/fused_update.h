@@ -1,0 +1,129 @@
+// FusedUpdate: one optimizer step of a fixed set of parameters on one device as one engine
+// push - on a GPU one kernel launch for all of them plus one that counts the step, as MXNet's
+// multi_sgd_mom_update and apex's multi-tensor apply - instead of a push and a launch per
+// parameter. Each parameter ends with Optimizer::Update's values bit for bit: the same
+// kernels (internal/update_kernel.h) with the same hyperparameters.
+//
+//   ASSIGN_OR_RETURN(auto fused, FusedUpdate::Create(optimizer, indices, weights, grads));
+//   for (each batch) { forward/backward; RETURN_IF_ERROR(fused->Step()); }
+//
+// The learning rate, weight decay and Adam's bias correction of a step are the optimizer's,
+// computed on the host as for Update, but ahead: the rows of the next `lookahead` steps go to
+// the device at once, and the device counts the steps it has done and picks its row itself.
+// A step's launches therefore have arguments that never change, and with cuda_graphs they
+// are captured once into a CUDA graph (engine/stream_graph.h) and replayed: nothing in a step
+// needs the host. The optimizer's bookkeeping (update counts, num_update, the scheduler's
+// state) advances on the host with each Step exactly as for Update, so learning_rate(),
+// SaveState and checkpoints see the same optimizer. A change to the optimizer
+// (SetLearningRate, the multipliers, the scheduler, LoadState, another Update of one of these
+// indices) is taken up at the next Step, which recomputes its rows and state pointers.
+//
+// Thread safety: Step may be called from any thread, one call at a time per FusedUpdate.
+#ifndef TESSERA_KVSTORE_FUSED_UPDATE_H_
+#define TESSERA_KVSTORE_FUSED_UPDATE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/context.h"
+#include "engine/engine.h"
+#include "engine/stream_graph.h"
+#include "kvstore/internal/fused_update_table.h"
+#include "kvstore/internal/update_kernel.h"
+#include "kvstore/optimizer.h"
+#include "ndarray/ndarray.h"
+
+namespace tessera::kvstore {
+
+class FusedUpdate {
+ public:
+  struct Options {
+    // Replay a GPU step as a CUDA graph (TESSERA_CUDA_GRAPHS=1 by default, as executors).
+    bool cuda_graphs = engine::StreamGraph::EnabledByEnv();
+    // Steps whose hyperparameters go to the device at once (>= 1).
+    int64_t lookahead = 1024;
+  };
+
+  // weights[i] is updated by grads[i] as parameter indices[i], as Optimizer::Update takes
+  // them (float32, same shape, the weight's device); all on one device; indices distinct;
+  // every index updated as often as the others so far (a set updated together). States are
+  // made here for indices without them. INVALID_ARGUMENT naming the index otherwise;
+  // FAILED_PRECONDITION for a GPU without CUDA in the build. `optimizer` must outlive this.
+  static absl::StatusOr<std::unique_ptr<FusedUpdate>> Create(Optimizer* optimizer,
+                                                             std::vector<int> indices,
+                                                             std::vector<NDArray> weights,
+                                                             std::vector<NDArray> grads,
+                                                             Options options);
+  static absl::StatusOr<std::unique_ptr<FusedUpdate>> Create(Optimizer* optimizer,
+                                                             std::vector<int> indices,
+                                                             std::vector<NDArray> weights,
+                                                             std::vector<NDArray> grads) {
+    return Create(optimizer, std::move(indices), std::move(weights), std::move(grads), Options());
+  }
+  ~FusedUpdate();
+  FusedUpdate(const FusedUpdate&) = delete;
+  FusedUpdate& operator=(const FusedUpdate&) = delete;
+
+  // Pushes one update of every parameter (one engine push; `priority` goes to it). Returns
+  // at once; nothing is counted when the engine refuses the push. FAILED_PRECONDITION when
+  // the parameters' update counts came apart (one of them was updated on its own).
+  absl::Status Step(int priority = 0);
+
+  // Waits for the pushed steps and checks the device's counters: INTERNAL when a launch
+  // found no row for its step (a bug: that update did nothing) or the device counted other
+  // than the host. OK at once on the CPU.
+  absl::Status Check() const;
+
+  Context ctx() const { return ctx_; }
+  // Whether GPU steps now replay a captured graph.
+  bool captured() const;
+
+ private:
+  struct Device;  // the GPU's buffer, its layout and the graph
+
+  FusedUpdate(Optimizer* optimizer, std::vector<int> indices, std::vector<NDArray> weights,
+              std::vector<NDArray> grads, Options options);
+  // Re-reads the state arrays, counts and hyperparameter groups from the optimizer.
+  absl::Status RefreshLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  // The kernels of update `t` per group, with `base_lr` before the multipliers.
+  std::vector<internal::UpdateKernel> KernelsLocked(int64_t t, double base_lr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  // The device rows of updates first .. first + rows - 1.
+  absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t rows) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  absl::Status PushCpu(const std::vector<internal::UpdateKernel>& kernels, int priority);
+  absl::Status PushGpu(std::vector<std::pair<size_t, std::string>> uploads, int priority);
+
+  Optimizer* const optimizer_;
+  const std::vector<int> indices_;
+  const std::vector<NDArray> weights_;
+  const std::vector<NDArray> grads_;
+  const Options options_;
+  const Context ctx_;
+  internal::FusedKind kind_ = internal::FusedKind::kSgd;
+  bool clip_ = false;  // clip_gradient >= 0 (fixed at creation)
+
+  // Host copies of what the device reads; refreshed with the optimizer's generation.
+  std::vector<internal::FusedTensor> tensors_;
+  std::vector<internal::FusedChunk> chunks_;
+  std::vector<double> group_lr_mult_, group_wd_mult_;
+  std::vector<int> group_index_;  // one index of each group, for messages
+  std::vector<Optimizer::Slot*> slots_;  // the optimizer's, per index
+  std::vector<engine::VarHandle> read_vars_, mutate_vars_;
+  int64_t generation_ = -1;
+  int64_t steps_ = 0;  // updates of every index so far
+  bool tables_stale_ = true;  // the device's tensors and counters need writing (GPU)
+  // The steps whose rows the device holds (GPU), and num_update - steps when computed.
+  int64_t window_first_ = 1;
+  int64_t window_rows_ = 0;
+  int64_t window_offset_ = 0;
+  std::shared_ptr<Device> device_;
+};
+
+}  // namespace tessera::kvstore
+
+#endif  // TESSERA_KVSTORE_FUSED_UPDATE_H_
