@@ -2,8 +2,11 @@
 #include "kvstore/fused_update.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <new>
 #include <set>
 #include <utility>
 #include <variant>
@@ -36,6 +39,21 @@ struct FusedUpdate::Device {
   size_t hyper_capacity = 0; // bytes for rows
   internal::FusedTable table;
   engine::StreamGraph graph{"fused optimizer update"};
+  // Page-locked host copy of the counters, written after every step (check_finite).
+  FusedCounters* seen = nullptr;
+
+  ~Device() {
+#if TESSERA_USE_CUDA
+    if (seen != nullptr) cudaFreeHost(seen);
+#endif
+  }
+};
+
+// The first step and tensor with a NaN or an infinity, as the host last saw them (the CPU's
+// push writes them; a GPU step copies its counters into Device::seen).
+struct FusedUpdate::Nonfinite {
+  std::atomic<int64_t> step{0};
+  std::atomic<int32_t> tensor{internal::kNoTensor};
 };
 
 namespace {
@@ -102,9 +120,14 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
                                                      "; one fused update per device"));
     }
   }
+  if (!options.names.empty() && options.names.size() != indices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": ", options.names.size(), " names for ",
+                                                   indices.size(), " indices"));
+  }
   std::unique_ptr<FusedUpdate> fused(
       new FusedUpdate(optimizer, std::move(indices), std::move(weights), std::move(grads), options));
   FusedUpdate& f = *fused;
+  f.nonfinite_ = std::make_shared<Nonfinite>();
   MutexLock lock(&optimizer->mu_);
   for (size_t i = 0; i < f.indices_.size(); ++i) {
     RETURN_IF_ERROR(optimizer->CheckUpdateLocked(f.indices_[i], f.weights_[i], f.grads_[i]));
@@ -146,6 +169,11 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
   table.window = reinterpret_cast<const FusedWindow*>(base + device->window_at);
   table.hypers = base + device->hypers_at;
   table.counters = reinterpret_cast<FusedCounters*>(base + device->counters_at);
+  if (options.check_finite) {
+    void* seen = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&seen, sizeof(FusedCounters), cudaHostAllocDefault));
+    device->seen = new (seen) FusedCounters();
+  }
   f.device_ = std::move(device);
   return fused;
 #else
@@ -237,7 +265,28 @@ absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t rows)
   return out;
 }
 
+absl::Status FusedUpdate::NonfiniteStatus() const {
+  if (!options_.check_finite) return absl::OkStatus();
+  int64_t step = nonfinite_->step.load();
+  int32_t tensor = nonfinite_->tensor.load();
+  if (step == 0 && device_ != nullptr && device_->seen != nullptr) {
+    // Written by the device's copy after each step; a value not yet complete reads as none.
+    const volatile FusedCounters* seen = device_->seen;
+    step = seen->nonfinite_step;
+    tensor = seen->nonfinite_tensor;
+  }
+  if (step == 0 || tensor < 0 || static_cast<size_t>(tensor) >= indices_.size()) return absl::OkStatus();
+  const size_t t = static_cast<size_t>(tensor);
+  const std::string name =
+      options_.names.empty() ? absl::StrCat("index ", indices_[t])
+                             : absl::StrCat("'", options_.names[t], "' (index ", indices_[t], ")");
+  return absl::FailedPreconditionError(absl::StrCat(
+      optimizer_->name(), ": update ", step, ": the gradient of parameter ", name,
+      " holds a NaN or an infinity (check_finite); training has diverged"));
+}
+
 absl::Status FusedUpdate::Step(int priority) {
+  RETURN_IF_ERROR(NonfiniteStatus());
   MutexLock lock(&optimizer_->mu_);
   bool apart = false;
   for (const Optimizer::Slot* slot : slots_) apart |= slot->count != steps_;
@@ -298,8 +347,20 @@ absl::Status FusedUpdate::Step(int priority) {
 
 absl::Status FusedUpdate::PushCpu(const std::vector<UpdateKernel>& kernels, int priority) {
   engine::Engine* eng = weights_.front().runtime().engine;
+  const bool check = options_.check_finite;
+  const int64_t step = steps_;
   return eng->PushSync(
-      [kernels, tensors = tensors_](engine::RunContext) {
+      [kernels, tensors = tensors_, check, step, nonfinite = nonfinite_](engine::RunContext) {
+        if (check && nonfinite->step.load() == 0) {
+          for (size_t i = 0; i < tensors.size(); ++i) {
+            const FusedTensor& t = tensors[i];
+            if (!std::all_of(t.grad, t.grad + t.n, [](float g) { return std::isfinite(g); })) {
+              nonfinite->tensor.store(static_cast<int32_t>(i));
+              nonfinite->step.store(step);
+              break;
+            }
+          }
+        }
         for (const FusedTensor& t : tensors) {
           std::visit([&](const auto& k) { k.Cpu(t.n, t.grad, t.weight, t.state); },
                      kernels[static_cast<size_t>(t.group)]);
@@ -317,8 +378,9 @@ absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> up
   std::vector<engine::VarHandle> mutate = mutate_vars_;
   mutate.push_back(device_->buffer.var());
   const bool graphs = options_.cuda_graphs;
+  const bool check = options_.check_finite;
   return eng->PushSync(
-      [device = device_, uploads = std::move(uploads), kind = kind_, clip = clip_, graphs,
+      [device = device_, uploads = std::move(uploads), kind = kind_, clip = clip_, graphs, check,
        ctx = ctx_](engine::RunContext rctx) -> absl::Status {
         auto stream = rctx.get_stream<cudaStream_t>();
         uint8_t* base = device->buffer.data().data<uint8_t>();
@@ -329,11 +391,19 @@ absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> up
                                                cudaMemcpyHostToDevice, stream));
         }
         auto launch = [&]() -> absl::Status {
-          const cudaError_t err = internal::FusedUpdateGpu(kind, device->table, clip, stream);
-          if (err == cudaSuccess) return absl::OkStatus();
-          return absl::InternalError(absl::StrCat("fused update on ", ctx.ToString(),
-                                                  ": kernel launch failed: ", cudaGetErrorName(err),
-                                                  " (", cudaGetErrorString(err), ")"));
+          const cudaError_t err = internal::FusedUpdateGpu(kind, device->table, clip, check, stream);
+          if (err != cudaSuccess) {
+            return absl::InternalError(absl::StrCat("fused update on ", ctx.ToString(),
+                                                    ": kernel launch failed: ", cudaGetErrorName(err),
+                                                    " (", cudaGetErrorString(err), ")"));
+          }
+          // The host looks at the counters without waiting: page-locked, so the copy is part
+          // of the step (and of its graph).
+          if (check) {
+            CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device->seen, device->table.counters, sizeof(FusedCounters),
+                                                 cudaMemcpyDeviceToHost, stream));
+          }
+          return absl::OkStatus();
         };
         if (!graphs) return launch();
         return device->graph.Run(stream, launch);
@@ -349,12 +419,17 @@ absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> up
 absl::Status FusedUpdate::Check() const {
   if (device_ == nullptr) {
     for (const NDArray& w : weights_) RETURN_IF_ERROR(w.WaitToRead());
-    return absl::OkStatus();
+    return NonfiniteStatus();
   }
   ASSIGN_OR_RETURN(NDArray head, device_->buffer.Slice(0, sizeof(FusedCounters)));
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, head.AsVector<uint8_t>());
   FusedCounters counters;
   std::memcpy(&counters, bytes.data(), sizeof(counters));
+  if (counters.nonfinite_step != 0) {
+    nonfinite_->tensor.store(counters.nonfinite_tensor);
+    nonfinite_->step.store(counters.nonfinite_step);
+  }
+  RETURN_IF_ERROR(NonfiniteStatus());
   MutexLock lock(&optimizer_->mu_);
   if (counters.missed != 0 || counters.steps_done != steps_) {
     return absl::InternalError(absl::StrCat(optimizer_->name(), ": fused update on ", ctx_.ToString(),

@@ -18,6 +18,9 @@
 // (SetLearningRate, the multipliers, the scheduler, LoadState, another Update of one of these
 // indices) is taken up at the next Step, which recomputes its rows and state pointers.
 //
+// With check_finite every gradient is checked for NaN and infinities on the device (or in the
+// CPU's push); the first step that had one is reported by a later Step and by Check.
+//
 // Thread safety: Step may be called from any thread, one call at a time per FusedUpdate.
 #ifndef TESSERA_KVSTORE_FUSED_UPDATE_H_
 #define TESSERA_KVSTORE_FUSED_UPDATE_H_
@@ -46,6 +49,12 @@ class FusedUpdate {
     bool cuda_graphs = engine::StreamGraph::EnabledByEnv();
     // Steps whose hyperparameters go to the device at once (>= 1).
     int64_t lookahead = 1024;
+    // Look for NaN and infinities in every gradient of every step, on the device and without
+    // waiting for it: the first step that had one fails the Step call after it sees it (one
+    // or two steps later on a GPU) and Check, naming the update and the lowest parameter.
+    bool check_finite = false;
+    // The parameters' names, per index given to Create, for those messages (optional).
+    std::vector<std::string> names;
   };
 
   // weights[i] is updated by grads[i] as parameter indices[i], as Optimizer::Update takes
@@ -75,7 +84,8 @@ class FusedUpdate {
 
   // Waits for the pushed steps and checks the device's counters: INTERNAL when a launch
   // found no row for its step (a bug: that update did nothing) or the device counted other
-  // than the host. OK at once on the CPU.
+  // than the host; with check_finite, FAILED_PRECONDITION when a gradient held a NaN or an
+  // infinity.
   absl::Status Check() const;
 
   Context ctx() const { return ctx_; }
@@ -84,6 +94,11 @@ class FusedUpdate {
 
  private:
   struct Device;  // the GPU's buffer, its layout and the graph
+  struct Nonfinite;  // what the finiteness check found, as the host last saw it
+
+  // FAILED_PRECONDITION naming the first update and parameter with a NaN or an infinity in
+  // its gradient, as far as the host has seen; OK without one (or without the check).
+  absl::Status NonfiniteStatus() const;
 
   FusedUpdate(Optimizer* optimizer, std::vector<int> indices, std::vector<NDArray> weights,
               std::vector<NDArray> grads, Options options);
@@ -122,6 +137,7 @@ class FusedUpdate {
   int64_t window_rows_ = 0;
   int64_t window_offset_ = 0;
   std::shared_ptr<Device> device_;
+  std::shared_ptr<Nonfinite> nonfinite_;
 };
 
 }  // namespace tessera::kvstore

@@ -244,6 +244,11 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   opt->SetLrMult(lr_mult);
   opt->SetWdMult(wd_mult);
   if (lr_scheduler != nullptr) opt->SetLrScheduler(std::move(lr_scheduler));
+  if (options_.check_finite && store != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Module::InitOptimizer: check_finite needs one device without a store; this module has ",
+        execs_.size(), " devices and kvstore '", kvstore, "'"));
+  }
   update_on_kvstore_ = store != nullptr && update_on_kvstore.value_or(true);
   if (store == nullptr) {
     local_optimizer_ = std::move(opt);
@@ -345,6 +350,8 @@ absl::Status Module::UpdateInPlace() {
     }
     kvstore::FusedUpdate::Options fused;
     fused.cuda_graphs = options_.executor.cuda_graphs;
+    fused.check_finite = options_.check_finite;
+    for (int i : trained_) fused.names.push_back(param_names_[i]);
     ASSIGN_OR_RETURN(fused_update_, kvstore::FusedUpdate::Create(optimizer_, trained_, std::move(weights),
                                                                  std::move(grads), fused));
   }
@@ -488,6 +495,8 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
         RETURN_IF_ERROR(checkpoint(std::move(contents)));
       }
     }
+    // A NaN or an infinity the last updates met is reported by this epoch, not the next.
+    if (fused_update_ != nullptr && options_.check_finite) RETURN_IF_ERROR(fused_update_->Check());
     // Workers meet at each epoch's end. A worker whose partition ran out of batches first
     // waits here, and dist_sync rounds complete without it (kvstore/server_store.h).
     if (kvstore_ != nullptr) RETURN_IF_ERROR(kvstore_->Barrier());

@@ -60,6 +60,10 @@ struct ModuleOptions {
   std::vector<std::string> fixed_param_names;
   // How each device's executor runs (e.g. cuda_graphs).
   graph::ExecutorOptions executor;
+  // Look for NaN and infinities in every gradient, on the device and without waiting for it
+  // (kvstore::FusedUpdate::Options::check_finite): the update after the host sees one fails,
+  // naming the update and the parameter. One device without a store only.
+  bool check_finite = false;
 };
 
 // What a batch callback sees.

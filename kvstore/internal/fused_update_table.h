@@ -38,10 +38,16 @@ struct FusedChunk {
 
 // The device counters of a fused update: updates applied, and launches that found no row for
 // their step (the host fills the rows ahead, so that count stays 0; nonzero is a bug, and the
-// update it counts did nothing).
+// update it counts did nothing). With the finiteness check: the first update whose gradients
+// held a NaN or an infinity (0: none yet) and the lowest such tensor of that update
+// (kNoTensor: none).
+inline constexpr int32_t kNoTensor = 0x7fffffff;
 struct FusedCounters {
   int64_t steps_done = 0;
   int64_t missed = 0;
+  int64_t nonfinite_step = 0;
+  int32_t nonfinite_tensor = kNoTensor;
+  int32_t unused = 0;
 };
 
 // Which steps the rows of hypers are for: row r is the update numbered first_step + r

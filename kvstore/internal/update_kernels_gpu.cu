@@ -195,8 +195,29 @@ __global__ void FusedKernel(FusedTable table) {
   }
 }
 
+// Marks the lowest tensor whose gradient holds a NaN or an infinity, until a step is recorded
+// (FusedCountKernel records it).
+__global__ void FusedCheckKernel(FusedTable table) {
+  if (table.counters->nonfinite_step != 0) return;
+  for (int32_t c = blockIdx.x; c < table.num_chunks; c += gridDim.x) {
+    const FusedChunk chunk = table.chunks[c];
+    const FusedTensor& t = table.tensors[chunk.tensor];
+    const int64_t end = min(chunk.begin + kFusedChunkElements, t.n);
+    bool bad = false;
+    for (int64_t i = chunk.begin + threadIdx.x; i < end; i += blockDim.x) {
+      bad |= !isfinite(t.grad[i]);
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) {
+      atomicMin(&table.counters->nonfinite_tensor, chunk.tensor);
+    }
+  }
+}
+
 __global__ void FusedCountKernel(FusedTable table) {
   FusedCounters* c = table.counters;
+  if (c->nonfinite_step == 0 && c->nonfinite_tensor != kNoTensor) {
+    c->nonfinite_step = c->steps_done + 1;
+  }
   const int64_t row = c->steps_done + 1 - table.window->first_step;
   if (row < 0 || row >= table.window->rows) {
     ++c->missed;
@@ -208,9 +229,14 @@ __global__ void FusedCountKernel(FusedTable table) {
 constexpr int kMaxFusedBlocks = 1 << 16;
 
 template <typename Element>
-cudaError_t LaunchFused(const FusedTable& table, bool clip, cudaStream_t stream) {
+cudaError_t LaunchFused(const FusedTable& table, bool clip, bool check_finite,
+                        cudaStream_t stream) {
   if (table.num_chunks > 0) {
     const int blocks = table.num_chunks < kMaxFusedBlocks ? table.num_chunks : kMaxFusedBlocks;
+    if (check_finite) {
+      FusedCheckKernel<<<blocks, kThreads, 0, stream>>>(table);
+      if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    }
     if (clip) {
       FusedKernel<Element, true><<<blocks, kThreads, 0, stream>>>(table);
     } else {
@@ -256,15 +282,16 @@ cudaError_t AdaGradUpdateGpu(int64_t n, const AdaGradHyper& h, const float* grad
   return LaunchOne<AdaGradElement>(n, h, grad, weight, States{{history}}, stream);
 }
 
-cudaError_t FusedUpdateGpu(FusedKind kind, const FusedTable& table, bool clip,
+cudaError_t FusedUpdateGpu(FusedKind kind, const FusedTable& table, bool clip, bool check_finite,
                            cudaStream_t stream) {
   switch (kind) {
-    case FusedKind::kSgd: return LaunchFused<SgdElement>(table, clip, stream);
-    case FusedKind::kSgdMom: return LaunchFused<SgdMomElement>(table, clip, stream);
-    case FusedKind::kAdam: return LaunchFused<AdamElement>(table, clip, stream);
-    case FusedKind::kRmsProp: return LaunchFused<RmsPropElement>(table, clip, stream);
-    case FusedKind::kRmsPropCentered: return LaunchFused<RmsPropCenteredElement>(table, clip, stream);
-    case FusedKind::kAdaGrad: return LaunchFused<AdaGradElement>(table, clip, stream);
+    case FusedKind::kSgd: return LaunchFused<SgdElement>(table, clip, check_finite, stream);
+    case FusedKind::kSgdMom: return LaunchFused<SgdMomElement>(table, clip, check_finite, stream);
+    case FusedKind::kAdam: return LaunchFused<AdamElement>(table, clip, check_finite, stream);
+    case FusedKind::kRmsProp: return LaunchFused<RmsPropElement>(table, clip, check_finite, stream);
+    case FusedKind::kRmsPropCentered:
+      return LaunchFused<RmsPropCenteredElement>(table, clip, check_finite, stream);
+    case FusedKind::kAdaGrad: return LaunchFused<AdaGradElement>(table, clip, check_finite, stream);
   }
   return cudaErrorInvalidValue;
 }

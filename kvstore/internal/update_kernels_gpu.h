@@ -42,7 +42,9 @@ cudaError_t AdaGradUpdateGpu(int64_t n, const AdaGradHyper& h, const float* grad
 // same for every row), then one single-thread launch that counts the step: two launches
 // whatever the number of parameters, with arguments that never change (fused_update_table.h).
 // The hyperparameter structs in table.hypers are `kind`'s (SgdHyper for kSgd and kSgdMom, ...).
-cudaError_t FusedUpdateGpu(FusedKind kind, const FusedTable& table, bool clip,
+// check_finite: first one more launch that looks for NaN and infinities in every gradient
+// and records the first update that had one (FusedCounters), until one is recorded.
+cudaError_t FusedUpdateGpu(FusedKind kind, const FusedTable& table, bool clip, bool check_finite,
                            cudaStream_t stream);
 
 }  // namespace tessera::kvstore::internal

@@ -8,6 +8,7 @@
 // a schedule's boundaries, against the uncaptured fused run and the per-parameter one.
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,6 +32,7 @@ namespace {
 
 using tessera::testing::IsOk;
 using tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 struct Config {
@@ -232,6 +234,52 @@ TEST_P(FusedUpdateTest, RefusesWhatUpdateRefuses) {
   ASSERT_THAT(opt->Update(3, side.weights[3], side.grads[3]), IsOk());
   EXPECT_THAT((*f)->Step(), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("index")));
   EXPECT_EQ(opt->update_count(0, GetParam()), 2);  // the refused step counted nothing
+}
+
+// Sets the last element of `a` to `value`.
+void Poison(NDArray a, float value) {
+  auto v = a.AsVector<float>();
+  ASSERT_THAT(v, IsOk());
+  v->back() = value;
+  ASSERT_THAT(a.SyncCopyFromCPU(v->data(), a.Size()), IsOk());
+}
+
+// check_finite: a NaN in one gradient is reported by a later Step and by Check, naming the
+// update and the parameter; without the check nothing is reported.
+TEST_P(FusedUpdateTest, NonfiniteGradientsAreReportedWithTheUpdateAndTheParameter) {
+  const Config c = Configs()[1];
+  for (bool check : {false, true}) {
+    Side side = MakeSide(rt(), c, GetParam(), false);
+    FusedUpdate::Options options;
+    options.check_finite = check;
+    options.names = {"fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"};
+    auto f = FusedUpdate::Create(side.optimizer.get(), Indices(), side.weights, side.grads, options);
+    ASSERT_THAT(f, IsOk());
+    for (int step = 0; step < 5; ++step) StepFused(&side, f->get(), step);
+    ASSERT_THAT((*f)->Check(), IsOk());
+    // Update 6: a NaN in parameter 3 and an infinity in parameter 2; the first is named.
+    SetGrads(&side, 5);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    Poison(side.grads[3], nan);  // its last element, in its second chunk
+    Poison(side.grads[2], inf);
+    ASSERT_THAT((*f)->Step(), IsOk());
+    // Later steps fail once the host has seen it (at once on the CPU, a step or two later
+    // on a GPU); without the check they go on.
+    for (int step = 6; step < 8; ++step) {
+      SetGrads(&side, step);
+      const absl::Status later = (*f)->Step();
+      if (!check) EXPECT_THAT(later, IsOk());
+    }
+    if (!check) {
+      EXPECT_THAT((*f)->Check(), IsOk());
+      continue;
+    }
+    const auto reported = StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   AllOf(HasSubstr("update 6"), HasSubstr("'fc2_weight' (index 2)")));
+    EXPECT_THAT((*f)->Check(), reported);
+    EXPECT_THAT((*f)->Step(), reported);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, FusedUpdateTest, ::testing::Values(Context::CPU(), Context::GPU(0)),

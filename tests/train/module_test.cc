@@ -2,7 +2,10 @@
 // local KVStore type over several devices agrees with one device, and Score/Predict.
 #include "train/module.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 #include "core/file.h"
@@ -17,6 +20,7 @@
 namespace tessera::train {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using tessera::testing::IsOk;
 using tessera::testing::StatusIs;
@@ -32,7 +36,8 @@ class ModuleTest : public ::testing::Test {
   const Runtime& rt() { return owned_->get(); }
 
   // 200 samples of 10 features; the class is which of 3 fixed directions scores highest.
-  std::unique_ptr<io::NDArrayIter> Data(bool shuffle, int batch = 20) {
+  // nan_sample >= 0: that sample's features are NaN.
+  std::unique_ptr<io::NDArrayIter> Data(bool shuffle, int batch = 20, int nan_sample = -1) {
     std::mt19937 rng(3);
     std::normal_distribution<float> normal;
     std::vector<float> x(200 * 10), y(200);
@@ -46,6 +51,9 @@ class ModuleTest : public ::testing::Test {
         }
         if (score > best) best = score, y[i] = static_cast<float>(c);
       }
+    }
+    if (nan_sample >= 0) {
+      std::fill_n(x.begin() + nan_sample * 10, 10, std::numeric_limits<float>::quiet_NaN());
     }
     auto data = FromVector<float>(rt(), Shape{200, 10}, x);
     auto label = FromVector<float>(rt(), Shape{200}, y);
@@ -254,6 +262,24 @@ TEST_F(ModuleTest, FixedParametersAndAZeroLrMultAreNotTrained) {
   ASSERT_NE(mult.optimizer(), nullptr);
   EXPECT_EQ(mult.optimizer()->lr_mult(), (std::map<int, double>{{0, 0.0}}));
   EXPECT_EQ(mult.optimizer()->wd_mult(), (std::map<int, double>{{1, 0.5}}));
+}
+
+// check_finite: a NaN in the data (sample 57: the third batch, update 3) fails training with
+// the update and the first parameter whose gradient holds it; without the check the same
+// run finishes with NaN weights.
+TEST_F(ModuleTest, CheckFiniteReportsTheUpdateAndTheParameter) {
+  for (bool check : {false, true}) {
+    auto data = Data(false, 20, 57);
+    Module mod(rt(), Net(), {.check_finite = check});
+    const absl::Status fit = mod.Fit(data.get(), nullptr, Options(1));
+    if (!check) {
+      EXPECT_THAT(fit, IsOk());
+      EXPECT_TRUE(std::isnan(Values(mod).at("fc1_weight")[0]));
+      continue;
+    }
+    EXPECT_THAT(fit, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              AllOf(HasSubstr("update 3"), HasSubstr("'fc1_weight' (index 0)"))));
+  }
 }
 
 TEST_F(ModuleTest, Errors) {
