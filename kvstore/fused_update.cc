@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
+#include "kvstore/internal/fused_update_host.h"
 
 #if TESSERA_USE_CUDA
 #include <cuda_runtime_api.h>
@@ -30,8 +31,8 @@ using internal::FusedTensor;
 using internal::FusedWindow;
 using internal::UpdateKernel;
 
-// One device buffer: [counters | window | hyperparameter rows | tensors | chunks], the
-// window right before its rows so one copy writes both.
+// The table's buffer on the parameters' device: [counters | window | hyperparameter rows |
+// tensors | chunks], the window right before its rows so one copy writes both.
 struct FusedUpdate::Device {
   NDArray buffer;  // uint8
   size_t counters_at = 0, window_at = 0, hypers_at = 0, tensors_at = 0, chunks_at = 0;
@@ -39,7 +40,7 @@ struct FusedUpdate::Device {
   size_t hyper_capacity = 0; // bytes for rows
   internal::FusedTable table;
   engine::StreamGraph graph{"fused optimizer update"};
-  // Page-locked host copy of the counters, written after every step (check_finite).
+  // Page-locked host copy of the counters, written after every GPU step (check_finite).
   FusedCounters* seen = nullptr;
 
   ~Device() {
@@ -146,8 +147,6 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
       f.chunks_.push_back(FusedChunk{static_cast<int32_t>(i), 0, begin});
     }
   }
-  if (!f.ctx_.is_gpu()) return fused;
-#if TESSERA_USE_CUDA
   auto device = std::make_shared<Device>();
   device->hyper_size = HyperSize(kernel);
   const size_t groups = f.group_lr_mult_.size();
@@ -169,6 +168,11 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
   table.window = reinterpret_cast<const FusedWindow*>(base + device->window_at);
   table.hypers = base + device->hypers_at;
   table.counters = reinterpret_cast<FusedCounters*>(base + device->counters_at);
+  if (!f.ctx_.is_gpu()) {
+    f.device_ = std::move(device);
+    return fused;
+  }
+#if TESSERA_USE_CUDA
   if (options.check_finite) {
     void* seen = nullptr;
     CUDA_RETURN_IF_ERROR(cudaHostAlloc(&seen, sizeof(FusedCounters), cudaHostAllocDefault));
@@ -254,7 +258,7 @@ absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t rows)
     ASSIGN_OR_RETURN(ahead, optimizer_->scheduler_->Clone());
   }
   std::string out;
-  Append(&out, FusedWindow{first, rows});
+  Append(&out, FusedWindow{first, rows, static_cast<int64_t>(group_lr_mult_.size())});
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t num_update = optimizer_->num_update_ + r;
     const double base = ahead != nullptr ? (*ahead)(num_update) : optimizer_->lr_;
@@ -269,7 +273,7 @@ absl::Status FusedUpdate::NonfiniteStatus() const {
   if (!options_.check_finite) return absl::OkStatus();
   int64_t step = nonfinite_->step.load();
   int32_t tensor = nonfinite_->tensor.load();
-  if (step == 0 && device_ != nullptr && device_->seen != nullptr) {
+  if (step == 0 && device_->seen != nullptr) {
     // Written by the device's copy after each step; a value not yet complete reads as none.
     const volatile FusedCounters* seen = device_->seen;
     step = seen->nonfinite_step;
@@ -296,42 +300,39 @@ absl::Status FusedUpdate::Step(int priority) {
   for (Optimizer::Slot* slot : slots_) ++slot->count;
   ++steps_;
   optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);
-  const double base_lr = optimizer_->BaseLrLocked();
+  // The scheduler moves as for Update (its rows were computed ahead from a copy).
+  (void)optimizer_->BaseLrLocked();
   absl::Status pushed;
-  if (!ctx_.is_gpu()) {
-    pushed = PushCpu(KernelsLocked(steps_, base_lr), priority);
-  } else {
-    std::vector<std::pair<size_t, std::string>> uploads;
-    const bool in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
-                           optimizer_->num_update_ - steps_ == window_offset_;
-    int64_t rows = 0;
+  std::vector<std::pair<size_t, std::string>> uploads;
+  const bool in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
+                         optimizer_->num_update_ - steps_ == window_offset_;
+  int64_t rows = 0;
+  if (!in_window) {
+    rows = std::min<int64_t>(options_.lookahead,
+                             static_cast<int64_t>(device_->hyper_capacity /
+                                                  (device_->hyper_size * group_lr_mult_.size())));
+    absl::StatusOr<std::string> bytes = RowsLocked(steps_, rows);
+    pushed = bytes.status();
+    if (bytes.ok()) uploads.emplace_back(device_->window_at, *std::move(bytes));
+  }
+  if (pushed.ok() && tables_stale_) {
+    std::string counters;
+    Append(&counters, FusedCounters{steps_ - 1, 0});
+    uploads.emplace_back(device_->counters_at, std::move(counters));
+    std::string tables(reinterpret_cast<const char*>(tensors_.data()),
+                       tensors_.size() * sizeof(FusedTensor));
+    uploads.emplace_back(device_->tensors_at, std::move(tables));
+    std::string chunks(reinterpret_cast<const char*>(chunks_.data()),
+                       chunks_.size() * sizeof(FusedChunk));
+    uploads.emplace_back(device_->chunks_at, std::move(chunks));
+  }
+  if (pushed.ok()) pushed = ctx_.is_gpu() ? PushGpu(std::move(uploads), priority) : PushCpu(std::move(uploads), priority);
+  if (pushed.ok()) {
+    tables_stale_ = false;
     if (!in_window) {
-      rows = std::min<int64_t>(options_.lookahead,
-                               static_cast<int64_t>(device_->hyper_capacity /
-                                                    (device_->hyper_size * group_lr_mult_.size())));
-      absl::StatusOr<std::string> bytes = RowsLocked(steps_, rows);
-      pushed = bytes.status();
-      if (bytes.ok()) uploads.emplace_back(device_->window_at, *std::move(bytes));
-    }
-    if (pushed.ok() && tables_stale_) {
-      std::string counters;
-      Append(&counters, FusedCounters{steps_ - 1, 0});
-      uploads.emplace_back(device_->counters_at, std::move(counters));
-      std::string tables(reinterpret_cast<const char*>(tensors_.data()),
-                         tensors_.size() * sizeof(FusedTensor));
-      uploads.emplace_back(device_->tensors_at, std::move(tables));
-      std::string chunks(reinterpret_cast<const char*>(chunks_.data()),
-                         chunks_.size() * sizeof(FusedChunk));
-      uploads.emplace_back(device_->chunks_at, std::move(chunks));
-    }
-    if (pushed.ok()) pushed = PushGpu(std::move(uploads), priority);
-    if (pushed.ok()) {
-      tables_stale_ = false;
-      if (!in_window) {
-        window_first_ = steps_;
-        window_rows_ = rows;
-        window_offset_ = optimizer_->num_update_ - steps_;
-      }
+      window_first_ = steps_;
+      window_rows_ = rows;
+      window_offset_ = optimizer_->num_update_ - steps_;
     }
   }
   if (!pushed.ok()) {  // nothing ran: count nothing
@@ -345,30 +346,25 @@ absl::Status FusedUpdate::Step(int priority) {
   return absl::OkStatus();
 }
 
-absl::Status FusedUpdate::PushCpu(const std::vector<UpdateKernel>& kernels, int priority) {
+absl::Status FusedUpdate::PushCpu(std::vector<std::pair<size_t, std::string>> uploads,
+                                  int priority) {
   engine::Engine* eng = weights_.front().runtime().engine;
-  const bool check = options_.check_finite;
-  const int64_t step = steps_;
+  std::vector<engine::VarHandle> mutate = mutate_vars_;
+  mutate.push_back(device_->buffer.var());
   return eng->PushSync(
-      [kernels, tensors = tensors_, check, step, nonfinite = nonfinite_](engine::RunContext) {
-        if (check && nonfinite->step.load() == 0) {
-          for (size_t i = 0; i < tensors.size(); ++i) {
-            const FusedTensor& t = tensors[i];
-            if (!std::all_of(t.grad, t.grad + t.n, [](float g) { return std::isfinite(g); })) {
-              nonfinite->tensor.store(static_cast<int32_t>(i));
-              nonfinite->step.store(step);
-              break;
-            }
-          }
-        }
-        for (const FusedTensor& t : tensors) {
-          std::visit([&](const auto& k) { k.Cpu(t.n, t.grad, t.weight, t.state); },
-                     kernels[static_cast<size_t>(t.group)]);
+      [device = device_, uploads = std::move(uploads), kind = kind_, check = options_.check_finite,
+       nonfinite = nonfinite_](engine::RunContext) {
+        uint8_t* base = device->buffer.data().data<uint8_t>();
+        for (const auto& [at, bytes] : uploads) std::memcpy(base + at, bytes.data(), bytes.size());
+        internal::FusedUpdateHost(kind, device->table, check);
+        const FusedCounters& counters = *device->table.counters;
+        if (counters.nonfinite_step != 0 && nonfinite->step.load() == 0) {
+          nonfinite->tensor.store(counters.nonfinite_tensor);
+          nonfinite->step.store(counters.nonfinite_step);
         }
         return absl::OkStatus();
       },
-      ctx_, read_vars_, mutate_vars_, engine::FnProperty::kNormal, priority,
-      kernels.empty() ? "fused_update" : NameOf(kernels.front()));
+      ctx_, read_vars_, mutate, engine::FnProperty::kNormal, priority, "fused_update");
 }
 
 absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> uploads,
@@ -417,10 +413,6 @@ absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> up
 }
 
 absl::Status FusedUpdate::Check() const {
-  if (device_ == nullptr) {
-    for (const NDArray& w : weights_) RETURN_IF_ERROR(w.WaitToRead());
-    return NonfiniteStatus();
-  }
   ASSIGN_OR_RETURN(NDArray head, device_->buffer.Slice(0, sizeof(FusedCounters)));
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, head.AsVector<uint8_t>());
   FusedCounters counters;
@@ -439,6 +431,6 @@ absl::Status FusedUpdate::Check() const {
   return absl::OkStatus();
 }
 
-bool FusedUpdate::captured() const { return device_ != nullptr && device_->graph.captured(); }
+bool FusedUpdate::captured() const { return device_->graph.captured(); }
 
 }  // namespace tessera::kvstore

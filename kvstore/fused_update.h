@@ -104,13 +104,14 @@ class FusedUpdate {
               std::vector<NDArray> grads, Options options);
   // Re-reads the state arrays, counts and hyperparameter groups from the optimizer.
   absl::Status RefreshLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
-  // The kernels of update `t` per group, with `base_lr` before the multipliers.
+  // The kernels of update `t` per group, with `base_lr` before the multipliers (a row).
   std::vector<internal::UpdateKernel> KernelsLocked(int64_t t, double base_lr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
   // The device rows of updates first .. first + rows - 1.
   absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t rows) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
-  absl::Status PushCpu(const std::vector<internal::UpdateKernel>& kernels, int priority);
+  // One step's push: `uploads` (offset in the table's buffer, bytes) are written first.
+  absl::Status PushCpu(std::vector<std::pair<size_t, std::string>> uploads, int priority);
   absl::Status PushGpu(std::vector<std::pair<size_t, std::string>> uploads, int priority);
 
   Optimizer* const optimizer_;
@@ -131,8 +132,8 @@ class FusedUpdate {
   std::vector<engine::VarHandle> read_vars_, mutate_vars_;
   int64_t generation_ = -1;
   int64_t steps_ = 0;  // updates of every index so far
-  bool tables_stale_ = true;  // the device's tensors and counters need writing (GPU)
-  // The steps whose rows the device holds (GPU), and num_update - steps when computed.
+  bool tables_stale_ = true;  // the device's tensors and counters need writing
+  // The steps whose rows the device holds, and num_update - steps when computed.
   int64_t window_first_ = 1;
   int64_t window_rows_ = 0;
   int64_t window_offset_ = 0;

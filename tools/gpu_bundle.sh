@@ -217,6 +217,8 @@ main() {
   local -a tests benches
   mapfile -t tests < <(query 'tests(//...)')
   mapfile -t benches < <(query 'kind("cc_binary", //bench:all)')
+  # A query that fails prints nothing (its errors go to /dev/null): never bundle no tests.
+  ((${#tests[@]} > 0 && ${#benches[@]} > 0)) || die "bazel query found no tests or no benches; run 'bazel query tests(//...)' to see why"
   LABELS=("${tests[@]}" "${benches[@]}" //client:tessera //server:tessera-ps //worker:tessera-worker)
   build
   MISSING=()

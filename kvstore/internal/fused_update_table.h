@@ -51,20 +51,22 @@ struct FusedCounters {
 };
 
 // Which steps the rows of hypers are for: row r is the update numbered first_step + r
-// (1-based, as Optimizer counts), r < rows. Written by the host with the rows, ahead.
+// (1-based, as Optimizer counts), r < rows, each of `groups` structs. Written by the host
+// with the rows, ahead (the groups change with the optimizer's multipliers).
 struct FusedWindow {
   int64_t first_step = 1;
   int64_t rows = 0;
+  int64_t groups = 1;
 };
 
-// Device pointers. hypers holds window->rows rows of `groups` hyperparameter structs of the
-// kernel's type (update_kernels.h). A launch updates with the row of update
+// Device pointers. hypers holds window->rows rows of window->groups hyperparameter structs
+// of the kernel's type (update_kernels.h). A launch updates with the row of update
 // counters->steps_done + 1, then counts it.
 struct FusedTable {
   const FusedTensor* tensors = nullptr;
   const FusedChunk* chunks = nullptr;
   int32_t num_chunks = 0;
-  int32_t groups = 0;
+  int32_t unused = 0;
   const FusedWindow* window = nullptr;
   const void* hypers = nullptr;
   FusedCounters* counters = nullptr;

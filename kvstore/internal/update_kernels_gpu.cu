@@ -183,7 +183,8 @@ template <typename Element, bool kClip>
 __global__ void FusedKernel(FusedTable table) {
   const int64_t row = table.counters->steps_done + 1 - table.window->first_step;
   if (row < 0 || row >= table.window->rows) return;
-  const auto* hypers = static_cast<const typename Element::Hyper*>(table.hypers) + row * table.groups;
+  const auto* hypers =
+      static_cast<const typename Element::Hyper*>(table.hypers) + row * table.window->groups;
   for (int32_t c = blockIdx.x; c < table.num_chunks; c += gridDim.x) {
     const FusedChunk chunk = table.chunks[c];
     const FusedTensor& t = table.tensors[chunk.tensor];
