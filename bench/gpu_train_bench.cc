@@ -10,8 +10,9 @@
 //
 // Last line: one JSON object naming the machine (GPU, compute capability, driver, CUDA
 // runtime, cuDNN, CPU) and the peer (Python, torch, cuDNN), and per row <model>_b<batch>_:
-// samples_per_s (ours, operator by operator), graph_samples_per_s (ours with the executor's
-// passes captured as CUDA graphs, TESSERA_CUDA_GRAPHS=1), pytorch_eager_samples_per_s,
+// samples_per_s (ours, operator by operator, the optimizer one fused launch),
+// graph_samples_per_s (ours with the whole step - forward, backward and the fused update - one
+// captured CUDA graph, TESSERA_CUDA_GRAPHS=1), pytorch_eager_samples_per_s,
 // pytorch_graph_samples_per_s, ratio_vs_eager (ours / PyTorch eager) and ratio_vs_graph (ours
 // with graphs / PyTorch's captured step); > 1 means Tessera is faster, the targets are >= 1
 // for both. A figure that could not be measured is left out and an _error string says why;

@@ -1,5 +1,5 @@
 // Training throughput of a network through Module (forward + backward + SGD update per
-// batch), shared by the benches that compare against it: train_bench (against PyTorch on the
+// batch, as Fit runs them: Module::TrainStep where it can), shared by the benches that compare against it: train_bench (against PyTorch on the
 // CPU), gpu_train_bench (against PyTorch on the same GPU) and io_bench (against the data
 // iterators that feed it).
 #ifndef TESSERA_BENCH_TRAINER_THROUGHPUT_H_

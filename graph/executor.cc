@@ -229,66 +229,76 @@ bool Executor::draws_random() const {
 }
 
 absl::Status Executor::BuildPasses() {
-  struct Range {
-    uint32_t begin, end;
-    bool is_train;
-  };
   const uint32_t num_nodes = static_cast<uint32_t>(exec_.nodes.size());
-  for (const Range& r : {Range{0, exec_.num_forward_nodes, true},
-                         Range{0, exec_.num_forward_nodes, false},
-                         Range{exec_.num_forward_nodes, num_nodes, true}}) {
-    if (r.begin == r.end) continue;
-    // The union of the nodes' variables: written by any node means mutated by the pass.
-    std::vector<engine::VarHandle> reads, writes;
-    const auto contains = [](const std::vector<engine::VarHandle>& list, engine::VarHandle v) {
-      return std::find(list.begin(), list.end(), v) != list.end();
-    };
-    std::vector<std::function<absl::Status(engine::RunContext)>> steps;
-    for (uint32_t id = r.begin; id < r.end; ++id) {
-      const ExecNode& node = exec_.nodes[id];
-      if (node.kind == ExecNodeKind::kZeros) {
-        const TBlob out = entries_[node.first_output].data();
-        for (engine::VarHandle v : {entries_[node.first_output].var()}) {
-          if (!contains(writes, v)) writes.push_back(v);
-        }
-        steps.push_back([out](engine::RunContext rc) -> absl::Status {
-#if TESSERA_USE_CUDA
-          return gpu_math::Fill(out, 0.0, rc.get_stream<cudaStream_t>());
-#else
-          return absl::FailedPreconditionError("a GPU pass without CUDA");
-#endif
-        });
-        continue;
-      }
-      if (nodes_[id] == nullptr) continue;  // variables and head gradients: nothing to run
-      const NodeState& state = *nodes_[id];
-      for (engine::VarHandle v : state.mutate_vars) {
-        if (!contains(writes, v)) writes.push_back(v);
-      }
-      for (engine::VarHandle v : state.const_vars) {
-        if (!contains(reads, v)) reads.push_back(v);
-      }
-      const bool infer = node.kind == ExecNodeKind::kForward && !r.is_train;
-      steps.push_back(infer ? state.infer_body : state.train_body);
-    }
-    reads.erase(std::remove_if(reads.begin(), reads.end(), [&](engine::VarHandle v) { return contains(writes, v); }),
-                reads.end());
-    const int index = PassIndex(r.begin, r.is_train);
-    const std::string name = absl::StrCat(index == 2 ? "backward" : (r.is_train ? "forward" : "forward_infer"),
-                                          " pass (CUDA graph)");
-    auto pass = std::make_unique<Pass>(name);
-    engine::StreamGraph* graph = &pass->graph;
-    auto fn = [graph, steps = std::move(steps)](engine::RunContext rc, engine::CallbackOnComplete done) {
-      done(graph->Run(rc.stream, [&]() -> absl::Status {
-        for (const auto& step : steps) RETURN_IF_ERROR(step(rc));
-        return absl::OkStatus();
-      }));
-    };
-    ASSIGN_OR_RETURN(pass->opr, rt_.engine->NewOperator(std::move(fn), reads, writes, engine::FnProperty::kNormal,
-                                                        InternName(name)));
-    passes_[index] = std::move(pass);
+  if (exec_.num_forward_nodes > 0) {
+    ASSIGN_OR_RETURN(passes_[kForwardTrain], MakePass(0, exec_.num_forward_nodes, true, "forward", nullptr));
+    ASSIGN_OR_RETURN(passes_[kForwardInfer], MakePass(0, exec_.num_forward_nodes, false, "forward_infer", nullptr));
+  }
+  if (num_nodes > exec_.num_forward_nodes) {
+    ASSIGN_OR_RETURN(passes_[kBackward], MakePass(exec_.num_forward_nodes, num_nodes, true, "backward", nullptr));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Executor::Pass>> Executor::MakePass(uint32_t begin, uint32_t end, bool is_train,
+                                                                   const std::string& what,
+                                                                   const StepEpilogue* epilogue) {
+  // The union of the nodes' variables: written by any node means mutated by the pass.
+  std::vector<engine::VarHandle> reads, writes;
+  const auto contains = [](const std::vector<engine::VarHandle>& list, engine::VarHandle v) {
+    return std::find(list.begin(), list.end(), v) != list.end();
+  };
+  std::vector<std::function<absl::Status(engine::RunContext)>> steps;
+  for (uint32_t id = begin; id < end; ++id) {
+    const ExecNode& node = exec_.nodes[id];
+    if (node.kind == ExecNodeKind::kZeros) {
+      const TBlob out = entries_[node.first_output].data();
+      for (engine::VarHandle v : {entries_[node.first_output].var()}) {
+        if (!contains(writes, v)) writes.push_back(v);
+      }
+      steps.push_back([out](engine::RunContext rc) -> absl::Status {
+#if TESSERA_USE_CUDA
+        return gpu_math::Fill(out, 0.0, rc.get_stream<cudaStream_t>());
+#else
+        return absl::FailedPreconditionError("a GPU pass without CUDA");
+#endif
+      });
+      continue;
+    }
+    if (nodes_[id] == nullptr) continue;  // variables and head gradients: nothing to run
+    const NodeState& state = *nodes_[id];
+    for (engine::VarHandle v : state.mutate_vars) {
+      if (!contains(writes, v)) writes.push_back(v);
+    }
+    for (engine::VarHandle v : state.const_vars) {
+      if (!contains(reads, v)) reads.push_back(v);
+    }
+    const bool infer = node.kind == ExecNodeKind::kForward && !is_train;
+    steps.push_back(infer ? state.infer_body : state.train_body);
+  }
+  if (epilogue != nullptr) {
+    for (engine::VarHandle v : epilogue->writes) {
+      if (!contains(writes, v)) writes.push_back(v);
+    }
+    for (engine::VarHandle v : epilogue->reads) {
+      if (!contains(reads, v)) reads.push_back(v);
+    }
+    steps.push_back(epilogue->body);
+  }
+  reads.erase(std::remove_if(reads.begin(), reads.end(), [&](engine::VarHandle v) { return contains(writes, v); }),
+              reads.end());
+  const std::string name = absl::StrCat(what, " pass (CUDA graph)");
+  auto pass = std::make_unique<Pass>(name);
+  engine::StreamGraph* graph = &pass->graph;
+  auto fn = [graph, steps = std::move(steps)](engine::RunContext rc, engine::CallbackOnComplete done) {
+    done(graph->Run(rc.stream, [&]() -> absl::Status {
+      for (const auto& step : steps) RETURN_IF_ERROR(step(rc));
+      return absl::OkStatus();
+    }));
+  };
+  ASSIGN_OR_RETURN(pass->opr, rt_.engine->NewOperator(std::move(fn), reads, writes, engine::FnProperty::kNormal,
+                                                      InternName(name)));
+  return pass;
 }
 
 std::string Executor::cuda_graph_status() const {
@@ -422,7 +432,8 @@ absl::Status Executor::BuildNode(uint32_t id) {
 }
 
 absl::Status Executor::RunNodes(uint32_t begin, uint32_t end, bool is_train) {
-  if (const std::unique_ptr<Pass>& pass = passes_[PassIndex(begin, is_train)]; pass != nullptr) {
+  const int index = begin > 0 ? kBackward : (is_train ? kForwardTrain : kForwardInfer);
+  if (const std::unique_ptr<Pass>& pass = passes_[index]; pass != nullptr) {
     return rt_.engine->Push(pass->opr, ctx_);
   }
   for (uint32_t id = begin; id < end; ++id) {
@@ -486,6 +497,31 @@ absl::Status Executor::Backward(const std::vector<NDArray>& head_grads) {
     RETURN_IF_ERROR(CopyFromTo(head_grads[k], entries_[e]));
   }
   return RunNodes(exec_.num_forward_nodes, static_cast<uint32_t>(exec_.nodes.size()), true);
+}
+
+bool Executor::can_train_step() const {
+  return passes_[kBackward] != nullptr &&
+         std::any_of(grad_reqs_.begin(), grad_reqs_.end(), [](OpReqType r) { return r != OpReqType::kNullOp; });
+}
+
+absl::Status Executor::TrainStep(const StepEpilogue& epilogue) {
+  if (!can_train_step()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TrainStep: the executor runs its operators one by one (CUDA graphs: ", cuda_graph_status(),
+        ") or has no gradients; run Forward and Backward"));
+  }
+  if (passes_[kTrainStep] == nullptr || train_step_epilogue_ != epilogue.id) {
+    if (passes_[kTrainStep] != nullptr) RETURN_IF_ERROR(rt_.engine->DeleteOperator(passes_[kTrainStep]->opr));
+    passes_[kTrainStep].reset();
+    ASSIGN_OR_RETURN(passes_[kTrainStep],
+                     MakePass(0, static_cast<uint32_t>(exec_.nodes.size()), true, "train step", &epilogue));
+    train_step_epilogue_ = epilogue.id;
+  }
+  for (uint32_t e : exec_.head_grad_entries) {
+    if (e != kNoEntry) RETURN_IF_ERROR(Fill(entries_[e], 1.0));
+  }
+  trained_forward_ = true;
+  return rt_.engine->Push(passes_[kTrainStep]->opr, ctx_);
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::SimpleBind(const Runtime& rt, const Symbol& symbol,

@@ -20,6 +20,8 @@
 #ifndef TESSERA_GRAPH_EXECUTOR_H_
 #define TESSERA_GRAPH_EXECUTOR_H_
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/engine.h"
 #include "graph/exec_graph.h"
 #include "graph/indexed_graph.h"
 #include "graph/memory_plan.h"
@@ -92,6 +95,21 @@ class Executor {
   // ones (outputs of loss operators ignore them).
   absl::Status Backward(const std::vector<NDArray>& head_grads = {});
 
+  // Work appended to a training step's pass (TrainStep): e.g. a fused optimizer update. The
+  // body enqueues on the run context's stream only, so it is captured with the pass; `id`
+  // names it (a new id rebuilds the pass), reads and writes are its engine variables.
+  struct StepEpilogue {
+    uintptr_t id = 0;
+    std::function<absl::Status(engine::RunContext)> body;
+    std::vector<engine::VarHandle> reads, writes;
+  };
+  // Forward (training), backward with ones as head gradients, then `epilogue`, as ONE engine
+  // function and, once warm, one CUDA graph: a whole training step per launch. Only where
+  // the passes are captured (can_train_step); otherwise FAILED_PRECONDITION and the caller
+  // runs Forward, Backward and its update apart.
+  absl::Status TrainStep(const StepEpilogue& epilogue);
+  bool can_train_step() const;
+
   // A new executor for new argument shapes (e.g. another batch size), sharing every
   // argument, gradient and auxiliary array whose shape does not change. Arrays whose shape
   // changes must be named in `shapes` unless `partial_shaping` (as in MXNet); otherwise an
@@ -132,8 +150,10 @@ class Executor {
   // Why the nodes cannot run as captured passes; empty when they can.
   std::string GraphObstacle() const;
   absl::Status BuildPasses();
-  // Pass 0: forward in training, 1: forward in inference, 2: backward.
-  static int PassIndex(uint32_t begin, bool is_train) { return begin > 0 ? 2 : (is_train ? 0 : 1); }
+  // Nodes [begin, end) (and `epilogue`, if any) as one engine function through a StreamGraph.
+  absl::StatusOr<std::unique_ptr<Pass>> MakePass(uint32_t begin, uint32_t end, bool is_train,
+                                                 const std::string& what, const StepEpilogue* epilogue);
+  enum PassIndex { kForwardTrain, kForwardInfer, kBackward, kTrainStep, kNumPasses };
   // This executor's own scratch buffer on `ctx` (engine/resource.h says why not a shared one).
   absl::StatusOr<engine::Resource> TempSpace(Context ctx);
 
@@ -154,7 +174,8 @@ class Executor {
   absl::flat_hash_map<Context, engine::Resource> temp_spaces_;  // private; released at the end
   bool trained_forward_ = false;
   std::string graph_obstacle_;              // why there are no passes (cuda_graphs requested)
-  std::unique_ptr<Pass> passes_[3];         // null when nodes run one by one
+  std::unique_ptr<Pass> passes_[kNumPasses];  // null when nodes run one by one
+  uintptr_t train_step_epilogue_ = 0;         // the epilogue passes_[kTrainStep] was built with
 };
 
 }  // namespace tessera::graph

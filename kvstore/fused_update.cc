@@ -233,6 +233,7 @@ absl::Status FusedUpdate::RefreshLocked() {
   }
   steps_ = slots_.front()->count;
   generation_ = optimizer_->generation_;
+  ++refreshes_;
   window_rows_ = 0;
   tables_stale_ = true;
   return absl::OkStatus();
@@ -289,126 +290,164 @@ absl::Status FusedUpdate::NonfiniteStatus() const {
       " holds a NaN or an infinity (check_finite); training has diverged"));
 }
 
-absl::Status FusedUpdate::Step(int priority) {
-  RETURN_IF_ERROR(NonfiniteStatus());
-  MutexLock lock(&optimizer_->mu_);
+absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
   bool apart = false;
   for (const Optimizer::Slot* slot : slots_) apart |= slot->count != steps_;
   if (generation_ != optimizer_->generation_ || apart) RETURN_IF_ERROR(RefreshLocked());
 
-  const int64_t old_num_update = optimizer_->num_update_;
+  Pending p;
+  p.old_num_update = optimizer_->num_update_;
   for (Optimizer::Slot* slot : slots_) ++slot->count;
   ++steps_;
   optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);
-  // The scheduler moves as for Update (its rows were computed ahead from a copy).
+  // The scheduler moves as for Update (the rows were computed ahead from a copy of it).
   (void)optimizer_->BaseLrLocked();
-  absl::Status pushed;
-  std::vector<std::pair<size_t, std::string>> uploads;
-  const bool in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
-                         optimizer_->num_update_ - steps_ == window_offset_;
-  int64_t rows = 0;
-  if (!in_window) {
-    rows = std::min<int64_t>(options_.lookahead,
-                             static_cast<int64_t>(device_->hyper_capacity /
-                                                  (device_->hyper_size * group_lr_mult_.size())));
-    absl::StatusOr<std::string> bytes = RowsLocked(steps_, rows);
-    pushed = bytes.status();
-    if (bytes.ok()) uploads.emplace_back(device_->window_at, *std::move(bytes));
+  p.in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
+                optimizer_->num_update_ - steps_ == window_offset_;
+  absl::Status made;
+  if (!p.in_window) {
+    p.rows = std::min<int64_t>(options_.lookahead,
+                               static_cast<int64_t>(device_->hyper_capacity /
+                                                    (device_->hyper_size * group_lr_mult_.size())));
+    absl::StatusOr<std::string> bytes = RowsLocked(steps_, p.rows);
+    made = bytes.status();
+    if (bytes.ok()) p.uploads.emplace_back(device_->window_at, *std::move(bytes));
   }
-  if (pushed.ok() && tables_stale_) {
+  if (made.ok() && tables_stale_) {
     std::string counters;
     Append(&counters, FusedCounters{steps_ - 1, 0});
-    uploads.emplace_back(device_->counters_at, std::move(counters));
-    std::string tables(reinterpret_cast<const char*>(tensors_.data()),
-                       tensors_.size() * sizeof(FusedTensor));
-    uploads.emplace_back(device_->tensors_at, std::move(tables));
-    std::string chunks(reinterpret_cast<const char*>(chunks_.data()),
-                       chunks_.size() * sizeof(FusedChunk));
-    uploads.emplace_back(device_->chunks_at, std::move(chunks));
+    p.uploads.emplace_back(device_->counters_at, std::move(counters));
+    p.uploads.emplace_back(device_->tensors_at, std::string(reinterpret_cast<const char*>(tensors_.data()),
+                                                            tensors_.size() * sizeof(FusedTensor)));
+    p.uploads.emplace_back(device_->chunks_at, std::string(reinterpret_cast<const char*>(chunks_.data()),
+                                                           chunks_.size() * sizeof(FusedChunk)));
   }
-  if (pushed.ok()) pushed = ctx_.is_gpu() ? PushGpu(std::move(uploads), priority) : PushCpu(std::move(uploads), priority);
+  if (!made.ok()) {
+    FinishStepLocked(p, made).IgnoreError();
+    return made;
+  }
+  return p;
+}
+
+absl::Status FusedUpdate::FinishStepLocked(const Pending& p, const absl::Status& pushed) {
   if (pushed.ok()) {
     tables_stale_ = false;
-    if (!in_window) {
+    if (!p.in_window) {
       window_first_ = steps_;
-      window_rows_ = rows;
+      window_rows_ = p.rows;
       window_offset_ = optimizer_->num_update_ - steps_;
     }
+    return absl::OkStatus();
   }
-  if (!pushed.ok()) {  // nothing ran: count nothing
-    for (Optimizer::Slot* slot : slots_) --slot->count;
-    --steps_;
-    optimizer_->num_update_ = old_num_update;
-    return absl::Status(pushed.code(), absl::StrCat(optimizer_->name(), ": fused update of ",
-                                                    indices_.size(), " parameters on ",
-                                                    ctx_.ToString(), ": ", pushed.message()));
-  }
-  return absl::OkStatus();
+  // Nothing ran: count nothing.
+  for (Optimizer::Slot* slot : slots_) --slot->count;
+  --steps_;
+  optimizer_->num_update_ = p.old_num_update;
+  return absl::Status(pushed.code(), absl::StrCat(optimizer_->name(), ": fused update of ", indices_.size(),
+                                                  " parameters on ", ctx_.ToString(), ": ", pushed.message()));
 }
 
-absl::Status FusedUpdate::PushCpu(std::vector<std::pair<size_t, std::string>> uploads,
-                                  int priority) {
+absl::Status FusedUpdate::Step(int priority) {
+  RETURN_IF_ERROR(NonfiniteStatus());
+  MutexLock lock(&optimizer_->mu_);
+  ASSIGN_OR_RETURN(Pending p, BeginStepLocked());
   engine::Engine* eng = weights_.front().runtime().engine;
-  std::vector<engine::VarHandle> mutate = mutate_vars_;
-  mutate.push_back(device_->buffer.var());
-  return eng->PushSync(
-      [device = device_, uploads = std::move(uploads), kind = kind_, check = options_.check_finite,
-       nonfinite = nonfinite_](engine::RunContext) {
-        uint8_t* base = device->buffer.data().data<uint8_t>();
-        for (const auto& [at, bytes] : uploads) std::memcpy(base + at, bytes.data(), bytes.size());
-        internal::FusedUpdateHost(kind, device->table, check);
-        const FusedCounters& counters = *device->table.counters;
-        if (counters.nonfinite_step != 0 && nonfinite->step.load() == 0) {
-          nonfinite->tensor.store(counters.nonfinite_tensor);
-          nonfinite->step.store(counters.nonfinite_step);
-        }
-        return absl::OkStatus();
+  auto upload = Uploader(std::move(p.uploads));
+  auto work = DeviceWork();
+  if (ctx_.is_gpu() && options_.cuda_graphs) {
+    work = [device = device_, launch = std::move(work)](engine::RunContext rc) {
+      return device->graph.Run(rc.stream, [&] { return launch(rc); });
+    };
+  }
+  const absl::Status pushed = eng->PushSync(
+      [upload = std::move(upload), work = std::move(work)](engine::RunContext rc) -> absl::Status {
+        RETURN_IF_ERROR(upload(rc));
+        return work(rc);
       },
-      ctx_, read_vars_, mutate, engine::FnProperty::kNormal, priority, "fused_update");
+      ctx_, read_vars_, write_vars(), engine::FnProperty::kNormal, priority, "fused_update");
+  return FinishStepLocked(p, pushed);
 }
 
-absl::Status FusedUpdate::PushGpu(std::vector<std::pair<size_t, std::string>> uploads,
-                                  int priority) {
+absl::Status FusedUpdate::Prepare(int priority) {
+  RETURN_IF_ERROR(NonfiniteStatus());
+  MutexLock lock(&optimizer_->mu_);
+  ASSIGN_OR_RETURN(Pending p, BeginStepLocked());
+  absl::Status pushed;
+  if (!p.uploads.empty()) {
+    pushed = weights_.front().runtime().engine->PushSync(Uploader(std::move(p.uploads)), ctx_, {},
+                                                         {device_->buffer.var()}, engine::FnProperty::kNormal,
+                                                         priority, "fused_update_rows");
+  }
+  return FinishStepLocked(p, pushed);
+}
+
+std::vector<engine::VarHandle> FusedUpdate::write_vars() const {
+  std::vector<engine::VarHandle> writes = mutate_vars_;
+  writes.push_back(device_->buffer.var());
+  return writes;
+}
+
+int64_t FusedUpdate::generation() const {
+  MutexLock lock(&optimizer_->mu_);
+  return refreshes_;
+}
+
+std::function<absl::Status(engine::RunContext)> FusedUpdate::Uploader(
+    std::vector<std::pair<size_t, std::string>> uploads) const {
+  const bool gpu = ctx_.is_gpu();
+  return [device = device_, uploads = std::move(uploads), gpu](engine::RunContext rc) -> absl::Status {
+    uint8_t* base = device->buffer.data().data<uint8_t>();
+    for (const auto& [at, bytes] : uploads) {
+      if (!gpu) {
+        std::memcpy(base + at, bytes.data(), bytes.size());
+        continue;
+      }
 #if TESSERA_USE_CUDA
-  engine::Engine* eng = weights_.front().runtime().engine;
-  std::vector<engine::VarHandle> mutate = mutate_vars_;
-  mutate.push_back(device_->buffer.var());
-  const bool graphs = options_.cuda_graphs;
-  const bool check = options_.check_finite;
-  return eng->PushSync(
-      [device = device_, uploads = std::move(uploads), kind = kind_, clip = clip_, graphs, check,
-       ctx = ctx_](engine::RunContext rctx) -> absl::Status {
-        auto stream = rctx.get_stream<cudaStream_t>();
-        uint8_t* base = device->buffer.data().data<uint8_t>();
-        // Pageable memory: the copy is staged before cudaMemcpyAsync returns, so the bytes
-        // may go with this function. Outside the graph: they change from window to window.
-        for (const auto& [at, bytes] : uploads) {
-          CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + at, bytes.data(), bytes.size(),
-                                               cudaMemcpyHostToDevice, stream));
-        }
-        auto launch = [&]() -> absl::Status {
-          const cudaError_t err = internal::FusedUpdateGpu(kind, device->table, clip, check, stream);
-          if (err != cudaSuccess) {
-            return absl::InternalError(absl::StrCat("fused update on ", ctx.ToString(),
-                                                    ": kernel launch failed: ", cudaGetErrorName(err),
-                                                    " (", cudaGetErrorString(err), ")"));
-          }
-          // The host looks at the counters without waiting: page-locked, so the copy is part
-          // of the step (and of its graph).
-          if (check) {
-            CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device->seen, device->table.counters, sizeof(FusedCounters),
-                                                 cudaMemcpyDeviceToHost, stream));
-          }
-          return absl::OkStatus();
-        };
-        if (!graphs) return launch();
-        return device->graph.Run(stream, launch);
-      },
-      ctx_, read_vars_, mutate, engine::FnProperty::kNormal, priority, "fused_update");
+      // Pageable memory: the copy is staged before cudaMemcpyAsync returns, so the bytes may
+      // go with this function. Never inside a graph: they change from window to window.
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + at, bytes.data(), bytes.size(), cudaMemcpyHostToDevice,
+                                           rc.get_stream<cudaStream_t>()));
 #else
-  (void)uploads;
-  (void)priority;
-  return absl::FailedPreconditionError("Tessera was built without CUDA");
+      (void)rc;
+      return absl::FailedPreconditionError("a GPU fused update without CUDA");
+#endif
+    }
+    return absl::OkStatus();
+  };
+}
+
+std::function<absl::Status(engine::RunContext)> FusedUpdate::DeviceWork() const {
+  const bool check = options_.check_finite;
+  if (!ctx_.is_gpu()) {
+    return [device = device_, kind = kind_, check, nonfinite = nonfinite_](engine::RunContext) {
+      internal::FusedUpdateHost(kind, device->table, check);
+      const FusedCounters& counters = *device->table.counters;
+      if (counters.nonfinite_step != 0 && nonfinite->step.load() == 0) {
+        nonfinite->tensor.store(counters.nonfinite_tensor);
+        nonfinite->step.store(counters.nonfinite_step);
+      }
+      return absl::OkStatus();
+    };
+  }
+#if TESSERA_USE_CUDA
+  auto launch = [device = device_, kind = kind_, clip = clip_, check, ctx = ctx_](engine::RunContext rc) -> absl::Status {
+    auto stream = rc.get_stream<cudaStream_t>();
+    const cudaError_t err = internal::FusedUpdateGpu(kind, device->table, clip, check, stream);
+    if (err != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("fused update on ", ctx.ToString(), ": kernel launch failed: ",
+                                              cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+    }
+    // The host looks at the counters without waiting: page-locked, so the copy is part of
+    // the step (and of its graph).
+    if (check) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device->seen, device->table.counters, sizeof(FusedCounters),
+                                           cudaMemcpyDeviceToHost, stream));
+    }
+    return absl::OkStatus();
+  };
+  return launch;
+#else
+  return [](engine::RunContext) { return absl::FailedPreconditionError("a GPU fused update without CUDA"); };
 #endif
 }
 

@@ -26,8 +26,10 @@
 #define TESSERA_KVSTORE_FUSED_UPDATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -88,6 +90,18 @@ class FusedUpdate {
   // infinity.
   absl::Status Check() const;
 
+  // The same step split for running it inside another engine function (a training step's
+  // graph, graph::Executor::TrainStep): Prepare does a step's host side (and pushes what the
+  // table needs written, when it does); DeviceWork is the step's device side, to run after
+  // Prepare in a function that reads read_vars() and writes write_vars() (never its own
+  // graph: the caller's captures it, options.cuda_graphs is Step's). Both describe
+  // the state of the last refresh: when generation() changes, take them again.
+  absl::Status Prepare(int priority = 0);
+  std::function<absl::Status(engine::RunContext)> DeviceWork() const;
+  const std::vector<engine::VarHandle>& read_vars() const { return read_vars_; }
+  std::vector<engine::VarHandle> write_vars() const;
+  int64_t generation() const;
+
   Context ctx() const { return ctx_; }
   // Whether GPU steps now replay a captured graph.
   bool captured() const;
@@ -110,9 +124,20 @@ class FusedUpdate {
   // The device rows of updates first .. first + rows - 1.
   absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t rows) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
-  // One step's push: `uploads` (offset in the table's buffer, bytes) are written first.
-  absl::Status PushCpu(std::vector<std::pair<size_t, std::string>> uploads, int priority);
-  absl::Status PushGpu(std::vector<std::pair<size_t, std::string>> uploads, int priority);
+  // One step's host side: the bookkeeping, and what must be written into the device's
+  // table first (offset, bytes): rows when the step leaves the window, the tables after a
+  // refresh. FinishStepLocked keeps it when the push went, undoes it when it did not.
+  struct Pending {
+    int64_t old_num_update = 0;
+    std::vector<std::pair<size_t, std::string>> uploads;
+    bool in_window = true;
+    int64_t rows = 0;
+  };
+  absl::StatusOr<Pending> BeginStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  absl::Status FinishStepLocked(const Pending& p, const absl::Status& pushed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  std::function<absl::Status(engine::RunContext)> Uploader(
+      std::vector<std::pair<size_t, std::string>> uploads) const;
 
   Optimizer* const optimizer_;
   const std::vector<int> indices_;
@@ -131,6 +156,7 @@ class FusedUpdate {
   std::vector<Optimizer::Slot*> slots_;  // the optimizer's, per index
   std::vector<engine::VarHandle> read_vars_, mutate_vars_;
   int64_t generation_ = -1;
+  int64_t refreshes_ = 0;  // RefreshLocked calls: what the variables and pointers belong to
   int64_t steps_ = 0;  // updates of every index so far
   bool tables_stale_ = true;  // the device's tensors and counters need writing
   // The steps whose rows the device holds, and num_update - steps when computed.

@@ -1,6 +1,7 @@
 #include "train/module.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
 
@@ -286,6 +287,12 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
 }
 
 absl::Status Module::Forward(const io::DataBatch& batch, bool is_train) {
+  RETURN_IF_ERROR(LoadBatch(batch));
+  for (auto& exec : execs_) RETURN_IF_ERROR(exec->Forward(is_train));
+  return absl::OkStatus();
+}
+
+absl::Status Module::LoadBatch(const io::DataBatch& batch) {
   if (!binded()) return absl::FailedPreconditionError("Module::Forward: call Bind first");
   const auto load = [&](const std::vector<std::string>& names, const std::vector<NDArray>& arrays) -> absl::Status {
     for (size_t i = 0; i < names.size() && i < arrays.size(); ++i) {
@@ -305,8 +312,29 @@ absl::Status Module::Forward(const io::DataBatch& batch, bool is_train) {
   };
   RETURN_IF_ERROR(load(options_.data_names, batch.data));
   RETURN_IF_ERROR(load(options_.label_names, batch.label));
-  for (auto& exec : execs_) RETURN_IF_ERROR(exec->Forward(is_train));
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Module::TrainStep(const io::DataBatch& batch) {
+  if (optimizer_ == nullptr || kvstore_ != nullptr || execs_.size() != 1 || !execs_[0]->can_train_step()) {
+    return false;
+  }
+  RETURN_IF_ERROR(LoadBatch(batch));
+  RETURN_IF_ERROR(MakeFusedUpdate());
+  RETURN_IF_ERROR(fused_update_->Prepare());
+  // The update's variables and pointers belong to the optimizer's state as last refreshed
+  // (a loaded state brings new arrays): a new epilogue then, and the executor re-captures.
+  const int64_t generation = fused_update_->generation();
+  if (generation != epilogue_generation_ || step_epilogue_.id == 0) {
+    static std::atomic<uintptr_t> next_id{1};
+    step_epilogue_ = {.id = next_id++,
+                      .body = fused_update_->DeviceWork(),
+                      .reads = fused_update_->read_vars(),
+                      .writes = fused_update_->write_vars()};
+    epilogue_generation_ = generation;
+  }
+  RETURN_IF_ERROR(execs_[0]->TrainStep(step_epilogue_));
+  return true;
 }
 
 absl::Status Module::Backward() {
@@ -340,6 +368,11 @@ absl::Status Module::Update() {
 
 absl::Status Module::UpdateInPlace() {
   if (trained_.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(MakeFusedUpdate());
+  return fused_update_->Step();
+}
+
+absl::Status Module::MakeFusedUpdate() {
   if (fused_update_ == nullptr) {
     // Every parameter in one push (one kernel launch on a GPU, a CUDA graph with the
     // executor's); bit for bit what updating them one by one gives.
@@ -354,8 +387,9 @@ absl::Status Module::UpdateInPlace() {
     for (int i : trained_) fused.names.push_back(param_names_[i]);
     ASSIGN_OR_RETURN(fused_update_, kvstore::FusedUpdate::Create(optimizer_, trained_, std::move(weights),
                                                                  std::move(grads), fused));
+    step_epilogue_ = {};
   }
-  return fused_update_->Step();
+  return absl::OkStatus();
 }
 
 absl::Status Module::UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad) {
@@ -483,9 +517,12 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
         RETURN_IF_ERROR(rt_.resources->SeedRandom(BatchSeed(options.seed, epoch, nbatch)));
       }
       const io::DataBatch& batch = train->Value();
-      RETURN_IF_ERROR(Forward(batch, /*is_train=*/true));
-      RETURN_IF_ERROR(Backward());
-      RETURN_IF_ERROR(Update());
+      ASSIGN_OR_RETURN(const bool stepped, TrainStep(batch));
+      if (!stepped) {
+        RETURN_IF_ERROR(Forward(batch, /*is_train=*/true));
+        RETURN_IF_ERROR(Backward());
+        RETURN_IF_ERROR(Update());
+      }
       RETURN_IF_ERROR(UpdateMetric(metric.get(), batch.label, batch.pad));
       ++nbatch;
       if (options.batch_end_callback) options.batch_end_callback({epoch, nbatch, metric.get()});

@@ -180,6 +180,11 @@ class Module {
   absl::Status Forward(const io::DataBatch& batch, bool is_train);
   absl::Status Backward();
   absl::Status Update();
+  // Forward, Backward and Update of one batch as ONE engine function - one CUDA graph once
+  // warm (graph::Executor::TrainStep) - where that can be: one device without a store, its
+  // executor capturing its passes (cuda_graphs on a GPU), InitOptimizer done. false (nothing
+  // done) elsewhere: then call the three. Fit uses it.
+  absl::StatusOr<bool> TrainStep(const io::DataBatch& batch);
   // Updates `metric` with this batch's labels and the outputs of the last Forward,
   // ignoring `pad` padding rows at the end.
   absl::Status UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad);
@@ -221,6 +226,9 @@ class Module {
   // The first dist worker's `mine`, on every worker (the servers carry it).
   // Update without a store: the optimizer on the one device's weights, fused.
   absl::Status UpdateInPlace();
+  absl::Status MakeFusedUpdate();
+  // Copies a batch's data and labels into the executors' inputs.
+  absl::Status LoadBatch(const io::DataBatch& batch);
   absl::StatusOr<TrainingPosition> ShareStart(TrainingPosition mine);
   // PREFIX-symbol.json, PREFIX-NNNN.params and .states (SaveCheckpoint's files) from
   // `contents`.
@@ -243,6 +251,9 @@ class Module {
   std::unique_ptr<kvstore::Optimizer> local_optimizer_;  // when the workers update
   // One device without a store: every parameter's update in one push, made at the first.
   std::unique_ptr<kvstore::FusedUpdate> fused_update_;
+  // The update as the end of a TrainStep's pass, and the fused update's generation it is of.
+  graph::Executor::StepEpilogue step_epilogue_;
+  int64_t epilogue_generation_ = -1;
   bool update_on_kvstore_ = false;
   kvstore::Optimizer* optimizer_ = nullptr;
   std::vector<int> trained_;  // indices into param_names_ of parameters with gradients

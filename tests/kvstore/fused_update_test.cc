@@ -19,6 +19,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "engine/engine.h"
 #include "kvstore/fused_update.h"
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
@@ -242,6 +243,35 @@ void Poison(NDArray a, float value) {
   ASSERT_THAT(v, IsOk());
   v->back() = value;
   ASSERT_THAT(a.SyncCopyFromCPU(v->data(), a.Size()), IsOk());
+}
+
+// Prepare + DeviceWork in a function of the caller's (how a training step's graph runs the
+// update) gives Step's bits, across windows and a loaded state (new arrays: a new
+// generation, whose variables the caller takes again).
+TEST_P(FusedUpdateTest, PreparedStepsInAnotherFunctionMatchUpdatingEachParameter) {
+  const Config c = Configs()[3];  // adam: its rate changes every step
+  Side each = MakeSide(rt(), c, GetParam(), true);
+  Side fused = MakeSide(rt(), c, GetParam(), true);
+  FusedUpdate::Options options;
+  options.lookahead = 3;
+  auto f = FusedUpdate::Create(fused.optimizer.get(), Indices(), fused.weights, fused.grads, options);
+  ASSERT_THAT(f, IsOk());
+  const int64_t first_generation = (*f)->generation();
+  for (int step = 0; step < 9; ++step) {
+    if (step == 5) {
+      const std::string saved = StateOf(*each.optimizer);
+      for (Side* s : {&each, &fused}) ASSERT_THAT(s->optimizer->LoadState(rt(), saved), IsOk());
+    }
+    StepEach(&each, step);
+    SetGrads(&fused, step);
+    ASSERT_THAT((*f)->Prepare(), IsOk());
+    ASSERT_THAT(rt().engine->PushSync((*f)->DeviceWork(), GetParam(), (*f)->read_vars(), (*f)->write_vars(),
+                                      engine::FnProperty::kNormal, 0, "test_step"),
+                IsOk());
+  }
+  EXPECT_GT((*f)->generation(), first_generation);
+  EXPECT_THAT((*f)->Check(), IsOk());
+  ExpectSameBits(each, fused, "prepared steps");
 }
 
 // check_finite: a NaN in one gradient is reported by a later Step and by Check, naming the

@@ -15,6 +15,7 @@
 #include "graph/symbol_json.h"
 #include "gtest/gtest.h"
 #include "io/ndarray_iter.h"
+#include "tests/gpu_test_util.h"
 #include "tests/ndarray/test_util.h"
 
 namespace tessera::train {
@@ -23,6 +24,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using tessera::testing::IsOk;
+using tessera::testing::IsOkAndHolds;
 using tessera::testing::StatusIs;
 
 std::string TempPrefix(const std::string& name) {
@@ -280,6 +282,32 @@ TEST_F(ModuleTest, CheckFiniteReportsTheUpdateAndTheParameter) {
     EXPECT_THAT(fit, StatusIs(absl::StatusCode::kFailedPrecondition,
                               AllOf(HasSubstr("update 3"), HasSubstr("'fc1_weight' (index 0)"))));
   }
+}
+
+// On a GPU with CUDA graphs Fit runs each batch as one captured step (forward, backward and
+// the fused update: Module::TrainStep); the parameters are the operator-by-operator run's bit
+// for bit (cuBLAS only, no algorithm search).
+TEST_F(ModuleTest, AWholeCapturedStepOnTheGpuTrainsAsOperatorByOperator) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  std::map<std::string, std::vector<float>> results[2];
+  for (bool graphs : {false, true}) {
+    auto data = Data(true);
+    ModuleOptions options{.contexts = {Context::GPU(0)}};
+    options.executor.cuda_graphs = graphs;
+    Module mod(rt(), Net(), options);
+    ASSERT_THAT(mod.Fit(data.get(), nullptr, Options(3)), IsOk());
+    ASSERT_THAT(data->Reset(), IsOk());
+    ASSERT_TRUE(data->Next().value());
+    // One more batch: one captured step, or (nothing done) the three calls.
+    EXPECT_THAT(mod.TrainStep(data->Value()), IsOkAndHolds(graphs)) << "graphs " << graphs;
+    if (!graphs) {
+      ASSERT_THAT(mod.Forward(data->Value(), true), IsOk());
+      ASSERT_THAT(mod.Backward(), IsOk());
+      ASSERT_THAT(mod.Update(), IsOk());
+    }
+    results[graphs] = Values(mod);
+  }
+  EXPECT_EQ(results[0], results[1]);
 }
 
 TEST_F(ModuleTest, Errors) {
