@@ -26,7 +26,8 @@ namespace tessera::engine {
 
 class StreamGraph {
  public:
-  // Whether CUDA graphs are asked for: the TESSERA_CUDA_GRAPHS environment variable is "1".
+  // Whether CUDA graphs are wanted: yes unless the TESSERA_CUDA_GRAPHS environment variable
+  // is "0".
   static bool EnabledByEnv();
 
   explicit StreamGraph(std::string name) : name_(std::move(name)) {}

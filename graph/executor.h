@@ -48,8 +48,9 @@ struct ExecutorOptions {
   MemoryPlanOptions memory;
   // On a GPU: run each pass (forward in training, forward in inference, backward) as one
   // engine function whose kernels are captured once into a CUDA graph and replayed
-  // (engine/stream_graph.h), as MXNet 2's MXNET_ENABLE_CUDA_GRAPHS. Default: the
-  // TESSERA_CUDA_GRAPHS environment variable ("1" on). Graphs are used only where a replay
+  // (engine/stream_graph.h), as MXNet 2's MXNET_ENABLE_CUDA_GRAPHS, and TrainStep's whole
+  // step. Default: on, unless the TESSERA_CUDA_GRAPHS environment variable is "0". Graphs
+  // are used only where a replay
   // computes what a fresh run would: every node on the executor's GPU, no operator drawing
   // random numbers (Dropout, rrelu), no model parallelism, no poisoning; otherwise the
   // executor runs operator by operator and cuda_graph_status() says why.

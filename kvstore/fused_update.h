@@ -47,7 +47,7 @@ namespace tessera::kvstore {
 class FusedUpdate {
  public:
   struct Options {
-    // Replay a GPU step as a CUDA graph (TESSERA_CUDA_GRAPHS=1 by default, as executors).
+    // Replay a GPU step as a CUDA graph (unless TESSERA_CUDA_GRAPHS=0, as executors).
     bool cuda_graphs = engine::StreamGraph::EnabledByEnv();
     // Steps whose hyperparameters go to the device at once (>= 1).
     int64_t lookahead = 1024;
