@@ -258,7 +258,7 @@ class Parser {
                      Map(root, root, "",
                          {"name", "network", "data", "batch_size", "epochs", "optimizer",
                           "initializer", "eval_metric", "kvstore", "cluster", "devices", "seed",
-                          "checkpoint", "checkpoint_format", "run_dir", "recovery"}));
+                          "checkpoint", "checkpoint_format", "run_dir", "recovery", "check_finite"}));
     JobFile job;
     JobSpec& spec = job.spec;
     spec.set_version(1);
@@ -401,13 +401,18 @@ class Parser {
     if (auto it = top.find("recovery"); it != top.end()) {
       RETURN_IF_ERROR(ParseRecoveryPolicy(it->second, spec.mutable_recovery()));
     }
+    if (auto it = top.find("check_finite"); it != top.end()) {
+      ASSIGN_OR_RETURN(const bool check, Bool(it->second, "check_finite"));
+      spec.set_check_finite(check);
+      if (check) spec.set_version(std::max<uint32_t>(spec.version(), 4));
+    }
     if (auto it = top.find("checkpoint_format"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string format, String(it->second, "checkpoint_format"));
       if (absl::Status known = ParseParamsFormat(format).status(); !known.ok()) {
         return Error(it->second, "checkpoint_format", known.message());
       }
       spec.set_checkpoint_format(format);
-      spec.set_version(2);
+      spec.set_version(std::max<uint32_t>(spec.version(), 2));
     }
     return job;
   }
@@ -505,7 +510,7 @@ class Parser {
       ASSIGN_OR_RETURN(auto names, Strings(it->second, "network.fixed_param_names"));
       for (auto& [name, node] : names) spec->add_fixed_param_names(name);
     }
-    if (spec->has_initial_params() || spec->fixed_param_names_size() > 0) spec->set_version(2);
+    if (spec->has_initial_params() || spec->fixed_param_names_size() > 0) spec->set_version(std::max<uint32_t>(spec->version(), 2));
     return absl::OkStatus();
   }
 

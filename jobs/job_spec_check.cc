@@ -70,6 +70,11 @@ absl::Status CheckJobSpec(const JobSpec& spec) {
   }
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.train_iter", d.train_iter(), false));
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.test_iter", d.test_iter(), true));
+  if (spec.check_finite() && (store != "local" || spec.devices_size() > 1)) {
+    return JobFieldError(absl::StatusCode::kInvalidArgument, "check_finite",
+                         absl::StrCat("only for one device without parameter servers; this job has kvstore '", store,
+                                      "' and ", std::max(1, spec.devices_size()), " devices"));
+  }
   const CheckpointPolicy& policy = spec.checkpoint();
   if (policy.every_batches() < 0 || policy.every_seconds() < 0 || policy.keep() < 0) {
     return JobFieldError(absl::StatusCode::kInvalidArgument, "checkpoint",

@@ -321,7 +321,8 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   train::Module module(
       rt, net,
       {.contexts = contexts,
-       .fixed_param_names = {spec.fixed_param_names().begin(), spec.fixed_param_names().end()}});
+       .fixed_param_names = {spec.fixed_param_names().begin(), spec.fixed_param_names().end()},
+       .check_finite = spec.check_finite()});
   if (absl::Status bound = module.Bind(data.train->provide_data(), data.train->provide_label(), true);
       !bound.ok()) {
     return InNetwork(bound);

@@ -11,6 +11,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "jobs/job_spec_check.h"
 
 namespace tessera::client {
 namespace {
@@ -145,8 +146,26 @@ TEST(JobFileTest, Defaults) {
   EXPECT_EQ(job->run_dir, "runs/my_job");
   EXPECT_EQ(s.checkpoint_prefix(), "runs/my_job/my_job");
   EXPECT_EQ(s.batch_event_every(), 0);
+  EXPECT_FALSE(s.check_finite());
+  EXPECT_EQ(s.version(), 1u);
 
   EXPECT_EQ(ParseJobFile(kMinimal, "", "")->spec.name(), "job");
+}
+
+// check_finite needs a version 4 worker; a later version 2 field does not lower that.
+TEST(JobFileTest, CheckFiniteOnOneDeviceWithoutServers) {
+  absl::StatusOr<JobFile> job = Parse(std::string(kMinimal) + "kvstore: local\ncluster: {workers: 1}\ncheck_finite: true\ncheckpoint_format: mxnet\n");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_TRUE(job->spec.check_finite());
+  EXPECT_EQ(job->spec.version(), 4u);
+  // With parameter servers: refused where every job spec is checked (LoadJobFile, the
+  // coordinator, the worker).
+  absl::StatusOr<JobFile> dist = Parse(std::string(kMinimal) + "check_finite: true\n");
+  ASSERT_THAT(dist.status(), IsOk());
+  EXPECT_THAT(jobs::CheckJobSpec(dist->spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("check_finite': only for one device without parameter servers; this job has "
+                                 "kvstore 'dist_sync'")));
 }
 
 TEST(JobFileTest, EveryFieldGiven) {
@@ -477,6 +496,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"FixedParamNamesNotStrings",
                   Replace("network", "network: {model: lenet, fixed_param_names: [{a: 1}]}"),
                   "network.fixed_param_names[0]: expected a string"},
+        ErrorCase{"CheckFiniteNotABool", With("check_finite: maybe"),
+                  "check_finite: expected true or false, got \"maybe\""},
         ErrorCase{"UnknownCheckpointFormat", With("checkpoint_format: onnx"),
                   "checkpoint_format: "},
         ErrorCase{"EpochsNotANumber", Replace("epochs", "epochs: ten"),
