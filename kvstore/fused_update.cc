@@ -129,16 +129,16 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
       new FusedUpdate(optimizer, std::move(indices), std::move(weights), std::move(grads), options));
   FusedUpdate& f = *fused;
   f.nonfinite_ = std::make_shared<Nonfinite>();
-  MutexLock lock(&optimizer->mu_);
+  MutexLock lock(&f.optimizer_->mu_);
   for (size_t i = 0; i < f.indices_.size(); ++i) {
-    RETURN_IF_ERROR(optimizer->CheckUpdateLocked(f.indices_[i], f.weights_[i], f.grads_[i]));
+    RETURN_IF_ERROR(f.optimizer_->CheckUpdateLocked(f.indices_[i], f.weights_[i], f.grads_[i]));
   }
-  const UpdateKernel kernel = optimizer->KernelFor(Optimizer::Step{});
+  const UpdateKernel kernel = f.optimizer_->KernelFor(Optimizer::Step{});
   f.kind_ = KindOf(kernel);
   f.clip_ = Clips(kernel);
   for (size_t i = 0; i < f.indices_.size(); ++i) {
     bool created = false;
-    ASSIGN_OR_RETURN(auto it, optimizer->SlotLocked(f.indices_[i], f.weights_[i], &created));
+    ASSIGN_OR_RETURN(auto it, f.optimizer_->SlotLocked(f.indices_[i], f.weights_[i], &created));
     (void)it;
   }
   RETURN_IF_ERROR(f.RefreshLocked());
@@ -291,9 +291,11 @@ absl::Status FusedUpdate::NonfiniteStatus() const {
 }
 
 absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
-  bool apart = false;
-  for (const Optimizer::Slot* slot : slots_) apart |= slot->count != steps_;
-  if (generation_ != optimizer_->generation_ || apart) RETURN_IF_ERROR(RefreshLocked());
+  // The cached slots are the optimizer's only while its generation stands (LoadState
+  // replaces them): look at their counts only then.
+  bool stale = generation_ != optimizer_->generation_;
+  for (size_t i = 0; !stale && i < slots_.size(); ++i) stale = slots_[i]->count != steps_;
+  if (stale) RETURN_IF_ERROR(RefreshLocked());
 
   Pending p;
   p.old_num_update = optimizer_->num_update_;
