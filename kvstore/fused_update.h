@@ -17,9 +17,9 @@
 // SaveState and checkpoints see the same optimizer. A change to the optimizer
 // (SetLearningRate, the multipliers, the scheduler, LoadState) is taken up at the next Step,
 // which recomputes its rows and state pointers; an Update of one of these indices on its own
-// makes the next Step FAILED_PRECONDITION (the set is updated together). On the CPU the same table lives in host memory and
-// internal/fused_update_host.h runs the GPU's launches as loops, so the CPU's tests check the
-// rows, windows and counters the GPU uses.
+// makes the next Step FAILED_PRECONDITION (the set is updated together). On the CPU the
+// same table lives in host memory and internal/fused_update_host.h runs the GPU's launches
+// as loops, so the CPU's tests check the rows, windows and counters the GPU uses.
 //
 // With check_finite every gradient is checked for NaN and infinities on the device (or in the
 // CPU's push); the first step that had one is reported by a later Step and by Check.
