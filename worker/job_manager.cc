@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "ndarray/serialization.h"
+#include "spdlog/spdlog.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
@@ -24,8 +25,29 @@ JobManager::~JobManager() {
   if (cutter.joinable()) cutter.join();
 }
 
+void JobManager::StopStaleRun(const JobSpec& spec) {
+  std::shared_ptr<Cancellation> stale;
+  std::string stale_id;
+  {
+    MutexLock lock(&mu_);
+    if (!running_ || status_.job() != spec.name() || running_job_id_ == JobIdOf(spec)) return;
+    stale = cancellation_;
+    stale_id = running_job_id_;
+  }
+  spdlog::warn("worker: run '{}' of job '{}' replaces run '{}', which is still running here: stopping it",
+               JobIdOf(spec), spec.name(), stale_id);
+  // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
+  stale->Cancel();
+  MutexLock lock(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(kStaleRunWait);
+  for (bool timed_out = false; running_ && cancellation_ == stale && !timed_out;) {
+    timed_out = !idle_cv_.WaitUntil(&mu_, deadline);
+  }
+}
+
 absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
                                std::function<void(absl::Status)> done) {
+  StopStaleRun(spec);
   MutexLock lock(&mu_);
   if (running_) {
     return absl::ResourceExhaustedError(
@@ -33,6 +55,7 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
   }
   if (thread_.joinable()) thread_.join();  // the previous job's thread has finished its work
   running_ = true;
+  running_job_id_ = JobIdOf(spec);
   cancellation_ = std::make_shared<Cancellation>();
   status_ = WorkerStatus();
   status_.set_state(WorkerStatus::RUNNING);

@@ -25,6 +25,8 @@ namespace tessera::worker {
 
 // How long a cancelled job may take to stop at its next batch before its waits are cut.
 inline constexpr absl::Duration kCancelGrace = absl::Seconds(2);
+// How long Start waits for a stale run of the same job to stop (below).
+inline constexpr absl::Duration kStaleRunWait = absl::Seconds(10);
 
 class JobManager {
  public:
@@ -34,7 +36,11 @@ class JobManager {
   ~JobManager();  // cancels a running job and waits for it
 
   // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
-  // that thread; `done` is the last call). RESOURCE_EXHAUSTED while another job runs.
+  // that thread; `done` is the last call). RESOURCE_EXHAUSTED while another job runs -
+  // except an older run of the same job (same name, another job_id): the job's runner has
+  // restarted it after losing this worker (cut off, then back), so that run is stale; it is
+  // cancelled (its streams cut at once) and, once it stopped (at most kStaleRunWait), the
+  // new run starts.
   absl::Status Start(JobSpec spec, JobEventSink sink, std::function<void(absl::Status)> done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Asks the running job to stop before its next batch; if it has not within
@@ -49,11 +55,18 @@ class JobManager {
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  static std::string JobIdOf(const JobSpec& spec) {
+    return spec.job_id().empty() ? spec.name() : spec.job_id();
+  }
+  // Start's first step: stops a stale run of `spec`'s job, if one runs (see Start).
+  void StopStaleRun(const JobSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
+
   const Runtime rt_;
   const JobEnvironment environment_;
   mutable Mutex mu_;
   std::thread thread_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::string running_job_id_ ABSL_GUARDED_BY(mu_);  // the running run's (JobIdOf)
   // The running (or last) job's; a new one per job.
   std::shared_ptr<Cancellation> cancellation_ ABSL_GUARDED_BY(mu_);
   // After a Cancel: cuts the job's waits unless it stops within kCancelGrace. The grace lets

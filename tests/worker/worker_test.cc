@@ -580,6 +580,44 @@ TEST_F(WorkerTest, CancelStopsAJobWaitingOnTheParameterServerWithinSeconds) {
   EXPECT_EQ(jobs.Status().state(), WorkerStatus::IDLE);
 }
 
+// A newer run of the running job (same name, another job_id: the job's runner restarted it
+// after losing this worker) replaces the stale run: it is cancelled and the new one runs.
+// The same run started twice is still refused.
+TEST_F(WorkerTest, ANewerRunOfTheRunningJobReplacesTheStaleOne) {
+  std::atomic<int> batches{0};
+  // Before `jobs`: its thread may use them.
+  std::promise<absl::Status> old_done, new_done, other_done;
+  JobManager jobs(rt());
+  JobSpec old_run = MlpJob();
+  old_run.set_job_id("mlp-test.r1");
+  old_run.set_num_epochs(1000);  // runs until stopped
+  old_run.set_batch_event_every(1);
+  ASSERT_THAT(jobs.Start(old_run, [&](const JobEvent& e) { batches += e.has_batch(); },
+                         [&](absl::Status s) { old_done.set_value(s); }),
+              IsOk());
+  for (int i = 0; i < 6000 && batches < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GE(batches.load(), 1);
+  EXPECT_THAT(jobs.Start(old_run, [](const JobEvent&) {}, [](absl::Status) {}),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("one job at a time")));
+  JobSpec new_run = MlpJob();
+  new_run.set_job_id("mlp-test.r2");
+  ASSERT_THAT(jobs.Start(new_run, [](const JobEvent&) {}, [&](absl::Status s) { new_done.set_value(s); }),
+              IsOk());
+  EXPECT_THAT(old_done.get_future().get(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(new_done.get_future().get(), IsOk());
+  EXPECT_THAT(jobs.Params("mlp-test.r2"), IsOk());
+  // Another job is no stale run: refused while one runs.
+  JobSpec other = MlpJob();
+  other.set_name("other");
+  other.set_num_epochs(1000);
+  ASSERT_THAT(jobs.Start(other, [](const JobEvent&) {}, [&](absl::Status s) { other_done.set_value(s); }),
+              IsOk());
+  EXPECT_THAT(jobs.Start(new_run, [](const JobEvent&) {}, [](absl::Status) {}),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("'other'")));
+  EXPECT_TRUE(jobs.Cancel());
+  EXPECT_THAT(other_done.get_future().get(), StatusIs(absl::StatusCode::kCancelled));
+}
+
 TEST_F(WorkerTest, TheManagerRunsOneJobAtATimeAndCancels) {
   std::atomic<int> batches{0};
   std::promise<absl::Status> done, second;  // before `jobs`: its thread may still use them
