@@ -114,7 +114,9 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
     if (!seen.insert(indices[i]).second) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": index ", indices[i], " is given twice"));
     }
-    if (!weights[i].is_none() && !weights[0].is_none() && weights[i].ctx() != weights[0].ctx()) {
+    // What Update refuses (none arrays, dtypes, shapes, devices, a state of another shape).
+    RETURN_IF_ERROR(optimizer->CheckUpdate(indices[i], weights[i], grads[i]));
+    if (weights[i].ctx() != weights[0].ctx()) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": index ", indices[i], " is on ",
                                                      weights[i].ctx().ToString(), " but index ", indices[0],
                                                      " on ", weights[0].ctx().ToString(),
@@ -130,18 +132,10 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
   FusedUpdate& f = *fused;
   f.nonfinite_ = std::make_shared<Nonfinite>();
   MutexLock lock(&f.optimizer_->mu_);
-  for (size_t i = 0; i < f.indices_.size(); ++i) {
-    RETURN_IF_ERROR(f.optimizer_->CheckUpdateLocked(f.indices_[i], f.weights_[i], f.grads_[i]));
-  }
   const UpdateKernel kernel = f.optimizer_->KernelFor(Optimizer::Step{});
   f.kind_ = KindOf(kernel);
   f.clip_ = Clips(kernel);
-  for (size_t i = 0; i < f.indices_.size(); ++i) {
-    bool created = false;
-    ASSIGN_OR_RETURN(auto it, f.optimizer_->SlotLocked(f.indices_[i], f.weights_[i], &created));
-    (void)it;
-  }
-  RETURN_IF_ERROR(f.RefreshLocked());
+  RETURN_IF_ERROR(f.RefreshLocked());  // makes the states of indices without them
   for (size_t i = 0; i < f.indices_.size(); ++i) {
     for (int64_t begin = 0; begin < f.weights_[i].Size(); begin += internal::kFusedChunkElements) {
       f.chunks_.push_back(FusedChunk{static_cast<int32_t>(i), 0, begin});
