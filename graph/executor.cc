@@ -485,6 +485,12 @@ absl::Status Executor::Backward(const std::vector<NDArray>& head_grads) {
                                                    " head gradients (", absl::StrJoin(names, ", "),
                                                    "), got ", head_grads.size()));
   }
+  RETURN_IF_ERROR(SetHeadGrads(head_grads));
+  return RunNodes(exec_.num_forward_nodes, static_cast<uint32_t>(exec_.nodes.size()), true);
+}
+
+absl::Status Executor::SetHeadGrads(const std::vector<NDArray>& head_grads) {
+  const std::vector<std::string> names = head_grads.empty() ? std::vector<std::string>() : symbol_.ListOutputs();
   for (size_t k = 0; k < exec_.head_grad_entries.size(); ++k) {
     const uint32_t e = exec_.head_grad_entries[k];
     if (e == kNoEntry) continue;
@@ -496,7 +502,7 @@ absl::Status Executor::Backward(const std::vector<NDArray>& head_grads) {
                                exec_.entries[e].dtype));
     RETURN_IF_ERROR(CopyFromTo(head_grads[k], entries_[e]));
   }
-  return RunNodes(exec_.num_forward_nodes, static_cast<uint32_t>(exec_.nodes.size()), true);
+  return absl::OkStatus();
 }
 
 bool Executor::can_train_step() const {
@@ -517,9 +523,7 @@ absl::Status Executor::TrainStep(const StepEpilogue& epilogue) {
                      MakePass(0, static_cast<uint32_t>(exec_.nodes.size()), true, "train step", &epilogue));
     train_step_epilogue_ = epilogue.id;
   }
-  for (uint32_t e : exec_.head_grad_entries) {
-    if (e != kNoEntry) RETURN_IF_ERROR(Fill(entries_[e], 1.0));
-  }
+  RETURN_IF_ERROR(SetHeadGrads({}));
   trained_forward_ = true;
   return rt_.engine->Push(passes_[kTrainStep]->opr, ctx_);
 }

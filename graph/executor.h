@@ -148,6 +148,8 @@ class Executor {
   absl::Status AllocateEntries();
   absl::Status BuildNode(uint32_t id);
   absl::Status RunNodes(uint32_t begin, uint32_t end, bool is_train);
+  // Backward's head gradients: `head_grads` (checked), or ones when empty.
+  absl::Status SetHeadGrads(const std::vector<NDArray>& head_grads);
   // Why the nodes cannot run as captured passes; empty when they can.
   std::string GraphObstacle() const;
   absl::Status BuildPasses();

@@ -67,10 +67,6 @@ internal::FusedKind KindOf(const UpdateKernel& kernel) {
   return std::visit([](const auto& k) { return std::decay_t<decltype(k)>::kKind; }, kernel);
 }
 
-const char* NameOf(const UpdateKernel& kernel) {
-  return std::visit([](const auto& k) { return std::decay_t<decltype(k)>::kName; }, kernel);
-}
-
 bool Clips(const UpdateKernel& kernel) {
   return std::visit([](const auto& k) { return k.h.clip_gradient >= 0.0f; }, kernel);
 }

@@ -217,6 +217,11 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
       ASSIGN_OR_RETURN(store, kvstore::KVStore::Create(kvstore));
     }
   }
+  if (options_.check_finite && store != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Module::InitOptimizer: check_finite needs one device without a store; this module has ",
+        execs_.size(), " devices and kvstore '", kvstore, "'"));
+  }
   ops::KwArgs params = optimizer_params;
   // As MXNet's Module: gradients are summed over the batch (of every worker, for dist_sync),
   // so scale them by 1/batch.
@@ -245,11 +250,6 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   opt->SetLrMult(lr_mult);
   opt->SetWdMult(wd_mult);
   if (lr_scheduler != nullptr) opt->SetLrScheduler(std::move(lr_scheduler));
-  if (options_.check_finite && store != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Module::InitOptimizer: check_finite needs one device without a store; this module has ",
-        execs_.size(), " devices and kvstore '", kvstore, "'"));
-  }
   update_on_kvstore_ = store != nullptr && update_on_kvstore.value_or(true);
   if (store == nullptr) {
     local_optimizer_ = std::move(opt);
