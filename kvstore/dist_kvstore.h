@@ -55,6 +55,9 @@ struct DistKVStoreOptions {
   std::string job_id;
   // How long to wait for the servers to come up (workers may start first).
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How long a worker waits for a lost server's backup to take its keys over (a majority of
+  // the workers must ask it: docs/replication.md) before its requests of those keys fail.
+  absl::Duration failover_timeout = absl::Seconds(60);
   // TLS and the cluster token for the servers' connections (rpc/transport_security.h).
   rpc::TransportSecurity security;
   // Not owned, may be null; must outlive the store. When it fires, connecting stops and the

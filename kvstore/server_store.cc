@@ -135,6 +135,48 @@ std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage mes
   return ack;
 }
 
+absl::StatusOr<ReplicaStore::Handover> ServerStore::HandOverBackup(const std::string& job_id,
+                                                                   uint64_t view) {
+  MutexLock lock(&replica_mu_);
+  return replica_.TakeOver(job_id, view);
+}
+
+absl::StatusOr<std::unique_ptr<ServerStore>> ServerStore::TakeOver(
+    const Runtime& rt, ServerStoreOptions options, ReplicaStore::Handover handover) {
+  if (handover.num_workers != options.num_workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "taking over server ", options.server_index, "'s keys: the copy is of a job with ",
+        handover.num_workers, " workers, this server serves ", options.num_workers));
+  }
+  options.view = handover.view;
+  options.shared_memory = false;  // the workers' slots are in the lost server's memory
+  auto store = std::unique_ptr<ServerStore>(new ServerStore(rt, std::move(options)));
+  WriterLock lock(&store->mu_);
+  store->members_.Adopt(handover.job_id, handover.mode);
+  store->optimizer_ = std::move(handover.optimizer);
+  store->optimizer_spec_ = std::move(handover.optimizer_spec);
+  for (auto& [key_id, part] : handover.parts) {
+    Key& key = store->keys_.try_emplace(key_id, store->options_.num_workers).first->second;
+    key.shape = std::move(part.shape);
+    key.value = std::move(part.value);
+    ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt, key.shape));
+    key.version = static_cast<int64_t>(part.version);
+    if (handover.mode == SYNC_MODE_SYNC) key.round.Restore(key.version);
+    for (int r = 0; r < store->options_.num_workers && r < static_cast<int>(part.taken.size());
+         ++r) {
+      key.taken[r] = part.taken[r];
+      // Every push the copy took is in a completed round: a push_pull sent again is answered
+      // with the value as it is.
+      key.in_round[r] = {part.taken[r], key.version};
+    }
+  }
+  spdlog::info("server index {} taken over in view {}: {} key parts of job '{}' at their "
+               "replicated versions",
+               store->options_.server_index, store->options_.view, store->keys_.size(),
+               handover.job_id);
+  return store;
+}
+
 absl::StatusOr<ReplicaStore::Copy> ServerStore::BackupCopy(int key) const {
   MutexLock lock(&replica_mu_);
   return replica_.Find(key);
@@ -233,6 +275,7 @@ void ServerStore::ReplicateOptimizer() {
 
 void ServerStore::OnReplicaAck(int key_id, int64_t version, uint64_t epoch,
                              const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kAborted) return Fence(status);
   if (!status.ok()) LoseBackup(status);
   if (key_id < 0) return;  // an optimizer: nothing waits for it
   ReaderLock lock(&mu_);
@@ -253,7 +296,34 @@ void ServerStore::LoseBackup(const absl::Status& why) {
                 options_.server_index, backup_peer_, why.ToString());
 }
 
+void ServerStore::Fence(const absl::Status& why) {
+  WriterLock lock(&mu_);
+  if (fenced_.load()) return;
+  fenced_why_ = absl::AbortedError(
+      absl::StrCat("server ", options_.server_index, " no longer serves job '",
+                   members_.job_id(), "': ", why.message()));
+  fenced_ = true;
+  metrics_.backup_losses.Increment();
+  spdlog::error("{}", fenced_why_.ToString());
+  for (auto& [key_id, key] : keys_) {
+    for (const PendingPull& p : key.pulls) Answer(p, {ErrorReply(p.waiter.id, fenced_why_)});
+    key.pulls.clear();
+    DropParked(key, nullptr, fenced_why_);
+  }
+  if (members_.barrier_waiting()) AnswerBarrier(fenced_why_);
+}
+
+void ServerStore::AckWhenReplicated(Session* s, uint64_t id, int key_id, Key& key,
+                                    int64_t round) {
+  const PendingPull ack{Waiter{s, id}, s->rank_, round, /*shared=*/false, /*ack_only=*/true};
+  if (!has_backup_ || backup_lost_.load() || Ready(key, ack)) return s->send_({OkReply(id)});
+  ++s->waiting_;  // taken already: past the waiting bound
+  key.pulls.push_back(ack);
+  ServePulls(key_id, key);
+}
+
 absl::Status ServerStore::CheckSession(const Session* s) const {
+  if (fenced_.load()) return fenced_why_;
   if (s->rank_ < 0) return absl::FailedPreconditionError("send Hello before any request");
   return absl::OkStatus();
 }
@@ -267,6 +337,12 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
                      "speaks ", kKVStoreProtocolVersion, ")")));
   }
   if (s->rank_ >= 0) return fail(absl::FailedPreconditionError("Hello sent twice"));
+  if (hello.view() != options_.view) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "worker ", hello.rank(), " is in view ", hello.view(), ", but server ",
+        options_.server_index, " serves in view ", options_.view)));
+  }
+  if (fenced_.load() && hello.job_id() == members_.job_id()) return fail(fenced_why_);
   bool started = false;
   const absl::Status admitted = members_.Admit(hello, &started);
   if (started) {
@@ -281,6 +357,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
     optimizer_spec_.Clear();
     ++job_epoch_;
     backup_lost_ = false;  // the new job tries its backup afresh
+    fenced_ = false;
   }
   if (!admitted.ok()) return fail(admitted);
   s->rank_ = hello.rank();
@@ -290,6 +367,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   reply.mutable_hello()->set_num_servers(options_.num_servers);
   reply.mutable_hello()->set_max_chunk_bytes(options_.max_chunk_bytes);
   reply.mutable_hello()->set_serves_push_pull(true);
+  reply.mutable_hello()->set_view(options_.view);
   if (options_.shared_memory) {
     reply.mutable_hello()->set_shared_memory_min_bytes(options_.shared_memory_min_bytes);
   }
@@ -326,7 +404,11 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
       return absl::InvalidArgumentError(absl::StrCat(
           "Init of key ", header.key(), ": an Init carries its value (no shared memory yet)"));
     }
-    if (keys_.count(header.key())) return FindKey("Init", header).status();  // first value wins
+    if (keys_.count(header.key())) {  // the first value wins
+      ASSIGN_OR_RETURN(Key * key, FindKey("Init", header));
+      AckWhenReplicated(s, id, header.key(), *key, 0);
+      return absl::OkStatus();
+    }
     if (header.dtype() != DT_FLOAT32) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Init of key ", header.key(), ": the parameter server holds float32 arrays, got ",
@@ -345,9 +427,10 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
     const uint64_t bytes = static_cast<uint64_t>(shape.Size()) * sizeof(float);
     key.shared = slot_budget_.Share(header.key(), bytes, options_.num_workers);
     Replicate(header.key(), key, key.value, 0);
+    AckWhenReplicated(s, id, header.key(), key, 0);
     return absl::OkStatus();
   }();
-  s->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
+  if (!status.ok()) s->send_({ErrorReply(id, status)});
 }
 
 SyncRound::Payload ServerStore::Payload(const Key& key, int rank, std::vector<std::string> pieces,
@@ -489,7 +572,7 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     ++s->waiting_;
     key.pulls.push_back({Waiter{s, id}, rank, key.round.rounds_of(rank), shared});
   } else {
-    s->send_({OkReply(id)});
+    AckWhenReplicated(s, id, header.key(), key, key.round.rounds_of(rank));
   }
   if (absl::Status st = MaybeCompleteRound(header.key(), key); !st.ok()) {
     // Not this push's fault: the round's pulls get the error (MaybeCompleteRound sent it).
@@ -501,7 +584,12 @@ void ServerStore::AnswerResent(Session* s, uint64_t id, int key_id, Key& key, ui
   const int rank = s->rank_;
   // As the first: once the backup holds the value it went into (at the latest, this one).
   if (!sync()) return AnswerAsyncPush(s, id, key_id, key, then_pull, shared);
-  if (!then_pull) return s->send_({OkReply(id)});
+  if (!then_pull) {
+    // Its round: the newest in-round push's, or (an older push) one already done.
+    const Key::InRound& in = key.in_round[rank];
+    return AckWhenReplicated(s, id, key_id, key,
+                             seq == in.seq ? in.round : key.round.rounds_done());
+  }
   if (seq != key.in_round[rank].seq) {
     // An earlier push, whose round's value is gone, or one still parked: a worker resends
     // only its last push, and only on a new stream (where nothing of the old one is parked).
@@ -586,12 +674,15 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     }
     AcceptSyncPush(key, p.rank, std::move(p.pieces), p.shared);
     if (p.seq > 0) key.in_round[p.rank] = {p.seq, key.round.rounds_of(p.rank)};
-    if (p.then_pull) {  // still waiting, now for its round: only its bytes are released
-      p.waiter.session->parked_bytes_ -= p.bytes;
-      key.pulls.push_back({p.waiter, p.rank, key.round.rounds_of(p.rank), p.shared});
-    } else {
+    if (!p.then_pull && (!has_backup_ || backup_lost_.load())) {
       Answer(p, {OkReply(p.waiter.id)});
+      continue;
     }
+    // Still waiting, now for its round (a push_pull's value, or a push's acknowledgement
+    // once the round is on the backup): only its bytes are released.
+    p.waiter.session->parked_bytes_ -= p.bytes;
+    key.pulls.push_back({p.waiter, p.rank, key.round.rounds_of(p.rank), p.shared,
+                         /*ack_only=*/!p.then_pull});
   }
   return MaybeCompleteRound(key_id, key);
 }

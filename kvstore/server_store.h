@@ -136,6 +136,9 @@ struct ServerStoreOptions {
   uint64_t shared_memory_min_bytes = uint64_t{64} << 10;
   uint64_t max_shared_memory_bytes = uint64_t{4} << 30;
   int max_shared_memory_keys = 256;
+  // The view the store serves its index in (docs/replication.md): 0, or the view of the
+  // failover that gave it the index (TakeOver). A Hello of another view is refused.
+  uint64_t view = 0;
   // Where the store counts its traffic, updates and rounds; null: the process's
   // (KVStoreServerMetrics()). Not owned; outlives the store.
   ServerMetrics* metrics = nullptr;
@@ -206,6 +209,16 @@ class ServerStore {
               std::unique_ptr<ReplicaLink> backup = nullptr);
   ~ServerStore() ABSL_LOCKS_EXCLUDED(mu_, watchdog_mu_);
 
+  // A store that serves the key parts of a backup's copy as their primary after a failover
+  // (docs/replication.md): options.server_index is the index taken over and options.view the
+  // handover's view. It continues the job where the copy is: every key at its version, each
+  // worker's pushes taken as the copy says. The workers say Hello again (that view, that
+  // index) and send again what the lost primary left unanswered; the pushes' numbers make the
+  // ones it had taken harmless. It has no backup of its own.
+  static absl::StatusOr<std::unique_ptr<ServerStore>> TakeOver(const Runtime& rt,
+                                                               ServerStoreOptions options,
+                                                               ReplicaStore::Handover handover);
+
   // A session for one worker stream; replies go to `send`.
   std::unique_ptr<Session> Open(Send send);
   // A session for the Replicate stream of the primary this server backs up.
@@ -214,6 +227,13 @@ class ServerStore {
   absl::StatusOr<ReplicaStore::Copy> BackupCopy(int key) const ABSL_LOCKS_EXCLUDED(replica_mu_);
   // Whether this primary lost its backup for the current job (it then keeps one copy).
   bool backup_lost() const { return backup_lost_.load(); }
+  // Hands the copy of this server's primary's keys over (ReplicaStore::TakeOver), fencing
+  // that primary: its updates are refused from now on.
+  absl::StatusOr<ReplicaStore::Handover> HandOverBackup(const std::string& job_id, uint64_t view)
+      ABSL_LOCKS_EXCLUDED(replica_mu_);
+  // Whether its backup took its keys over (a failover): it then refuses every request of the
+  // job with ABORTED, so a primary that was frozen or cut off cannot serve a stale value.
+  bool fenced() const { return fenced_.load(); }
 
   // The command channel. `stop` is the daemon's business and is not handled here.
   absl::StatusOr<CommandReply> Command(const CommandRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -368,6 +388,14 @@ class ServerStore {
   void OnReplicaAck(int key_id, int64_t version, uint64_t epoch, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_);
   void LoseBackup(const absl::Status& why);
+  // The backup refused an update because it took this server's keys over: fails every
+  // waiting request with `why` and refuses the job's requests from now on.
+  void Fence(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Acknowledges a push or an Init once the value holding it is on the backup (dist_sync:
+  // once round `round` is done and replicated; dist_async and Init: once version `round` is
+  // replicated), so that what a worker saw acknowledged survives the primary's loss.
+  void AckWhenReplicated(Session* s, uint64_t id, int key_id, Key& key, int64_t round)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FailBlockedBy(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fail the waiters of rounds (each key locked in turn) and of a barrier (under the store's
   // lock exclusively) open longer than round_timeout (CheckDeadlines).
@@ -415,6 +443,8 @@ class ServerStore {
   const bool has_backup_;
   const std::string backup_peer_;
   std::atomic<bool> backup_lost_{false};  // for the current job
+  std::atomic<bool> fenced_{false};
+  absl::Status fenced_why_ ABSL_GUARDED_BY(mu_);
   mutable Mutex replica_mu_;
   ReplicaStore replica_ ABSL_GUARDED_BY(replica_mu_);  // the copy this server backs up
 };

@@ -83,16 +83,12 @@ class QueuedReactor : public grpc::ServerBidiReactor<In, Out> {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// One worker stream, as a ServerStore::Session.
+// One worker stream, as a ServerStore::Session of the store its Hello asks for (the node's
+// own, or one it took over in a failover); opened at the first message.
 class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  SessionReactor(kvstore::ServerStore* store, std::string peer) : peer_(std::move(peer)) {
-    session_ = store->Open([this](std::vector<ServerMessage> replies) {
-      std::vector<grpc::ByteBuffer> encoded;
-      encoded.reserve(replies.size());
-      for (ServerMessage& r : replies) encoded.push_back(kvstore::EncodeServerMessage(std::move(r)));
-      Enqueue(std::move(encoded));
-    });
+  SessionReactor(kvstore::ServerNode* node, std::string peer)
+      : node_(node), peer_(std::move(peer)) {
     StartReading();
   }
 
@@ -104,17 +100,37 @@ class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> 
  private:
   void OnMessage(grpc::ByteBuffer& in) override {
     WorkerMessage message;
-    if (absl::Status decoded = kvstore::DecodeWorkerMessage(&in, &message); decoded.ok()) {
-      session_->Handle(std::move(message));
-    } else {
+    if (absl::Status decoded = kvstore::DecodeWorkerMessage(&in, &message); !decoded.ok()) {
       Enqueue({kvstore::EncodeServerMessage(kvstore::ErrorReply(0, decoded))});  // no id: 0
+      return;
     }
+    if (session_ == nullptr) {
+      absl::StatusOr<kvstore::ServerStore*> store =
+          message.has_hello() ? node_->StoreFor(message.hello()) : &node_->own();
+      if (!store.ok()) {
+        // Not opened: the worker may say Hello again (a takeover waiting for a majority).
+        Enqueue({kvstore::EncodeServerMessage(kvstore::ErrorReply(message.id(), store.status()))});
+        return;
+      }
+      session_ = (*store)->Open([this](std::vector<ServerMessage> replies) {
+        std::vector<grpc::ByteBuffer> encoded;
+        encoded.reserve(replies.size());
+        for (ServerMessage& r : replies) {
+          encoded.push_back(kvstore::EncodeServerMessage(std::move(r)));
+        }
+        Enqueue(std::move(encoded));
+      });
+    }
+    session_->Handle(std::move(message));
   }
   void OnEnd() override {
+    if (session_ == nullptr) return;
     session_->Close(absl::UnavailableError(absl::StrCat("its stream from ", peer_, " ended")));
   }
 
+  kvstore::ServerNode* const node_;  // not owned
   const std::string peer_;
+  // Touched by the read callbacks only (they never overlap) and OnDone after them.
   std::unique_ptr<kvstore::ServerStore::Session> session_;
 };
 
@@ -142,12 +158,12 @@ class ReplicaReactor : public QueuedReactor<ReplicaMessage, ReplicaAck> {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KVStoreServiceImpl::Session(
     grpc::CallbackServerContext* context) {
-  return new SessionReactor(store_, context->peer());
+  return new SessionReactor(node_, context->peer());
 }
 
 grpc::ServerBidiReactor<ReplicaMessage, ReplicaAck>* KVStoreServiceImpl::Replicate(
     grpc::CallbackServerContext* /*context*/) {
-  return new ReplicaReactor(store_);
+  return new ReplicaReactor(&node_->own());
 }
 
 grpc::ServerUnaryReactor* KVStoreServiceImpl::Command(grpc::CallbackServerContext* context,
@@ -160,7 +176,9 @@ grpc::ServerUnaryReactor* KVStoreServiceImpl::Command(grpc::CallbackServerContex
     on_stop_();
     return reactor;
   }
-  absl::StatusOr<CommandReply> result = store_->Command(*request);
+  absl::StatusOr<kvstore::ServerStore*> store = node_->StoreFor(*request);
+  absl::StatusOr<CommandReply> result =
+      store.ok() ? (*store)->Command(*request) : absl::StatusOr<CommandReply>(store.status());
   if (result.ok()) *reply = std::move(*result);
   reactor->Finish(kvstore::ToGrpcStatus(result.status()));
   return reactor;

@@ -1,8 +1,9 @@
-// KVStoreServiceImpl: the gRPC face of a ServerStore (kvstore/server_store.h), on gRPC's
-// callback API. Each Session stream becomes a ServerStore::Session whose replies are queued
-// and written one at a time; a Replicate stream (from the primary this server backs up)
+// KVStoreServiceImpl: the gRPC face of a ServerNode (kvstore/server_node.h: its own
+// ServerStore, and the ones it took over), on gRPC's callback API. Each Session stream becomes
+// a ServerStore::Session of the store its Hello asks for, whose replies are queued and
+// written one at a time; a Replicate stream (from the primary this server backs up)
 // becomes a ServerStore::ReplicaSession, acknowledged alike; Command calls go to
-// ServerStore::Command, except `stop`, which calls the daemon's stop function (it shuts the
+// the ServerStore::Command of the store they name, except `stop`, which calls the daemon's stop function (it shuts the
 // gRPC server down from another thread).
 //
 // Thread safety: gRPC calls in from its own threads; the store serializes what it must.
@@ -11,7 +12,7 @@
 
 #include <functional>
 
-#include "kvstore/server_store.h"
+#include "kvstore/server_node.h"
 #include "proto/kvstore.grpc.pb.h"
 
 namespace tessera::server {
@@ -22,10 +23,10 @@ class KVStoreServiceImpl final
     : public KVStoreService::WithRawCallbackMethod_Session<KVStoreService::WithCallbackMethod_Command<
           KVStoreService::WithCallbackMethod_Replicate<KVStoreService::Service>>> {
  public:
-  // `store` (not owned) outlives the service; `on_stop` runs once per stop command and must
+  // `node` (not owned) outlives the service; `on_stop` runs once per stop command and must
   // not block (it wakes whoever shuts the server down).
-  KVStoreServiceImpl(kvstore::ServerStore* store, std::function<void()> on_stop)
-      : store_(store), on_stop_(std::move(on_stop)) {}
+  KVStoreServiceImpl(kvstore::ServerNode* node, std::function<void()> on_stop)
+      : node_(node), on_stop_(std::move(on_stop)) {}
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* context) override;
@@ -35,7 +36,7 @@ class KVStoreServiceImpl final
                                     const CommandRequest* request, CommandReply* reply) override;
 
  private:
-  kvstore::ServerStore* const store_;  // not owned
+  kvstore::ServerNode* const node_;  // not owned
   const std::function<void()> on_stop_;
 };
 

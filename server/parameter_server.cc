@@ -23,10 +23,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     link = std::make_unique<GrpcReplicaLink>(GrpcReplicaLink::Options{
         .target = backup, .security = security, .max_chunk_bytes = options.max_chunk_bytes});
   }
-  ps->store_ = std::make_unique<kvstore::ServerStore>(ps->runtime_->get(), store_options,
-                                                      std::move(link));
+  ps->node_ = std::make_unique<kvstore::ServerNode>(ps->runtime_->get(), store_options,
+                                                   std::move(link));
   ParameterServer* raw = ps.get();
-  ps->service_ = std::make_unique<KVStoreServiceImpl>(ps->store_.get(), [raw] {
+  ps->service_ = std::make_unique<KVStoreServiceImpl>(ps->node_.get(), [raw] {
     MutexLock lock(&raw->mu_);
     raw->stop_requested_ = true;
     raw->cv_.SignalAll();

@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "core/mutex.h"
-#include "kvstore/server_store.h"
+#include "kvstore/server_node.h"
 #include "ndarray/runtime.h"
 #include "rpc/transport_security.h"
 #include "server/kvstore_service.h"
@@ -40,8 +40,10 @@ class ParameterServer {
   const std::string& listening_address() const { return listening_address_; }
   // The engine and storage the store computes with (for metrics).
   const Runtime& runtime() const { return runtime_->get(); }
-  // What it serves (tests read a backup's copy through it).
-  const kvstore::ServerStore& store() const { return *store_; }
+  // What it serves (tests read a backup's copy through it): its own index's store, and the
+  // stores of the index it took over in a failover.
+  const kvstore::ServerStore& store() const { return node_->own(); }
+  const kvstore::ServerNode& node() const { return *node_; }
 
   // Blocks until a stop command arrives or Shutdown is called; then shuts gRPC down.
   void Wait() ABSL_LOCKS_EXCLUDED(mu_);
@@ -52,7 +54,7 @@ class ParameterServer {
   ParameterServer() = default;
 
   std::unique_ptr<OwnedRuntime> runtime_;
-  std::unique_ptr<kvstore::ServerStore> store_;
+  std::unique_ptr<kvstore::ServerNode> node_;
   std::unique_ptr<KVStoreServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

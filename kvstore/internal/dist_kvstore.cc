@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "kvstore/internal/comm.h"
 #include "kvstore/internal/server_connection.h"
+#include "kvstore/internal/server_route.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
 #include "spdlog/spdlog.h"
@@ -73,7 +74,7 @@ void Record(prometheus::Counter& bytes_total, prometheus::Histogram& seconds, ab
 class DistKVStore : public KVStore {
  public:
   DistKVStore(std::string type, DistKVStoreOptions options,
-              std::vector<std::unique_ptr<ServerConnection>> servers)
+              std::vector<std::unique_ptr<ServerRoute>> servers)
       : KVStore(std::move(type)), options_(std::move(options)), servers_(std::move(servers)) {
     if (options_.cancellation != nullptr) {
       cancelled_ = options_.cancellation->OnCancel([this] {
@@ -149,9 +150,14 @@ class DistKVStore : public KVStore {
   // Sends `part` of the key's `data` as chunks of `kind` whose payloads point into `data`
   // (kept alive by `owner`), or, for a push into a part with a slot, copies it there and
   // sends the header; `on_reply` hears the replies.
+  // A request sent again after a failover goes on the stream (the server that took the
+  // part over shares no memory) with the same push number.
   void SendPart(int key, const Shape& shape, const Part& part, const char* data, ChunkKind kind,
                 std::shared_ptr<const void> owner, int priority,
                 ServerConnection::OnReply on_reply) const;
+  // Sends one message (a pull, barrier or map_key; its id set on sending) to `server`'s route.
+  void SendMessage(int server, WorkerMessage message, int priority,
+                   ServerConnection::OnReply on_reply) const;
   // The host array a push of `arrays` (one key's, one per device) sends: the one array as it
   // is, or this worker's devices copied to the host and summed (engine pushes at
   // `priority`).
@@ -180,7 +186,7 @@ class DistKVStore : public KVStore {
   absl::Status CommandAll(const CommandRequest& request, std::vector<CommandReply>* replies);
 
   const DistKVStoreOptions options_;
-  std::vector<std::unique_ptr<ServerConnection>> servers_;
+  std::vector<std::unique_ptr<ServerRoute>> servers_;  // by server index
   Mutex mu_;  // not absl::Mutex, for TSan (see optimizer.h)
   std::map<int, Key> keys_ ABSL_GUARDED_BY(mu_);
   Updater updater_ ABSL_GUARDED_BY(mu_);
@@ -215,38 +221,56 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
   } else {
     header.add_shape(part.size);  // a slice of a big array: 1-D on its server
   }
-  if (kind != ChunkKind::kInit) header.set_seq(++*part.pushes);
-  auto body = [kind](WorkerMessage& m) {
-    return kind == ChunkKind::kInit   ? m.mutable_init()
-           : kind == ChunkKind::kPush ? m.mutable_push()
-                                      : m.mutable_push_pull();
+  if (kind != ChunkKind::kInit) header.set_seq(++*part.pushes);  // once: a resend keeps it
+  const char* bytes = data + part.begin * sizeof(float);
+  auto issue = [kind, header = std::move(header), slot = part.slot, bytes, total,
+                owner = std::move(owner), priority](ServerConnection& conn, bool moved,
+                                                    ServerConnection::OnReply reply) {
+    auto body = [kind](WorkerMessage& m) {
+      return kind == ChunkKind::kInit   ? m.mutable_init()
+             : kind == ChunkKind::kPush ? m.mutable_push()
+                                        : m.mutable_push_pull();
+    };
+    if (slot != nullptr && kind != ChunkKind::kInit && !moved) {
+      std::memcpy(slot->data(), bytes, total);
+      WorkerMessage m;
+      ArrayChunk* chunk = body(m);
+      *chunk = header;
+      chunk->set_last(true);
+      chunk->set_in_shared_memory(true);
+      conn.Send({std::move(m)}, priority, std::move(reply));
+      return;
+    }
+    const uint64_t step = std::min<uint64_t>(kChunkBytes, conn.hello().max_chunk_bytes());
+    std::vector<WorkerMessage> messages;
+    std::vector<std::pair<const char*, size_t>> payloads;
+    uint64_t offset = 0;
+    do {
+      const uint64_t n = std::min(step, total - offset);
+      WorkerMessage& m = messages.emplace_back();
+      ArrayChunk* chunk = body(m);
+      *chunk = header;
+      chunk->set_offset(offset);
+      payloads.emplace_back(bytes + offset, n);
+      offset += n;
+      chunk->set_last(offset == total);
+    } while (offset < total);
+    conn.SendChunks(std::move(messages), std::move(payloads), owner, priority, std::move(reply));
   };
-  if (part.slot != nullptr && kind != ChunkKind::kInit) {
-    std::memcpy(part.slot->data(), data + part.begin * sizeof(float), total);
-    WorkerMessage m;
-    ArrayChunk* chunk = body(m);
-    *chunk = header;
-    chunk->set_last(true);
-    chunk->set_in_shared_memory(true);
-    servers_[part.server]->Send({std::move(m)}, priority, std::move(on_reply));
-    return;
-  }
-  const uint64_t step = std::min<uint64_t>(kChunkBytes, servers_[part.server]->hello().max_chunk_bytes());
-  std::vector<WorkerMessage> messages;
-  std::vector<std::pair<const char*, size_t>> payloads;
-  uint64_t offset = 0;
-  do {
-    const uint64_t n = std::min(step, total - offset);
-    WorkerMessage& m = messages.emplace_back();
-    ArrayChunk* chunk = body(m);
-    *chunk = header;
-    chunk->set_offset(offset);
-    payloads.emplace_back(data + part.begin * sizeof(float) + offset, n);
-    offset += n;
-    chunk->set_last(offset == total);
-  } while (offset < total);
-  servers_[part.server]->SendChunks(std::move(messages), std::move(payloads), std::move(owner),
-                                    priority, std::move(on_reply));
+  servers_[part.server]->Send(std::move(issue), std::move(on_reply));
+}
+
+void DistKVStore::SendMessage(int server, WorkerMessage message, int priority,
+                              ServerConnection::OnReply on_reply) const {
+  servers_[server]->Send(
+      [message = std::move(message), priority](ServerConnection& conn, bool moved,
+                                               ServerConnection::OnReply reply) {
+        WorkerMessage m = message;
+        // The server that took a part over shares no memory: its value comes on the stream.
+        if (moved && m.has_pull()) m.mutable_pull()->set_into_shared_memory(false);
+        conn.Send({std::move(m)}, priority, std::move(reply));
+      },
+      std::move(on_reply));
 }
 
 ServerConnection::OnReply DistKVStore::PullInto(char* base, const Part& part, int k,
@@ -415,8 +439,8 @@ void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector
     const Part& part = *asked[a].second;
     WorkerMessage m;
     m.mutable_map_key()->set_key(asked[a].first);
-    servers_[part.server]->Send(
-        {std::move(m)}, 0,
+    SendMessage(
+        part.server, std::move(m), 0,
         [&mapped, a, bytes = static_cast<uint64_t>(part.size) * sizeof(float),
          done = waiter.completion()](const ServerMessage& reply, bool) {
           absl::Status status = ReplyStatus(reply);
@@ -536,8 +560,8 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
         WorkerMessage m;
         m.mutable_pull()->set_key(k);
         m.mutable_pull()->set_into_shared_memory(part.slot != nullptr);
-        servers_[part.server]->Send({std::move(m)}, priority,
-                                    PullInto(data + part.begin * sizeof(float), part, k, done));
+        SendMessage(part.server, std::move(m), priority,
+                    PullInto(data + part.begin * sizeof(float), part, k, done));
       }
     };
     std::vector<engine::VarHandle> mutated = {key.var, target.var()};
@@ -608,10 +632,10 @@ absl::Status DistKVStore::Barrier() {
   }
   RETURN_IF_ERROR(broken());
   Waiter waiter(static_cast<int>(servers_.size()));
-  for (auto& server : servers_) {
+  for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
     WorkerMessage m;
     m.mutable_barrier();
-    server->Send({std::move(m)}, 0, [c = waiter.completion()](const ServerMessage& reply, bool) {
+    SendMessage(s, std::move(m), 0, [c = waiter.completion()](const ServerMessage& reply, bool) {
       c->PartDone(ReplyStatus(reply));
     });
   }
@@ -721,12 +745,20 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   hello.set_num_workers(options.cluster.num_workers());
   hello.set_mode(type == "dist_sync" ? SYNC_MODE_SYNC : SYNC_MODE_ASYNC);
   hello.set_job_id(options.job_id);
-  std::vector<std::unique_ptr<internal::ServerConnection>> servers;
-  for (const std::string& address : options.cluster.servers) {
+  std::vector<std::unique_ptr<internal::ServerRoute>> servers;
+  for (size_t s = 0; s < options.cluster.servers.size(); ++s) {
     ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,
-                     internal::ServerConnection::Connect(address, hello, options.connect_timeout,
+                     internal::ServerConnection::Connect(options.cluster.servers[s], hello,
+                                                         options.connect_timeout,
                                                          options.security, options.cancellation));
-    servers.push_back(std::move(conn));
+    servers.push_back(std::make_unique<internal::ServerRoute>(
+        internal::ServerRoute::Options{.index = static_cast<int>(s),
+                                       .servers = options.cluster.servers,
+                                       .hello = hello,
+                                       .failover_timeout = options.failover_timeout,
+                                       .security = options.security,
+                                       .cancellation = options.cancellation},
+        std::move(conn)));
   }
   return std::make_unique<internal::DistKVStore>(type, options, std::move(servers));
 }

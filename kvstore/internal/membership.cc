@@ -27,6 +27,11 @@ int Membership::connected_count() const {
   return static_cast<int>(std::count(connected_.begin(), connected_.end(), 1));
 }
 
+void Membership::Adopt(const std::string& job_id, SyncMode mode) {
+  job_id_ = job_id;
+  mode_ = mode;
+}
+
 absl::Status Membership::Admit(const Hello& hello, bool* started) {
   *started = false;
   if (hello.num_workers() != num_workers()) {

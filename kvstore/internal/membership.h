@@ -40,6 +40,9 @@ class Membership {
   // Takes `hello`'s rank into the job it names; the refusal names what is wrong. `started`
   // says whether the Hello started a new job (nothing of the last one carries over).
   absl::Status Admit(const Hello& hello, bool* started);
+  // Serves job `job_id` in `mode` from here on, with no worker connected yet: a store that
+  // took over another server's keys (a failover) continues that job, not a new one.
+  void Adopt(const std::string& job_id, SyncMode mode);
   // `rank` left (its stream ended: `why`). Returns the status that requests waiting on it
   // get; it leaves the barrier.
   absl::Status Depart(int rank, absl::string_view why);

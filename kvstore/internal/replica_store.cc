@@ -118,14 +118,58 @@ absl::StatusOr<ReplicaStore::Copy> ReplicaStore::Find(int key) const {
   return copy;
 }
 
+absl::StatusOr<ReplicaStore::Handover> ReplicaStore::TakeOver(const std::string& job_id,
+                                                                uint64_t view) {
+  const std::string what =
+      absl::StrCat("server ", server_index_, " taking over server ", primary_, "'s keys");
+  if (primary_ == server_index_) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": there is no other server"));
+  }
+  if (taken_over_in_ > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": it took them over already, in view ", taken_over_in_));
+  }
+  if (!has_job_ || job_id_ != job_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": it holds no copy of job '", job_id, "'",
+        has_job_ ? absl::StrCat(" (its copy is of job '", job_id_, "')") : std::string(),
+        " (is the job replicated? replicas: 2 needs two servers or more)"));
+  }
+  if (view <= view_) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": view ", view,
+                                                      " is not newer than view ", view_));
+  }
+  Handover h;
+  h.job_id = job_id_;
+  h.mode = mode_;
+  h.num_workers = num_workers_;
+  h.view = view;
+  for (auto& [key, part] : parts_) {
+    h.parts[key] = {std::move(part.shape), std::move(part.value), part.version,
+                    std::move(part.taken)};
+  }
+  h.optimizer = std::move(optimizer_);
+  h.optimizer_spec = std::move(optimizer_spec_);
+  parts_.clear();
+  optimizer_spec_.Clear();
+  view_ = view;
+  taken_over_in_ = view;
+  return h;
+}
+
 absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string& what,
                                  bool* another_job) const {
+  if (taken_over_in_ > 0 && update.job_id() == job_id_) {
+    return absl::AbortedError(absl::StrCat(
+        what, ": server ", server_index_, " serves server ", primary_, "'s keys since view ",
+        taken_over_in_, " (a failover): server ", primary_, " is fenced"));
+  }
   if (update.primary() != primary_ || primary_ == server_index_) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": server ", server_index_, " backs up server ", primary_,
                      primary_ == server_index_ ? " (itself: there is no other server)" : ""));
   }
-  if (update.view() < view_) {
+  if (has_job_ && update.job_id() == job_id_ && update.view() < view_) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": view ", update.view(), " is older than view ", view_));
   }
@@ -177,6 +221,9 @@ absl::StatusOr<NDArray> ReplicaStore::Array(const Shape& shape, const ReplicaMes
 void ReplicaStore::StartJob(const ReplicaMessage& update) {
   parts_.clear();
   optimizer_.reset();
+  optimizer_spec_.Clear();
+  taken_over_in_ = 0;
+  view_ = 0;
   has_job_ = true;
   job_id_ = update.job_id();
   mode_ = update.mode();
@@ -200,6 +247,7 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
     if (another_job) StartJob(update);
     view_ = update.view();
     optimizer_ = *std::move(optimizer);
+    optimizer_spec_ = update.optimizer();
     return absl::OkStatus();
   }
   if (update.taken_size() != update.num_workers()) {

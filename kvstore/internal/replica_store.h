@@ -10,6 +10,10 @@
 // count other than the copy's (except an Init, which starts another job's copy afresh), an
 // optimizer that cannot be made. A version it holds already is acknowledged and changes
 // nothing (a resend).
+//
+// Failover: TakeOver hands the copy to a store that serves it as primary in a new view; from
+// then on every update of the old primary is refused with ABORTED (it is fenced: a primary
+// that was only frozen or cut off must not complete a round any more).
 #ifndef TESSERA_KVSTORE_INTERNAL_REPLICA_STORE_H_
 #define TESSERA_KVSTORE_INTERNAL_REPLICA_STORE_H_
 
@@ -88,6 +92,28 @@ class ReplicaStore {
   // (ReplicaReceiver's) or, when there are none, update.value.data.
   absl::Status Apply(ReplicaMessage update, std::vector<std::string> pieces = {});
 
+  // The copy, whole, for a store that takes the primary's keys over.
+  struct Handover {
+    std::string job_id;
+    SyncMode mode = SYNC_MODE_UNSET;
+    int num_workers = 0;
+    uint64_t view = 0;  // the view the taker serves in
+    struct Part {
+      Shape shape;
+      NDArray value;
+      uint64_t version = 0;
+      std::vector<uint64_t> taken;  // per rank
+    };
+    std::map<int, Part> parts;
+    std::unique_ptr<Optimizer> optimizer;  // null: the primary had none
+    OptimizerSpec optimizer_spec;
+  };
+  // Moves the copy out for serving in `view` (above every view seen) and fences the primary;
+  // FAILED_PRECONDITION when there is no copy of job `job_id`, or the view is not newer.
+  absl::StatusOr<Handover> TakeOver(const std::string& job_id, uint64_t view);
+  // The view of a takeover (0: none).
+  uint64_t taken_over_in() const { return taken_over_in_; }
+
   const std::string& job_id() const { return job_id_; }
   uint64_t view() const { return view_; }
   // The copy of `key`; NOT_FOUND naming it when there is none.
@@ -119,6 +145,8 @@ class ReplicaStore {
   uint64_t view_ = 0;
   std::map<int, Part> parts_;
   std::unique_ptr<Optimizer> optimizer_;  // the primary's; null: it has none
+  OptimizerSpec optimizer_spec_;          // what optimizer_ was made from
+  uint64_t taken_over_in_ = 0;
 };
 
 }  // namespace tessera::kvstore

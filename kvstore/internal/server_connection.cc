@@ -54,6 +54,11 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
 
   void Abort() { context_.TryCancel(); }
 
+  bool broken() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return !broken_.ok();
+  }
+
   // Starts closing; OnDone follows once the server has finished the stream.
   void Close() ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
@@ -156,7 +161,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
   const grpc::internal::RpcMethod method_;
   grpc::ClientContext context_;
   ServerMessage in_;  // only touched by the read reactions, which never overlap
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_;  // done_ became true
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
@@ -236,6 +241,8 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
 void ServerConnection::Abort() {
   if (reactor_ != nullptr) reactor_->Abort();
 }
+
+bool ServerConnection::broken() const { return reactor_ != nullptr && reactor_->broken(); }
 
 ServerConnection::~ServerConnection() {
   if (reactor_ == nullptr) return;

@@ -54,6 +54,9 @@ class ServerConnection {
   // Cuts the stream: every request pending or sent later fails at once (UNAVAILABLE, "stream
   // ended (Cancelled)"). For a job being cancelled while it waits on this server.
   void Abort();
+  // Whether the stream has ended: every reply from then on is the end's UNAVAILABLE (or the
+  // refused credentials' status), not the server's.
+  bool broken() const;
   // The command channel (a unary call).
   absl::StatusOr<CommandReply> Command(const CommandRequest& request, absl::Duration timeout);
 

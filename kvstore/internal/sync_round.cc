@@ -78,6 +78,12 @@ void SyncRound::Abandon() {
   std::fill(rounds_of_.begin(), rounds_of_.end(), rounds_done_);
 }
 
+void SyncRound::Restore(int64_t rounds_done) {
+  Clear();
+  rounds_done_ = rounds_done;
+  std::fill(rounds_of_.begin(), rounds_of_.end(), rounds_done);
+}
+
 void SyncRound::AlignRanks() { std::fill(rounds_of_.begin(), rounds_of_.end(), rounds_done_); }
 
 void SyncRound::Add(const std::vector<std::string_view>& payload, float* sum) {

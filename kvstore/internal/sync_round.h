@@ -62,6 +62,9 @@ class SyncRound {
   void Abandon();
   // A barrier opened: every worker has pushed into every round done (those it joined).
   void AlignRanks();
+  // Starts from `rounds_done` completed rounds with none open, every worker in all of them:
+  // a key taken over from a backup's copy (a failover).
+  void Restore(int64_t rounds_done);
 
  private:
   void Add(const std::vector<std::string_view>& payload, float* sum);

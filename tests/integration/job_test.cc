@@ -575,6 +575,46 @@ TEST_F(JobTest, AJobThatLosesItsServerAWorkerAndItsClientResumesAndEndsBitIdenti
   EXPECT_FALSE(first.empty());
 }
 
+// With two replicated servers, a SIGKILLed parameter server is failed over, not restarted
+// from a checkpoint: its backup takes its keys over, the workers send again what it left
+// unanswered, and the job goes on without a rerun to the parameters of the same job run
+// without a fault, byte for byte. The kill waits for a checkpoint (a condition, not a time).
+TEST_F(JobTest, AKilledParameterServerFailsOverAndTheJobEndsBitIdenticalWithoutARerun) {
+  const std::string policy = "checkpoint: {every_batches: 1, keep: 2}\n";
+  const Command whole = Tessera({"train",
+                                 WriteJob({.name = "failover", .epochs = 2, .servers = 2,
+                                           .extra = policy, .run_dir = RunDir("failover-whole")}),
+                                 "--json"});
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  const std::string run = RunDir("failover-faulted");
+  const std::string job =
+      WriteJob({.name = "failover", .epochs = 2, .servers = 2, .extra = policy, .run_dir = run});
+  const std::string out = TmpDir() + "/failover.out";
+  auto train = Subprocess::Start({.argv = {RunfilePath("client/tessera"), "train", job, "--json"},
+                                  .stdout_path = out,
+                                  .stderr_path = out});
+  ASSERT_THAT(train.status(), IsOk());
+  const std::string checkpoints = run + "/failover-checkpoints";
+  for (const absl::Time deadline = absl::Now() + kJobTimeout;
+       absl::Now() < deadline && NewestCheckpointName(checkpoints).empty();) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  const int ps = PidWithArgument(run + "/logs/ps-0.port");
+  ASSERT_GT(ps, 0);
+  ASSERT_EQ(kill(ps, SIGKILL), 0);
+  absl::StatusOr<ExitStatus> exit = (*train)->Wait(kJobTimeout);
+  ASSERT_THAT(exit.status(), IsOk());
+  const std::string said = ReadFileToString(out).value_or("");
+  EXPECT_TRUE(exit->exited && exit->code == 0) << said << Logs(run);
+  EXPECT_THAT(said, Not(HasSubstr("restart 1,")));
+  EXPECT_EQ(ReadFileToString(run + "/failover-final.params").value_or("faulted"),
+            ReadFileToString(RunDir("failover-whole") + "/failover-final.params").value_or("whole"));
+  EXPECT_THAT(ReadFileToString(run + "/logs/ps-1.log").value_or(""),
+              HasSubstr("serving its keys from here on (view 1)"));
+  EXPECT_THAT(ReadFileToString(run + "/logs/worker-0.log").value_or(""),
+              HasSubstr("server 1 serves index 0 in view 1"));
+}
+
 // The cluster owns a submitted job: its client killed with SIGKILL changes nothing, a second
 // job waits in the queue behind it, and both are listed, followed, cancelled and waited for by
 // id. The first job has no end of its own (epochs without number): it runs until the test

@@ -8,6 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <deque>
+#include <latch>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +22,8 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvstore/kvstore_metrics.h"
+#include "prometheus/registry.h"
 #include "server/parameter_server.h"
 #include "tests/ndarray/test_util.h"
 
@@ -41,6 +46,9 @@ class DistKVStoreTest : public ::testing::Test {
     workers_.clear();
     servers_.clear();
     if (!socket_dir_.empty()) std::filesystem::remove_all(socket_dir_);
+    socket_dir_.clear();
+    metrics_.clear();
+    registries_.clear();
   }
 
   enum class Transport { kLoopback, kUnixSockets };
@@ -61,6 +69,7 @@ class DistKVStoreTest : public ::testing::Test {
       options.num_servers = num_servers;
       options.num_workers = num_workers;
       options.shared_memory_min_bytes = 16;
+      options.metrics = &metrics_.emplace_back(NewServerMetrics(registries_.emplace_back()));
       // Replicas (a value and its optimizer slot) then travel in many chunks.
       if (replicated) options.max_chunk_bytes = 256;
       const std::string address =
@@ -88,6 +97,7 @@ class DistKVStoreTest : public ::testing::Test {
         options.job_id = "dist-kvstore-test";  // commands must carry it
         options.bigarray_bound = bigarray_bound;
         options.connect_timeout = absl::Seconds(10);
+        options.failover_timeout = absl::Seconds(30);
         auto store = CreateDistKVStore(type, options);
         ASSERT_THAT(store, IsOk());
         workers_[w] = std::move(*store);
@@ -118,12 +128,19 @@ class DistKVStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<OwnedRuntime> owned_;
+  std::deque<prometheus::Registry> registries_;  // per server, in order
+  std::deque<ServerMetrics> metrics_;
   std::vector<std::unique_ptr<server::ParameterServer>> servers_;
   std::vector<std::unique_ptr<KVStore>> workers_;
   std::string socket_dir_;
 
   // Workers push and pull random keys in random ways; every value must be its round's sum.
   void RunRoundOracle(Transport transport);
+  // Three workers train keys 0 (server 0's), 1 (server 1's) and 2 (split across both) for
+  // eight dist_sync rounds on two replicated servers; with `kill`, server 0 is shut down
+  // while round 4 is open on it (two workers' pushes taken, the third held back until then).
+  // The values the workers hold after the last round (the same on every worker).
+  std::vector<float> TrainThroughAFailover(bool kill);
 };
 
 TEST_F(DistKVStoreTest, SyncRoundSumsEveryWorkersPushBeforeAnyPullSeesIt) {
@@ -261,6 +278,144 @@ TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
       EXPECT_EQ(taken, std::vector<uint64_t>(key == 0 ? 4 : 2, round)) << "key " << key;
     }
   }
+}
+
+std::vector<float> DistKVStoreTest::TrainThroughAFailover(bool kill) {
+  constexpr int kWorkers = 3, kRounds = 8, kKillRound = 4;
+  const std::vector<int> keys = {0, 1, 2};
+  const std::vector<int> sizes = {5, 7, 100};
+  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
+               /*replicated=*/true);
+  if (HasFatalFailure()) return {};
+  const double pushed_before = metrics_[0].push_bytes.Value();
+  for (auto& w : workers_) {
+    EXPECT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.1"},
+                                                            {"momentum", "0.9"}})),
+                IsOk());
+    std::vector<NDArray> init;
+    for (int n : sizes) {
+      std::vector<float> v(n);
+      for (int i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i) - 0.3f;
+      init.push_back(Arr(v));
+    }
+    EXPECT_THAT(w->Init(keys, init), IsOk());
+  }
+  std::latch release(1);  // worker 2's round-4 push waits for it
+  std::vector<std::vector<float>> last(kWorkers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 1; round <= kRounds; ++round) {
+        if (kill && w == 2 && round == kKillRound) release.wait();
+        std::vector<std::vector<NDArray>> grads, outs;
+        for (size_t k = 0; k < keys.size(); ++k) {
+          std::vector<float> g(sizes[k]);
+          for (int i = 0; i < sizes[k]; ++i) {
+            g[i] = std::sin(0.37f * static_cast<float>(i + 1) * (w + 1) + 0.11f * round);
+          }
+          grads.push_back({Arr(g)});
+          outs.push_back({Arr(std::vector<float>(sizes[k]))});
+        }
+        ASSERT_THAT(workers_[w]->PushPull(keys, grads, outs), IsOk());
+        for (auto& out : outs) ASSERT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
+        if (round == kRounds) {
+          for (auto& out : outs) {
+            const std::vector<float> v = Get(out[0]);
+            last[w].insert(last[w].end(), v.begin(), v.end());
+          }
+        }
+      }
+    });
+  }
+  if (kill) {
+    // Server 0 holds a part of keys 0 and 2: 5 + 50 floats per push. Once workers 0 and 1
+    // have pushed round 4 (and worker 2 has not), the round is open there: lose the server.
+    const double open_round = pushed_before + (kWorkers * (kKillRound - 1) + 2) * 55.0 * 4;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (metrics_[0].push_bytes.Value() < open_round && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_EQ(metrics_[0].push_bytes.Value(), open_round);
+    servers_[0]->Shutdown();
+    release.count_down();
+  }
+  for (auto& t : threads) t.join();
+  if (kill) {
+    const ServerStore* taken = servers_[1]->node().taken_over();
+    EXPECT_NE(taken, nullptr);
+    if (taken != nullptr) EXPECT_EQ(taken->options().view, 1u);
+  }
+  for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
+  return last[0];
+}
+
+// A primary lost while a round is open on it: its backup takes its keys over once a majority
+// of the workers ask, the workers send again what it left unanswered (pushes it had taken
+// are not applied twice), and the job ends with the values of a run without the fault, bit
+// for bit (rank-order sums, the same optimizer state on the backup).
+TEST_F(DistKVStoreTest, ALostServersBackupTakesOverMidRoundAndNoUpdateIsLostOrDoubled) {
+  const std::vector<float> expected = TrainThroughAFailover(/*kill=*/false);
+  ASSERT_EQ(expected.size(), 112u);
+  TearDown();
+  const std::vector<float> got = TrainThroughAFailover(/*kill=*/true);
+  EXPECT_EQ(got, expected);
+}
+
+// dist_async: each push applied once across a failover (integer gradients and plain SGD with
+// rate 1, so the final value is exactly the initial one less every push).
+TEST_F(DistKVStoreTest, AsyncPushesSurviveAFailoverEachAppliedOnce) {
+  constexpr int kWorkers = 2, kRounds = 6;
+  StartCluster("dist_async", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
+               /*replicated=*/true);
+  for (auto& w : workers_) {
+    ASSERT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "1"}})), IsOk());
+    ASSERT_THAT(w->Init({0, 1}, {Arr(std::vector<float>(3, 100.f)),
+                                 Arr(std::vector<float>(80, 50.f))}),
+                IsOk());
+  }
+  std::latch halfway(kWorkers + 1), resume(1);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 1; round <= kRounds; ++round) {
+        if (round == kRounds / 2 + 1) {
+          halfway.arrive_and_wait();
+          resume.wait();
+        }
+        NDArray out0 = Arr(std::vector<float>(3)), out1 = Arr(std::vector<float>(80));
+        ASSERT_THAT(workers_[w]->PushPull({0, 1},
+                                          {{Arr(std::vector<float>(3, w + 1.f))},
+                                           {Arr(std::vector<float>(80, round * 1.f))}},
+                                          {{out0}, {out1}}),
+                    IsOk());
+        ASSERT_THAT(out0.WaitToRead(), IsOk());
+        ASSERT_THAT(out1.WaitToRead(), IsOk());
+      }
+    });
+  }
+  halfway.arrive_and_wait();
+  servers_[0]->Shutdown();
+  resume.count_down();
+  for (auto& t : threads) t.join();  // every push answered: applied
+  // Key 0: 100 less (1 + 2) per round; key 1: 50 less 2 * (1 + ... + 6) everywhere.
+  EXPECT_THAT(PullValue(0, 0, 3), ElementsAre(100 - 3 * kRounds, 100 - 3 * kRounds,
+                                              100 - 3 * kRounds));
+  EXPECT_THAT(PullValue(1, 1, 80), ::testing::Each(50 - 2 * 21));
+  EXPECT_NE(servers_[1]->node().taken_over(), nullptr);
+}
+
+// Without a replica the lost server's keys are lost: the workers' requests fail naming the
+// server and why its neighbour could not take over.
+TEST_F(DistKVStoreTest, WithoutReplicasALostServerFailsTheJobNamingIt) {
+  StartCluster("dist_sync", 2, 1, kDefaultBigArrayBound, Transport::kUnixSockets);
+  ASSERT_THAT(workers_[0]->Init({0}, {Arr({1, 2})}), IsOk());
+  servers_[0]->Shutdown();
+  NDArray out = Arr({0, 0});
+  ASSERT_THAT(workers_[0]->PushPull({0}, {{Arr({1, 1})}}, {{out}}), IsOk());
+  EXPECT_THAT(out.WaitToRead(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("parameter server 0"), HasSubstr("was lost"),
+                             HasSubstr("holds no copy of job"))));
 }
 
 // A rerun's workers can reach a server before every worker of the run it replaces has let

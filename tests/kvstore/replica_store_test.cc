@@ -232,5 +232,35 @@ TEST(ReplicaReceiverTest, AChunkThatDoesNotContinueItsUpdateIsRefused) {
   EXPECT_TRUE(got->has_value());
 }
 
+// A takeover moves the copy out whole - values, versions, push counts - for serving in a
+// newer view, and fences the primary: its next update is ABORTED and changes nothing, while
+// another job's Init starts a copy afresh.
+TEST(ReplicaStoreTest, ATakeoverHandsTheCopyOverAndFencesThePrimary) {
+  ReplicaStore store(rt(), kBackup, kServers);
+  ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
+  ASSERT_THAT(store.Apply(Update(7, 1, {3, 4})), IsOk());
+  EXPECT_THAT(store.TakeOver("job-b", 1).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no copy of job 'job-b'")));
+  EXPECT_THAT(store.TakeOver("job-a", 0).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not newer")));
+  absl::StatusOr<ReplicaStore::Handover> h = store.TakeOver("job-a", 1);
+  ASSERT_THAT(h.status(), IsOk());
+  EXPECT_EQ(h->job_id, "job-a");
+  EXPECT_EQ(h->view, 1u);
+  EXPECT_EQ(h->num_workers, 2);
+  ASSERT_EQ(h->parts.count(7), 1u);
+  EXPECT_EQ(h->parts[7].version, 1u);
+  EXPECT_EQ(h->parts[7].taken, (std::vector<uint64_t>{1, 1}));
+  EXPECT_EQ(*h->parts[7].value.AsVector<float>(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(store.taken_over_in(), 1u);
+  EXPECT_THAT(store.Apply(Update(7, 2, {5, 6})),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("is fenced")));
+  EXPECT_THAT(store.TakeOver("job-a", 2).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already")));
+  ASSERT_THAT(store.Apply(Update(3, 0, {8}, "job-c")), IsOk());
+  EXPECT_EQ(store.taken_over_in(), 0u);
+  EXPECT_EQ(ValueOf(*store.Find(3)), (std::vector<float>{8}));
+}
+
 }  // namespace
 }  // namespace tessera::kvstore

@@ -24,6 +24,7 @@ namespace tessera::kvstore {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Delivers updates to `backup` in chunks of 8 bytes, in order, from its own thread.
@@ -174,21 +175,24 @@ TEST_F(ReplicationTest, ADistSyncPullIsAnsweredOnlyOnceTheBackupHoldsItsRound) {
   InitEverywhere(3, {1, 2, 3});
   EXPECT_EQ(Floats(CopyAt(3, 0).value), (std::vector<float>{1, 2, 3}));
   link_->Hold();
-  workers_[0]->Numbered(3, {1, 1, 1}, 1, /*push_pull=*/false);
+  const uint64_t push = workers_[0]->Numbered(3, {1, 1, 1}, 1, /*push_pull=*/false);
   workers_[1]->Numbered(3, {2, 2, 2}, 1, /*push_pull=*/false);
-  EXPECT_EQ(workers_[0]->Next().code(), 0);  // pushes are acknowledged at once
-  EXPECT_EQ(workers_[1]->Next().code(), 0);
   const uint64_t pull = workers_[0]->Pull(3);
-  const uint64_t push_pull = workers_[1]->Numbered(3, {5, 5, 5}, 2, /*push_pull=*/true);
-  // The round is complete on the primary, but its value is not on the backup yet.
+  // The round is complete on the primary, but its value is not on the backup yet: neither
+  // its pushes (a push acknowledged must survive the primary) nor its pulls are answered.
   EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50)));
+  EXPECT_FALSE(workers_[1]->AwaitReplies(1, absl::Milliseconds(20)));
   EXPECT_EQ(link_->queued(), 1);
   link_->Release();
-  EXPECT_EQ(workers_[0]->ValueOf(pull), (std::vector<float>{3, 3, 3}));
+  std::map<uint64_t, StoreWorker::Answer> answers = workers_[0]->Collect({push, pull});
+  EXPECT_EQ(answers[push].code, 0);
+  EXPECT_EQ(answers[pull].value, (std::vector<float>{3, 3, 3}));
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
   const ReplicaStore::Copy copy = CopyAt(3, 1);
   EXPECT_EQ(Floats(copy.value), (std::vector<float>{3, 3, 3}));
-  EXPECT_EQ(copy.taken, (std::vector<uint64_t>{1, 1}));  // rank 1's push 2 is not applied yet
-  EXPECT_FALSE(workers_[1]->HasReply());                  // its round 2 is open
+  const uint64_t push_pull = workers_[1]->Numbered(3, {5, 5, 5}, 2, /*push_pull=*/true);
+  EXPECT_EQ(copy.taken, (std::vector<uint64_t>{1, 1}));
+  EXPECT_FALSE(workers_[1]->AwaitReplies(1, absl::Milliseconds(20)));  // its round 2 is open
   workers_[0]->Numbered(3, {1, 1, 1}, 2, /*push_pull=*/false);
   EXPECT_EQ(workers_[0]->Next().code(), 0);
   EXPECT_EQ(workers_[1]->ValueOf(push_pull), (std::vector<float>{6, 6, 6}));
@@ -213,15 +217,19 @@ TEST_F(ReplicationTest, ARoundsSumOnItsWayIsNotOverwrittenByTheNextRounds) {
     InitEverywhere(0, {1, 1});
     CopyAt(0, 0);
     link_->Hold();
-    // Rounds 1 and 2 complete, and round 3 opens, before the backup has round 1.
+    // Rounds 1 and 2 complete, and round 3 opens, before the backup has round 1 (so no push
+    // is acknowledged yet).
     for (uint64_t round = 1; round <= 3; ++round) {
       for (int w = 0; w < (round == 3 ? 1 : 2); ++w) {
         workers_[w]->Numbered(0, {static_cast<float>(round), static_cast<float>(w)}, round,
                               /*push_pull=*/false);
-        ASSERT_EQ(workers_[w]->Next().code(), 0);
       }
     }
+    EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(20)));
     link_->Release();
+    for (int w = 0; w < 2; ++w) {  // rounds 1 and 2; round 3 is open
+      for (int round = 1; round <= 2; ++round) ASSERT_EQ(workers_[w]->Next().code(), 0);
+    }
     const std::vector<float> after_two = workers_[1]->PullValue(0);  // rank 1 is at round 2
     EXPECT_EQ(Floats(CopyAt(0, 2).value), after_two);
     // The sums are {2, 1} and {4, 1}: sgd (lr 0.5) goes {1, 1} -> {0, 0.5} -> {-2, 0}.
@@ -252,14 +260,15 @@ TEST_F(ReplicationTest, ALostBackupLeavesOneCopyAndTheJobGoesOn) {
   InitEverywhere(1, {0});
   CopyAt(1, 0);
   link_->Hold();
-  workers_[0]->Send(false, 1, {1});
+  const uint64_t push = workers_[0]->Send(false, 1, {1});
   workers_[1]->Send(false, 1, {2});
-  EXPECT_EQ(workers_[0]->Next().code(), 0);
-  EXPECT_EQ(workers_[1]->Next().code(), 0);
   const uint64_t pull = workers_[0]->Pull(1);
   EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(20)));
   link_->Break();
-  EXPECT_EQ(workers_[0]->ValueOf(pull), (std::vector<float>{3}));
+  std::map<uint64_t, StoreWorker::Answer> answers = workers_[0]->Collect({push, pull});
+  EXPECT_EQ(answers[push].code, 0);
+  EXPECT_EQ(answers[pull].value, (std::vector<float>{3}));
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
   EXPECT_TRUE(primary_->backup_lost());
   EXPECT_EQ(metrics_.backup_losses.Value(), 1);
   // Later rounds are not sent at all, and their pulls do not wait.
@@ -270,6 +279,91 @@ TEST_F(ReplicationTest, ALostBackupLeavesOneCopyAndTheJobGoesOn) {
   EXPECT_EQ(workers_[1]->PullValue(1), (std::vector<float>{2}));
   EXPECT_EQ(link_->queued(), 0);
   EXPECT_EQ(backup_->BackupCopy(1)->version, 0u);
+}
+
+// A failover at the store level: the backup hands its copy over in view 1 while a round is
+// open on the primary; the primary's next update is refused, which fences it (its waiting
+// requests and every later one fail with ABORTED), and a store that takes the copy over
+// finishes the round with the pushes sent again - each applied once - to the value a
+// never-failing store reaches.
+TEST_F(ReplicationTest, ATakeoverFencesTheOldPrimaryAndFinishesItsRoundOnce) {
+  Start(2, SYNC_MODE_SYNC);
+  CommandRequest command;
+  command.mutable_set_optimizer()->set_name("sgd");
+  (*command.mutable_set_optimizer()->mutable_params())["learning_rate"] = "0.5";
+  (*command.mutable_set_optimizer()->mutable_params())["momentum"] = "0.9";
+  ASSERT_THAT(primary_->Command(command).status(), IsOk());
+  ServerStoreOptions reference_options;
+  reference_options.num_workers = 2;
+  reference_options.watch_deadlines = false;
+  ServerStore reference(owned_->get(), reference_options);
+  std::vector<std::unique_ptr<StoreWorker>> oracle;
+  for (int w = 0; w < 2; ++w) {
+    oracle.push_back(std::make_unique<StoreWorker>(reference, w, 2, SYNC_MODE_SYNC));
+  }
+  ASSERT_THAT(reference.Command(command).status(), IsOk());
+  for (int w = 0; w < 2; ++w) {
+    oracle[w]->Send(true, 4, {1, 2, 3});
+    ASSERT_EQ(oracle[w]->Next().code(), 0);
+  }
+  InitEverywhere(4, {1, 2, 3});
+  auto gradient = [](int w, uint64_t round) {
+    return std::vector<float>{0.25f * w + 0.5f * round, -1.f * w, 0.125f * round};
+  };
+  // Round 1 everywhere; round 2 opens on the primary with rank 0's push only.
+  for (int w = 0; w < 2; ++w) {
+    workers_[w]->Numbered(4, gradient(w, 1), 1, false);
+    oracle[w]->Numbered(4, gradient(w, 1), 1, false);
+  }
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_EQ(workers_[w]->Next().code(), 0);
+    ASSERT_EQ(oracle[w]->Next().code(), 0);
+  }
+  const uint64_t open = workers_[0]->Numbered(4, gradient(0, 2), 2, /*push_pull=*/true);
+  link_->Hold();
+
+  absl::StatusOr<ReplicaStore::Handover> handover = backup_->HandOverBackup("", 1);
+  ASSERT_THAT(handover.status(), IsOk());
+  EXPECT_THAT(backup_->HandOverBackup("", 2).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("took them over already")));
+  ServerStoreOptions taker_options;
+  taker_options.server_index = 0;
+  taker_options.num_servers = 2;
+  taker_options.num_workers = 2;
+  taker_options.watch_deadlines = false;
+  absl::StatusOr<std::unique_ptr<ServerStore>> taker =
+      ServerStore::TakeOver(owned_->get(), taker_options, *std::move(handover));
+  ASSERT_THAT(taker.status(), IsOk());
+
+  // The old primary completes round 2 (rank 1's push), but the backup refuses it.
+  workers_[1]->Numbered(4, gradient(1, 2), 2, /*push_pull=*/true);
+  link_->Release();
+  for (int w = 0; w < 2; ++w) {
+    const ServerMessage refused = workers_[w]->Next();
+    EXPECT_EQ(refused.code(), static_cast<int>(absl::StatusCode::kAborted)) << refused.message();
+    EXPECT_THAT(refused.message(), HasSubstr("fenced"));
+  }
+  (void)open;
+  EXPECT_TRUE(primary_->fenced());
+  workers_[0]->Pull(4);  // a stale primary serves nothing more
+  EXPECT_EQ(workers_[0]->Next().code(), static_cast<int>(absl::StatusCode::kAborted));
+
+  // The workers move to the taker in view 1 and send round 2 again; a resent round 1 push is
+  // answered without being applied.
+  std::vector<std::unique_ptr<StoreWorker>> moved;
+  for (int w = 0; w < 2; ++w) {
+    moved.push_back(std::make_unique<StoreWorker>(**taker, w, 2, SYNC_MODE_SYNC, /*view=*/1));
+  }
+  moved[0]->Numbered(4, gradient(0, 1), 1, false);
+  EXPECT_EQ(moved[0]->Next().code(), 0);
+  const uint64_t a = moved[0]->Numbered(4, gradient(0, 2), 2, /*push_pull=*/true);
+  const uint64_t b = moved[1]->Numbered(4, gradient(1, 2), 2, /*push_pull=*/true);
+  const uint64_t ra = oracle[0]->Numbered(4, gradient(0, 2), 2, /*push_pull=*/true);
+  oracle[1]->Numbered(4, gradient(1, 2), 2, /*push_pull=*/true);
+  const std::vector<float> expected = oracle[0]->ValueOf(ra);
+  EXPECT_EQ(moved[0]->ValueOf(a), expected);
+  EXPECT_EQ(moved[1]->ValueOf(b), expected);
+  EXPECT_EQ(moved[0]->hello().view(), 1u);
 }
 
 // Random pushes of three workers into several keys, with an optimizer that keeps state: after
@@ -297,10 +391,11 @@ TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
     std::vector<int> order = {0, 1, 2};
     std::shuffle(order.begin(), order.end(), rng);
     for (int k = 0; k < kKeys; ++k) {
-      for (int w : order) {
-        workers_[w]->Numbered(k, random_values(5 + k), round, /*push_pull=*/false);
-        ASSERT_EQ(workers_[w]->Next().code(), 0);
-      }
+      for (int w : order) workers_[w]->Numbered(k, random_values(5 + k), round, false);
+    }
+    // Each push is acknowledged once its round is on the backup.
+    for (int w = 0; w < kWorkers; ++w) {
+      for (int k = 0; k < kKeys; ++k) ASSERT_EQ(workers_[w]->Next().code(), 0);
     }
     for (int k = 0; k < kKeys; ++k) {
       const std::vector<float> pulled = workers_[order[0]]->PullValue(k);
@@ -344,8 +439,8 @@ TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
   for (int w = 0; w < kWorkers; ++w) {
     workers_[w]->Numbered(key, w == 0 ? grad : std::vector<float>(5 + key, 0.f), kRounds + 1,
                           /*push_pull=*/false);
-    ASSERT_EQ(workers_[w]->Next().code(), 0);
   }
+  for (int w = 0; w < kWorkers; ++w) ASSERT_EQ(workers_[w]->Next().code(), 0);
   std::vector<float> continued(5 + key);
   ASSERT_THAT(weight->SyncCopyToCPU(continued.data(), 5 + key), IsOk());
   EXPECT_EQ(continued, workers_[0]->PullValue(key));

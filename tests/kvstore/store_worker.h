@@ -25,7 +25,8 @@ namespace tessera::kvstore {
 // One worker's end: its session and the replies the store sent it.
 class StoreWorker {
  public:
-  StoreWorker(ServerStore& store, int rank, int num_workers, SyncMode mode) {
+  // `view`: the store's (ServerStoreOptions::view; a store that took keys over serves in 1).
+  StoreWorker(ServerStore& store, int rank, int num_workers, SyncMode mode, uint64_t view = 0) {
     session_ = store.Open([this](std::vector<ServerMessage> replies) {
       std::unique_lock<std::mutex> lock(mu_);
       // A held reply keeps the store's thread that sends it inside the store, as long work
@@ -45,6 +46,7 @@ class StoreWorker {
     hello.mutable_hello()->set_rank(rank);
     hello.mutable_hello()->set_num_workers(num_workers);
     hello.mutable_hello()->set_mode(mode);
+    hello.mutable_hello()->set_view(view);
     session_->Handle(hello);
     hello_ = Next().hello();
   }
