@@ -615,6 +615,49 @@ TEST_F(JobTest, AKilledParameterServerFailsOverAndTheJobEndsBitIdenticalWithoutA
               HasSubstr("server 1 serves index 0 in view 1"));
 }
 
+// A frozen parameter server (SIGSTOP) is failed over once keepalive gives up on it (about
+// 15 s), and the job ends as a run without the fault; thawed mid-job, the stale server
+// serves nothing more. The freeze waits for a checkpoint, the thaw for the failover.
+TEST_F(JobTest, AFrozenParameterServerIsFailedOverAndTheJobEndsBitIdentical) {
+  const std::string policy = "checkpoint: {every_batches: 1, keep: 2}\n";
+  const Command whole = Tessera({"train",
+                                 WriteJob({.name = "frozen", .epochs = 2, .servers = 2,
+                                           .extra = policy, .run_dir = RunDir("frozen-whole")}),
+                                 "--json"});
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  const std::string run = RunDir("frozen-faulted");
+  const std::string job =
+      WriteJob({.name = "frozen", .epochs = 2, .servers = 2, .extra = policy, .run_dir = run});
+  const std::string out = TmpDir() + "/frozen.out";
+  auto train = Subprocess::Start({.argv = {RunfilePath("client/tessera"), "train", job, "--json"},
+                                  .stdout_path = out,
+                                  .stderr_path = out});
+  ASSERT_THAT(train.status(), IsOk());
+  for (const absl::Time deadline = absl::Now() + kJobTimeout;
+       absl::Now() < deadline && NewestCheckpointName(run + "/frozen-checkpoints").empty();) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  const int ps = PidWithArgument(run + "/logs/ps-0.port");
+  ASSERT_GT(ps, 0);
+  ASSERT_EQ(kill(ps, SIGSTOP), 0);
+  for (const absl::Time deadline = absl::Now() + kJobTimeout;
+       absl::Now() < deadline &&
+       !absl::StrContains(ReadFileToString(run + "/logs/worker-0.log").value_or(""),
+                          "serves index 0 in view 1");) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(kill(ps, SIGCONT), 0);
+  absl::StatusOr<ExitStatus> exit = (*train)->Wait(kJobTimeout);
+  ASSERT_THAT(exit.status(), IsOk());
+  const std::string said = ReadFileToString(out).value_or("");
+  EXPECT_TRUE(exit->exited && exit->code == 0) << said << Logs(run);
+  EXPECT_THAT(said, Not(HasSubstr("restart 1,")));
+  EXPECT_EQ(ReadFileToString(run + "/frozen-final.params").value_or("faulted"),
+            ReadFileToString(RunDir("frozen-whole") + "/frozen-final.params").value_or("whole"));
+  EXPECT_THAT(ReadFileToString(run + "/logs/ps-1.log").value_or(""),
+              HasSubstr("serving its keys from here on (view 1)"));
+}
+
 // The cluster owns a submitted job: its client killed with SIGKILL changes nothing, a second
 // job waits in the queue behind it, and both are listed, followed, cancelled and waited for by
 // id. The first job has no end of its own (epochs without number): it runs until the test
