@@ -15,11 +15,21 @@
 // each run --warmup steps, then --steps timed steps; steps_per_s is every worker's steps over
 // the wall time. Reported: each configuration's median over the trials, and
 // slowdown = 1 - replicated / unreplicated (goal: at most 0.05).
+//
+// Failover (--kills, 6 per mode; 0: none): on a replicated cluster whose workers push_pull
+// without pause, a server is SIGKILLed (the servers in turn) and started again 0.2 s later, as
+// `tessera train`'s supervisor does; the next kill comes 1 s after the survivors say the
+// restarted server holds its copies again. A kill's stall is the longest gap between two
+// consecutive steps of worker 0 from the kill to the next, less the median step before the
+// first kill: the time the job stood still. Reported: p50 and p99 (with few kills,
+// the largest) and the kills. Worker kills are not measured: a lost worker still means a
+// resume from the checkpoint (worker replacement is not built).
 // Last line: one JSON object naming the machine.
 #include <malloc.h>
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <csignal>
@@ -32,6 +42,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bench/machine.h"
 #include "core/file.h"
 #include "core/status_macros.h"
@@ -54,6 +65,7 @@ struct Flags {
   int trials = 3;
   int warmup = 3;
   int steps = 30;
+  int kills = 6;
 };
 
 // A small CNN's parameter sizes, in floats.
@@ -75,21 +87,59 @@ class Cluster {
     if (mkdtemp(dir) == nullptr) Check(absl::InternalError("mkdtemp"), "socket folder");
     dir_ = dir;
     auto socket = [&](int i) { return absl::StrCat("unix:", dir_, "/ps-", i, ".sock"); };
+    std::vector<std::string> peers;
+    for (int i = 0; i < flags.servers; ++i) peers.push_back(socket(i));
     for (int i = 0; i < flags.servers; ++i) {
-      const std::string port_file = absl::StrCat(dir_, "/ps-", i, ".port");
-      SubprocessOptions options{
-          .argv = {flags.ps_binary, "--address=" + socket(i), absl::StrCat("--index=", i),
-                   absl::StrCat("--num_servers=", flags.servers),
-                   absl::StrCat("--num_workers=", num_workers), "--port_file=" + port_file,
-                   replicated ? "--backup=" + socket((i + 1) % flags.servers) : "--replicas=1"},
-          .stdout_path = absl::StrCat(dir_, "/ps-", i, ".log"),
-          .stderr_path = absl::StrCat(dir_, "/ps-", i, ".log")};
-      absl::StatusOr<std::unique_ptr<Subprocess>> ps = Subprocess::Start(options);
-      Check(ps.status(), "starting tessera-ps");
-      processes_.push_back(*std::move(ps));
-      Check(WaitForFile(port_file, absl::Seconds(20)).status(), "tessera-ps serving");
+      std::vector<std::string> argv = {
+          flags.ps_binary, "--address=" + socket(i), absl::StrCat("--index=", i),
+          absl::StrCat("--num_servers=", flags.servers),
+          absl::StrCat("--num_workers=", num_workers),
+          absl::StrCat("--port_file=", dir_, "/ps-", i, ".port")};
+      if (replicated) {
+        argv.push_back("--backup=" + socket((i + 1) % flags.servers));
+        argv.push_back("--peers=" + absl::StrJoin(peers, ","));
+      } else {
+        argv.push_back("--replicas=1");
+      }
+      starts_.push_back({.argv = argv,
+                         .stdout_path = absl::StrCat(dir_, "/ps-", i, ".log"),
+                         .stderr_path = absl::StrCat(dir_, "/ps-", i, ".log")});
+      processes_.emplace_back();
+      Start(i);
       addresses_.push_back(socket(i));
     }
+  }
+  // Starts server `i` (again: its log goes on).
+  void Start(int i) {
+    const std::string port_file = absl::StrCat(dir_, "/ps-", i, ".port");
+    std::error_code ec;
+    std::filesystem::remove(port_file, ec);
+    SubprocessOptions options = starts_[i];
+    if (processes_[i] != nullptr) {  // appended to, not truncated
+      options.stdout_path = options.stderr_path = absl::StrCat(dir_, "/ps-", i, ".log.", ++restarts_);
+    }
+    absl::StatusOr<std::unique_ptr<Subprocess>> ps = Subprocess::Start(options);
+    Check(ps.status(), "starting tessera-ps");
+    processes_[i] = *std::move(ps);
+    Check(WaitForFile(port_file, absl::Seconds(20)).status(), "tessera-ps serving");
+  }
+  void Kill(int i) {
+    (void)processes_[i]->Signal(SIGKILL);
+    (void)processes_[i]->Wait(absl::Seconds(10));
+  }
+  // How often the servers' logs (restarted ones' too) say a backup holds every key again.
+  int Resyncs() const {
+    int count = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+      if (entry.path().string().find(".log") == std::string::npos) continue;
+      const std::string log = ReadFileToString(entry.path().string()).value_or("");
+      for (size_t at = log.find("holds every key again"); at != std::string::npos;
+           at = log.find("holds every key again", at + 1)) {
+        ++count;
+      }
+    }
+    return count;
   }
   ~Cluster() {
     for (auto& p : processes_) {
@@ -115,8 +165,10 @@ class Cluster {
 
  private:
   std::string dir_;
+  std::vector<SubprocessOptions> starts_;
   std::vector<std::unique_ptr<Subprocess>> processes_;
   std::vector<std::string> addresses_;
+  int restarts_ = 0;
 };
 
 // Steps per second of every worker together, on a fresh cluster.
@@ -191,6 +243,108 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One worker of the failover run: steps until `stop`, recording when each step ended.
+void StepUntil(const Flags& flags, const std::string& mode, const Cluster& cluster, int w,
+               const std::atomic<bool>& stop, std::vector<Clock::time_point>* ends,
+               std::barrier<>& ready) {
+  auto rt = OwnedRuntime::Create(/*seed=*/w);
+  Check(rt.status(), "runtime");
+  kvstore::DistKVStoreOptions options;
+  options.cluster.role = kvstore::Role::kWorker;
+  options.cluster.index = w;
+  options.cluster.servers = cluster.addresses();
+  options.cluster.workers.assign(flags.workers, "");
+  options.job_id = "failover-bench";
+  auto kv = kvstore::CreateDistKVStore(mode, options);
+  Check(kv.status(), "CreateDistKVStore");
+  const Runtime& r = (*rt)->get();
+  std::vector<int> keys;
+  std::vector<NDArray> values;
+  std::vector<std::vector<NDArray>> grads, outs;
+  for (size_t k = 0; k < kKeySizes.size(); ++k) {
+    const int64_t n = kKeySizes[k];
+    const std::vector<float> fill(n, 0.001f * static_cast<float>(w + 1));
+    auto grad = NDArray::Empty(r, Shape{n});
+    auto out = NDArray::Empty(r, Shape{n});
+    Check(grad.status(), "alloc");
+    Check(out.status(), "alloc");
+    Check(grad->SyncCopyFromCPU(fill.data(), n), "copy");
+    keys.push_back(static_cast<int>(k));
+    values.push_back(*grad);
+    grads.push_back({*grad});
+    outs.push_back({*out});
+  }
+  Check((*kv)->Init(keys, values), "Init");
+  auto sgd = kvstore::Optimizer::Create("sgd", {{"learning_rate", "0.01"}, {"momentum", "0.9"}});
+  Check(sgd.status(), "sgd");
+  Check((*kv)->SetOptimizer(std::move(*sgd)), "SetOptimizer");
+  ready.arrive_and_wait();
+  while (!stop.load()) {
+    Check((*kv)->PushPull(keys, grads, outs, 0), "PushPull");
+    for (auto& out : outs) Check(out[0].WaitToRead(), "push_pull across a failover");
+    if (ends != nullptr) ends->push_back(Clock::now());
+  }
+  Check((*kv)->Barrier(), "Barrier");
+}
+
+// The stalls (seconds) of --kills server kills on a replicated cluster in `mode`.
+std::vector<double> FailoverStalls(const Flags& flags, const std::string& mode) {
+  Cluster cluster(flags, flags.workers, /*replicated=*/true);
+  std::atomic<bool> stop{false};
+  std::vector<Clock::time_point> ends;  // worker 0's
+  ends.reserve(1 << 16);
+  std::barrier ready(flags.workers + 1);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < flags.workers; ++w) {
+    threads.emplace_back([&, w] {
+      StepUntil(flags, mode, cluster, w, stop, w == 0 ? &ends : nullptr, ready);
+    });
+  }
+  ready.arrive_and_wait();
+  std::vector<Clock::time_point> kills;
+  std::vector<size_t> at;
+  for (int k = 0; k < flags.kills; ++k) {
+    const int resyncs = cluster.Resyncs();
+    absl::SleepFor(absl::Seconds(1));  // steps at the cluster's pace before the kill
+    const int victim = k % flags.servers;
+    kills.push_back(Clock::now());
+    cluster.Kill(victim);
+    absl::SleepFor(absl::Milliseconds(200));  // the supervisor's back-off
+    cluster.Start(victim);
+    // The survivors copy their keys to it again before the next kill.
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(120);
+         cluster.Resyncs() < resyncs + flags.servers && absl::Now() < deadline;) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (cluster.Resyncs() < resyncs + flags.servers) {
+      Check(absl::DeadlineExceededError("the restarted server was not brought up to date"),
+            mode.c_str());
+    }
+  }
+  absl::SleepFor(absl::Seconds(1));
+  stop = true;
+  for (auto& t : threads) t.join();
+  // The median step before the first kill, and each kill's longest gap after it.
+  std::vector<double> before;
+  for (size_t i = 1; i < ends.size() && ends[i] < kills.front(); ++i) {
+    before.push_back(std::chrono::duration<double>(ends[i] - ends[i - 1]).count());
+  }
+  const double step = before.empty() ? 0 : Median(before);
+  std::vector<double> stalls;
+  for (size_t k = 0; k < kills.size(); ++k) {
+    const Clock::time_point until = k + 1 < kills.size() ? kills[k + 1] : Clock::time_point::max();
+    double longest = 0;
+    Clock::time_point last = kills[k];
+    for (size_t i = 0; i < ends.size(); ++i) {
+      if (ends[i] <= kills[k] || ends[i] > until) continue;
+      longest = std::max(longest, std::chrono::duration<double>(ends[i] - last).count());
+      last = ends[i];
+    }
+    stalls.push_back(std::max(0.0, longest - step));
+  }
+  return stalls;
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -213,12 +367,14 @@ int main(int argc, char** argv) {
     };
     if (arg.rfind("--ps_binary=", 0) == 0) {
       flags.ps_binary = arg.substr(12);
+    } else if (arg == "--kills=0") {
+      flags.kills = 0;
     } else if (!value("servers", &flags.servers) && !value("workers", &flags.workers) &&
                !value("trials", &flags.trials) && !value("warmup", &flags.warmup) &&
-               !value("steps", &flags.steps)) {
+               !value("steps", &flags.steps) && !value("kills", &flags.kills)) {
       std::fprintf(stderr,
                    "usage: replication_bench [--ps_binary=PATH] [--servers=N] [--workers=N] "
-                   "[--trials=N] [--warmup=N] [--steps=N]\n");
+                   "[--trials=N] [--warmup=N] [--steps=N] [--kills=N]\n");
       return 2;
     }
   }
@@ -256,6 +412,20 @@ int main(int argc, char** argv) {
                   {"slowdown", 1.0 - replicated / unreplicated},
                   {"replicated_trials", on},
                   {"unreplicated_trials", off}};
+    if (flags.kills > 0) {
+      std::vector<double> stalls = FailoverStalls(flags, mode);
+      std::vector<double> sorted = stalls;
+      std::sort(sorted.begin(), sorted.end());
+      const auto quantile = [&](double q) {
+        return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * sorted.size()))];
+      };
+      std::fprintf(stderr, "%s: %zu server kills, stall p50 %.3f s, p99 %.3f s\n", mode.c_str(),
+                   stalls.size(), quantile(0.5), quantile(0.99));
+      json[mode]["server_kill"] = {{"kills", stalls.size()},
+                                   {"stall_p50_s", quantile(0.5)},
+                                   {"stall_p99_s", quantile(0.99)},
+                                   {"stalls_s", stalls}};
+    }
   }
   std::printf("%s\n", json.dump().c_str());
   return 0;

@@ -124,6 +124,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     if (options.num_servers >= 2 && options.replicas >= 2) {
       argv.push_back(absl::StrCat("--backup=unix:", cluster->socket_dir_, "/ps-",
                                   (s + 1) % options.num_servers, ".sock"));
+      std::vector<std::string> peers;
+      for (int p = 0; p < options.num_servers; ++p) {
+        peers.push_back(absl::StrCat("unix:", cluster->socket_dir_, "/ps-", p, ".sock"));
+      }
+      argv.push_back("--peers=" + absl::StrJoin(peers, ","));
     }
     absl::Status st = start(absl::StrCat("ps-", s), std::move(argv));
     if (!st.ok()) return st;

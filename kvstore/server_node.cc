@@ -6,75 +6,92 @@
 
 namespace tessera::kvstore {
 
+int BackupOf(int index, int host, int num_servers) {
+  return index != host ? index : (index + 1) % num_servers;
+}
+
 ServerNode::ServerNode(const Runtime& rt, ServerStoreOptions options,
-                       std::unique_ptr<ReplicaLink> backup)
+                       std::unique_ptr<ReplicaLink> backup, LinkFactory links)
     : rt_(rt),
       options_(options),
+      links_(std::move(links)),
       own_(std::make_unique<ServerStore>(rt, std::move(options), std::move(backup))) {}
 
 absl::StatusOr<ServerStore*> ServerNode::StoreFor(const Hello& hello) {
-  if (!hello.has_serve_index() || hello.serve_index() == options_.server_index) return own_.get();
-  const int index = hello.serve_index();
-  if (index != primary() || options_.num_servers < 2) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "server ", options_.server_index, " holds no copy of server ", index,
-        "'s keys (it backs up server ", primary(), " only), so it cannot take them over"));
-  }
+  const int own = options_.server_index;
+  const int index = hello.has_serve_index() ? hello.serve_index() : own;
+  if (index == own && hello.view() == 0) return own_.get();
   MutexLock lock(&mu_);
-  if (!taken_.empty() && taken_job_ == hello.job_id()) {
-    ServerStore* store = taken_.back().get();
+  if (auto it = serving_.find({hello.job_id(), index}); it != serving_.end()) {
+    ServerStore* store = it->second;
     if (hello.view() != store->options().view) {
       return absl::FailedPreconditionError(absl::StrCat(
           "worker ", hello.rank(), " asks for server ", index, "'s keys in view ", hello.view(),
-          ", but server ", options_.server_index, " took them over in view ",
-          store->options().view));
+          ", but server ", own, " took them over in view ", store->options().view));
     }
     return store;
+  }
+  if (!own_->MayBackUp(index)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", own, " holds no copy of server ", index,
+        "'s keys (it holds its left neighbour's and its own), so it cannot take them over"));
   }
   if (hello.rank() < 0 || hello.rank() >= options_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker rank ", hello.rank(), " is outside [0, ", options_.num_workers, ")"));
   }
-  std::set<int>& asked = asked_[{hello.job_id(), hello.view()}];
+  std::set<int>& asked = asked_[{hello.job_id(), hello.view(), index}];
   asked.insert(hello.rank());
   const int count = static_cast<int>(asked.size());
   if (2 * count <= options_.num_workers) {
     return absl::UnavailableError(absl::StrCat(
-        "server ", options_.server_index, " takes server ", index, "'s keys over in view ",
-        hello.view(), " once a majority of the ", options_.num_workers,
-        " workers ask: ", count, " did"));
+        "server ", own, " takes server ", index, "'s keys over in view ", hello.view(),
+        " once a majority of the ", options_.num_workers, " workers ask: ", count, " did"));
   }
   ASSIGN_OR_RETURN(ReplicaStore::Handover handover,
-                   own_->HandOverBackup(hello.job_id(), hello.view()));
+                   own_->HandOverBackup(hello.job_id(), hello.view(), index));
   ServerStoreOptions taker = options_;
   taker.server_index = index;
+  taker.host_index = own;
+  const int backup = BackupOf(index, own, options_.num_servers);
+  std::unique_ptr<ReplicaLink> link =
+      links_ != nullptr && backup != own ? links_(backup) : nullptr;
   ASSIGN_OR_RETURN(std::unique_ptr<ServerStore> store,
-                   ServerStore::TakeOver(rt_, std::move(taker), std::move(handover)));
+                   ServerStore::TakeOver(rt_, std::move(taker), std::move(handover),
+                                         std::move(link)));
   spdlog::warn("server {}: {} of {} workers lost server {}; serving its keys from here on (view "
-               "{})",
-               options_.server_index, count, options_.num_workers, index, hello.view());
+               "{}){}",
+               own, count, options_.num_workers, index, hello.view(),
+               links_ != nullptr ? absl::StrCat(", their copy to go to server ", backup) : "");
   taken_.push_back(std::move(store));
-  taken_job_ = hello.job_id();
-  asked_.clear();
+  serving_[{hello.job_id(), index}] = taken_.back().get();
+  std::erase_if(asked_, [&](const auto& entry) { return std::get<2>(entry.first) == index; });
   return taken_.back().get();
 }
 
 absl::StatusOr<ServerStore*> ServerNode::StoreFor(const CommandRequest& request) {
   if (!request.has_serve_index() || request.serve_index() == options_.server_index) {
-    return own_.get();
+    MutexLock lock(&mu_);
+    auto it = serving_.find({request.job_id(), options_.server_index});
+    return it != serving_.end() ? it->second : own_.get();
   }
   MutexLock lock(&mu_);
-  if (taken_.empty() || request.serve_index() != primary() || taken_job_ != request.job_id()) {
+  auto it = serving_.find({request.job_id(), request.serve_index()});
+  if (it == serving_.end()) {
     return absl::NotFoundError(absl::StrCat("server ", options_.server_index,
                                             " does not serve server ", request.serve_index(),
                                             "'s keys for job '", request.job_id(), "'"));
   }
-  return taken_.back().get();
+  return it->second;
 }
 
-const ServerStore* ServerNode::taken_over() const {
+const ServerStore* ServerNode::taken_over(int index) const {
   MutexLock lock(&mu_);
-  return taken_.empty() ? nullptr : taken_.back().get();
+  if (index < 0) return taken_.empty() ? nullptr : taken_.back().get();
+  for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) {
+    if ((*it)->options().server_index == index) return it->get();
+  }
+  return nullptr;
 }
 
 }  // namespace tessera::kvstore

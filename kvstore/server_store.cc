@@ -88,8 +88,7 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options,
                                            .max_keys = options_.max_shared_memory_keys}),
       backup_(std::move(backup)),
       has_backup_(backup_ != nullptr),
-      backup_peer_(backup_ != nullptr ? backup_->peer() : ""),
-      replica_(rt, options_.server_index, options_.num_servers) {
+      backup_peer_(backup_ != nullptr ? backup_->peer() : "") {
   sessions_.assign(options_.num_workers, nullptr);
   if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
@@ -124,9 +123,23 @@ std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage mes
   absl::Status status = whole.status();
   if (whole.ok()) {
     if (!whole->has_value()) return std::nullopt;
-    MutexLock lock(&store_->replica_mu_);
-    status = store_->replica_.Apply(std::move((*whole)->update), std::move((*whole)->pieces));
-    if (status.ok()) store_->metrics_.backup_updates.Increment();
+    const int index = ReplicaStore::IndexOf((*whole)->update);
+    if (!store_->MayBackUp(index)) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "replica of server ", index, "'s keys: server ", store_->options_.server_index,
+          " holds copies of its left neighbour's keys and its own only"));
+    } else {
+      MutexLock lock(&store_->replica_mu_);
+      auto it = store_->replicas_.find(index);
+      if (it == store_->replicas_.end()) {
+        it = store_->replicas_
+                 .try_emplace(index, store_->rt_, store_->options_.server_index,
+                              store_->options_.num_servers, index)
+                 .first;
+      }
+      status = it->second.Apply(std::move((*whole)->update), std::move((*whole)->pieces));
+      if (status.ok()) store_->metrics_.backup_updates.Increment();
+    }
   }
   ReplicaAck ack;
   ack.set_id(id);
@@ -135,14 +148,30 @@ std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage mes
   return ack;
 }
 
+bool ServerStore::MayBackUp(int index) const {
+  const int n = options_.num_servers;
+  return n >= 2 && (index == options_.server_index ||
+                    index == (options_.server_index + n - 1) % n);
+}
+
 absl::StatusOr<ReplicaStore::Handover> ServerStore::HandOverBackup(const std::string& job_id,
-                                                                   uint64_t view) {
+                                                                   uint64_t view, int index) {
+  const int n = options_.num_servers;
+  if (index < 0) index = (options_.server_index + n - 1) % n;
   MutexLock lock(&replica_mu_);
-  return replica_.TakeOver(job_id, view);
+  auto it = replicas_.find(index);
+  if (it == replicas_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", options_.server_index, " taking over server ", index,
+        "'s keys: it holds no copy of them (is the job replicated? replicas: 2 needs two "
+        "servers or more)"));
+  }
+  return it->second.TakeOver(job_id, view);
 }
 
 absl::StatusOr<std::unique_ptr<ServerStore>> ServerStore::TakeOver(
-    const Runtime& rt, ServerStoreOptions options, ReplicaStore::Handover handover) {
+    const Runtime& rt, ServerStoreOptions options, ReplicaStore::Handover handover,
+    std::unique_ptr<ReplicaLink> backup) {
   if (handover.num_workers != options.num_workers) {
     return absl::FailedPreconditionError(absl::StrCat(
         "taking over server ", options.server_index, "'s keys: the copy is of a job with ",
@@ -150,7 +179,9 @@ absl::StatusOr<std::unique_ptr<ServerStore>> ServerStore::TakeOver(
   }
   options.view = handover.view;
   options.shared_memory = false;  // the workers' slots are in the lost server's memory
-  auto store = std::unique_ptr<ServerStore>(new ServerStore(rt, std::move(options)));
+  auto store =
+      std::unique_ptr<ServerStore>(new ServerStore(rt, std::move(options), std::move(backup)));
+  store->backup_lost_ = true;  // its backup has no copy yet: ResyncBackup sends it one
   WriterLock lock(&store->mu_);
   store->members_.Adopt(handover.job_id, handover.mode);
   store->optimizer_ = std::move(handover.optimizer);
@@ -177,26 +208,73 @@ absl::StatusOr<std::unique_ptr<ServerStore>> ServerStore::TakeOver(
   return store;
 }
 
-absl::StatusOr<ReplicaStore::Copy> ServerStore::BackupCopy(int key) const {
+absl::StatusOr<ReplicaStore::Copy> ServerStore::BackupCopy(int key, int index) const {
+  const int n = options_.num_servers;
+  if (index < 0) index = (options_.server_index + n - 1) % n;
   MutexLock lock(&replica_mu_);
-  return replica_.Find(key);
+  auto it = replicas_.find(index);
+  if (it == replicas_.end()) {
+    return absl::NotFoundError(absl::StrCat("server ", options_.server_index,
+                                            " holds no backup copy of server ", index,
+                                            "'s key ", key));
+  }
+  return it->second.Find(key);
+}
+
+void ServerStore::ResyncBackup() {
+  if (!has_backup_ || !backup_lost_.load() || resyncing_.load() || fenced_.load()) return;
+  WriterLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  // (No worker connected: the job is over, or not begun; its next worker's Hello starts anew.)
+  if (keys_.empty() || members_.connected_count() == 0 || resyncing_.load() ||
+      now - last_resync_ < absl::Milliseconds(resync_wait_ms_.load())) {
+    return;
+  }
+  last_resync_ = now;
+  resync_spoiled_ = false;
+  auto resync = std::make_shared<Resync>();
+  resync->left = static_cast<int>(keys_.size()) + (optimizer_ != nullptr ? 1 : 0);
+  resyncing_ = true;
+  if (optimizer_ != nullptr) {
+    ReplicaMessage message = ReplicaHeader();
+    *message.mutable_optimizer() = optimizer_spec_;
+    SendReplica(std::move(message), {}, -1, 0, resync);
+  }
+  for (auto& [key_id, key] : keys_) {
+    ReplicaMessage update = ReplicaUpdate(key_id, key, key.round.rounds_done(), /*snapshot=*/true);
+    if (optimizer_ != nullptr) {
+      absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
+      if (slot.ok()) {
+        update.set_optimizer_slot(*std::move(slot));
+      } else {
+        resync->failed = true;
+      }
+    }
+    auto copy = std::make_shared<const std::string>(
+        static_cast<const char*>(key.value.data().dptr),
+        static_cast<size_t>(key.shape.Size()) * sizeof(float));
+    const std::string_view bytes = *copy;
+    SendReplica(std::move(update), {std::move(copy), bytes}, key_id, key.version, resync);
+  }
 }
 
 ReplicaMessage ServerStore::ReplicaHeader() const {
   ReplicaMessage message;
   message.set_job_id(members_.job_id());
-  message.set_primary(options_.server_index);
+  message.set_primary(options_.host_index >= 0 ? options_.host_index : options_.server_index);
+  message.set_index(options_.server_index);
+  message.set_view(options_.view);
   message.set_mode(members_.mode());
   message.set_num_workers(options_.num_workers);
   return message;
 }
 
 void ServerStore::SendReplica(ReplicaMessage message, ReplicaLink::Payload payload, int key_id,
-                              int64_t version) {
+                              int64_t version, std::shared_ptr<Resync> resync) {
   const double bytes = static_cast<double>(payload.bytes.size());
   backup_->Send(std::move(message), std::move(payload),
-                [this, key_id, version, bytes, epoch = job_epoch_,
-                 sent = options_.clock()](const absl::Status& st) {
+                [this, key_id, version, bytes, epoch = job_epoch_, sent = options_.clock(),
+                 resync = std::move(resync)](const absl::Status& st) {
                   if (st.ok()) {
                     metrics_.replica_updates.Increment();
                     metrics_.replica_bytes.Increment(bytes);
@@ -204,6 +282,21 @@ void ServerStore::SendReplica(ReplicaMessage message, ReplicaLink::Payload paylo
                         absl::ToDoubleSeconds(options_.clock() - sent));
                   }
                   OnReplicaAck(key_id, version, epoch, st);
+                  if (resync == nullptr) return;
+                  if (!st.ok()) resync->failed = true;
+                  if (--resync->left > 0) return;
+                  // The last snapshot: the backup holds every key, and the updates since follow.
+                  if (resync->failed.load() || resync_spoiled_.load()) {
+                    // Tried again later, less often while it keeps failing (each try copies
+                    // every key).
+                    resync_wait_ms_ = std::min<int64_t>(2 * resync_wait_ms_.load(), 60'000);
+                  } else if (resyncing_.load()) {
+                    resync_wait_ms_ = 2'000;
+                    backup_lost_ = false;
+                    spdlog::info("server index {}: its backup {} holds every key again",
+                                 options_.server_index, backup_peer_);
+                  }
+                  resyncing_ = false;
                 });
 }
 
@@ -231,7 +324,7 @@ ReplicaMessage ServerStore::ReplicaUpdate(int key_id, const Key& key, int64_t ro
 
 void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
                             bool snapshot) {
-  if (!has_backup_ || backup_lost_.load()) return;
+  if (!Sending()) return;
   ReplicaMessage update = ReplicaUpdate(key_id, key, rounds, snapshot);
   if (snapshot && optimizer_ != nullptr) {
     absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
@@ -246,7 +339,7 @@ void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t r
 }
 
 std::optional<NDArray> ServerStore::LendMerged(int key_id, Key& key, int64_t rounds) {
-  if (!has_backup_ || backup_lost_.load()) return std::nullopt;
+  if (!Sending()) return std::nullopt;
   absl::StatusOr<NDArray> fresh = NDArray::Empty(rt_, key.shape);
   if (!fresh.ok()) {  // no buffer to spare: a copy, which may still fit
     Replicate(key_id, key, key.merged, rounds);
@@ -267,7 +360,7 @@ void ServerStore::Diverged(int key_id, const absl::Status& why) {
 }
 
 void ServerStore::ReplicateOptimizer() {
-  if (!has_backup_ || backup_lost_.load()) return;
+  if (!Sending()) return;
   ReplicaMessage message = ReplicaHeader();
   *message.mutable_optimizer() = optimizer_spec_;
   SendReplica(std::move(message), {}, -1, 0);
@@ -276,7 +369,10 @@ void ServerStore::ReplicateOptimizer() {
 void ServerStore::OnReplicaAck(int key_id, int64_t version, uint64_t epoch,
                              const absl::Status& status) {
   if (status.code() == absl::StatusCode::kAborted) return Fence(status);
-  if (!status.ok()) LoseBackup(status);
+  if (!status.ok()) {
+    if (resyncing_.load()) resync_spoiled_ = true;  // an update the backup missed
+    LoseBackup(status);
+  }
   if (key_id < 0) return;  // an optimizer: nothing waits for it
   ReaderLock lock(&mu_);
   if (epoch != job_epoch_) return;  // the last job's
@@ -289,7 +385,7 @@ void ServerStore::OnReplicaAck(int key_id, int64_t version, uint64_t epoch,
 }
 
 void ServerStore::LoseBackup(const absl::Status& why) {
-  if (backup_lost_.exchange(true)) return;
+  if (backup_lost_.exchange(true)) return;  // (a resync in flight fails by its own acks)
   metrics_.backup_losses.Increment();
   spdlog::error("server {}: replication to its backup {} failed, so it keeps the only copy of its "
                 "keys for the rest of this job: {}",
@@ -861,6 +957,7 @@ void ServerStore::WatchDeadlines() {
     if (stopping_) return;
     MutexUnlock unlocked(&watchdog_mu_);
     CheckDeadlines();
+    ResyncBackup();
   }
 }
 

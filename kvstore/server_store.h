@@ -139,6 +139,9 @@ struct ServerStoreOptions {
   // The view the store serves its index in (docs/replication.md): 0, or the view of the
   // failover that gave it the index (TakeOver). A Hello of another view is refused.
   uint64_t view = 0;
+  // The server that runs the store when it serves another server's index after a failover
+  // (its replica messages say so); -1: server_index.
+  int host_index = -1;
   // Where the store counts its traffic, updates and rounds; null: the process's
   // (KVStoreServerMetrics()). Not owned; outlives the store.
   ServerMetrics* metrics = nullptr;
@@ -215,22 +218,40 @@ class ServerStore {
   // worker's pushes taken as the copy says. The workers say Hello again (that view, that
   // index) and send again what the lost primary left unanswered; the pushes' numbers make the
   // ones it had taken harmless. It has no backup of its own.
-  static absl::StatusOr<std::unique_ptr<ServerStore>> TakeOver(const Runtime& rt,
-                                                               ServerStoreOptions options,
-                                                               ReplicaStore::Handover handover);
+  // `backup` (null: none) is where the index's copy goes from now on; it starts out of date
+  // and is brought up to date by ResyncBackup.
+  static absl::StatusOr<std::unique_ptr<ServerStore>> TakeOver(
+      const Runtime& rt, ServerStoreOptions options, ReplicaStore::Handover handover,
+      std::unique_ptr<ReplicaLink> backup = nullptr);
 
   // A session for one worker stream; replies go to `send`.
   std::unique_ptr<Session> Open(Send send);
   // A session for the Replicate stream of the primary this server backs up.
   std::unique_ptr<ReplicaSession> OpenReplicaSession();
-  // This server's copy of its primary's part of `key`, NOT_FOUND naming it when there is none.
-  absl::StatusOr<ReplicaStore::Copy> BackupCopy(int key) const ABSL_LOCKS_EXCLUDED(replica_mu_);
+  // This server's copy of server index `index`'s part of `key` (-1: its left neighbour's, the
+  // ring's placement), NOT_FOUND naming it when there is none.
+  absl::StatusOr<ReplicaStore::Copy> BackupCopy(int key, int index = -1) const
+      ABSL_LOCKS_EXCLUDED(replica_mu_);
+  // Whether the backup holds every key again after it was lost (ResyncBackup succeeded, or it
+  // never was lost).
+  bool backed_up() const { return has_backup_ && !backup_lost_.load(); }
+  // When the backup was lost (it could not be reached, or it restarted without the copy),
+  // sends it every key whole - value, version, push counts, optimizer slot - after the
+  // optimizer, and takes it back as the backup once it holds them all: the range is then
+  // tolerant to one more fault. Rounds go on meanwhile (their updates follow the snapshots).
+  // Tries at most every 2 s of options().clock, doubling to 60 s while they fail; the
+  // deadline thread calls it.
+  void ResyncBackup() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether this primary lost its backup for the current job (it then keeps one copy).
   bool backup_lost() const { return backup_lost_.load(); }
   // Hands the copy of this server's primary's keys over (ReplicaStore::TakeOver), fencing
   // that primary: its updates are refused from now on.
-  absl::StatusOr<ReplicaStore::Handover> HandOverBackup(const std::string& job_id, uint64_t view)
+  absl::StatusOr<ReplicaStore::Handover> HandOverBackup(const std::string& job_id, uint64_t view,
+                                                        int index = -1)
       ABSL_LOCKS_EXCLUDED(replica_mu_);
+  // Whether this server may hold a copy of server index `index`'s keys: its left neighbour's
+  // (the ring), or its own (sent back by the server that took them over while it was gone).
+  bool MayBackUp(int index) const;
   // Whether its backup took its keys over (a failover): it then refuses every request of the
   // job with ABORTED, so a primary that was frozen or cut off cannot serve a stale value.
   bool fenced() const { return fenced_.load(); }
@@ -371,9 +392,20 @@ class ServerStore {
   // (then a copy was sent).
   std::optional<NDArray> LendMerged(int key_id, Key& key, int64_t rounds)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Sends `message` with `payload`; its acknowledgement serves `key_id`'s waiters (-1: none).
+  // One ResyncBackup's snapshots still unacknowledged.
+  struct Resync {
+    std::atomic<int> left{0};
+    std::atomic<bool> failed{false};
+  };
+  // Sends `message` with `payload`; its acknowledgement serves `key_id`'s waiters (-1: none)
+  // and counts for `resync` (null: none).
   void SendReplica(ReplicaMessage message, ReplicaLink::Payload payload, int key_id,
-                   int64_t version) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                   int64_t version, std::shared_ptr<Resync> resync = nullptr)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether changes go to the backup: it holds the copy, or a resync is bringing it up to date.
+  bool Sending() const {
+    return has_backup_ && (!backup_lost_.load() || resyncing_.load());
+  }
   // The ReplicaMessage of version `key.version` of the key, without its value's data.
   ReplicaMessage ReplicaUpdate(int key_id, const Key& key, int64_t rounds, bool snapshot) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -444,9 +476,14 @@ class ServerStore {
   const std::string backup_peer_;
   std::atomic<bool> backup_lost_{false};  // for the current job
   std::atomic<bool> fenced_{false};
+  std::atomic<bool> resyncing_{false};
+  std::atomic<bool> resync_spoiled_{false};  // an update failed during the resync
+  std::atomic<int64_t> resync_wait_ms_{2'000};  // between tries: 2 s, doubling to 60 s
+  absl::Time last_resync_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Status fenced_why_ ABSL_GUARDED_BY(mu_);
   mutable Mutex replica_mu_;
-  ReplicaStore replica_ ABSL_GUARDED_BY(replica_mu_);  // the copy this server backs up
+  // The copies this server holds, by the server index whose parts they are.
+  std::map<int, ReplicaStore> replicas_ ABSL_GUARDED_BY(replica_mu_);
 };
 
 }  // namespace tessera::kvstore

@@ -12,7 +12,8 @@ namespace tessera::server {
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     const std::string& address, const kvstore::ServerStoreOptions& options,
-    const rpc::TransportSecurity& security, const std::string& backup) {
+    const rpc::TransportSecurity& security, const std::string& backup,
+    const std::vector<std::string>& peers) {
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ASSIGN_OR_RETURN(ps->runtime_, OwnedRuntime::Create());
   kvstore::ServerStoreOptions store_options = options;
@@ -23,8 +24,24 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     link = std::make_unique<GrpcReplicaLink>(GrpcReplicaLink::Options{
         .target = backup, .security = security, .max_chunk_bytes = options.max_chunk_bytes});
   }
+  kvstore::ServerNode::LinkFactory links;
+  if (!peers.empty()) {
+    // A server taking keys over copies them to their own server once it is back: waiting for
+    // it is short, as it is likely still down (the store tries again later).
+    links = [peers, security, chunk = options.max_chunk_bytes](int server)
+        -> std::unique_ptr<kvstore::ReplicaLink> {
+      if (server < 0 || server >= static_cast<int>(peers.size()) || peers[server].empty()) {
+        return nullptr;
+      }
+      return std::make_unique<GrpcReplicaLink>(
+          GrpcReplicaLink::Options{.target = peers[server],
+                                   .security = security,
+                                   .connect_timeout = absl::Seconds(2),
+                                   .max_chunk_bytes = chunk});
+    };
+  }
   ps->node_ = std::make_unique<kvstore::ServerNode>(ps->runtime_->get(), store_options,
-                                                   std::move(link));
+                                                   std::move(link), std::move(links));
   ParameterServer* raw = ps.get();
   ps->service_ = std::make_unique<KVStoreServiceImpl>(ps->node_.get(), [raw] {
     MutexLock lock(&raw->mu_);

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -28,9 +29,12 @@ class ParameterServer {
   // server replicates its key parts there (GrpcReplicaLink, dialled with `security`).
   // UNAVAILABLE naming the address when it cannot be bound; PERMISSION_DENIED for an unsafe
   // configuration.
+  // `peers` (every server's address, by index; empty: none) are where the keys this server
+  // takes over in a failover are copied to (kvstore/server_node.h).
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
       const std::string& address, const kvstore::ServerStoreOptions& options,
-      const rpc::TransportSecurity& security = {}, const std::string& backup = "");
+      const rpc::TransportSecurity& security = {}, const std::string& backup = "",
+      const std::vector<std::string>& peers = {});
   ~ParameterServer();  // Shutdown, then waits for every stream to end
 
   int port() const { return port_; }

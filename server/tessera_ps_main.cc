@@ -19,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/daemon.h"
 #include "core/logging.h"
 #include "core/metrics.h"
@@ -53,6 +54,10 @@ ABSL_FLAG(std::optional<int>, replicas, std::nullopt,
 ABSL_FLAG(std::string, backup, "",
           "the backup's address (host:port or unix:PATH); default: the next server's in "
           "--ps_hosts");
+ABSL_FLAG(std::string, peers, "",
+          "comma-separated address of every server, by index (host:port or unix:PATH), where "
+          "keys this server takes over in a failover are copied to once their own server is back; "
+          "default: --ps_hosts");
 ABSL_FLAG(std::optional<int>, num_workers, std::nullopt,
           "number of workers when their addresses are not given (TESSERA_NUM_WORKERS)");
 
@@ -61,6 +66,17 @@ namespace {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tessera-ps: %s\n", std::string(status.message()).c_str());
   return 1;
+}
+
+// Every server's address, for copies of the keys taken over in a failover (--peers, else the
+// cluster's); none without replication.
+std::vector<std::string> Peers(const tessera::kvstore::ClusterSpec& spec,
+                               const std::string& backup) {
+  if (backup.empty()) return {};
+  if (const std::string peers = absl::GetFlag(FLAGS_peers); !peers.empty()) {
+    return absl::StrSplit(peers, ',');
+  }
+  return spec.servers;
 }
 
 // Where this server replicates its key parts ("": nowhere), from --replicas and --backup.
@@ -140,7 +156,8 @@ int main(int argc, char** argv) {
       tessera::rpc::TransportSecurityFromFlags();
   if (!security.ok()) return Fail(security.status());
   absl::StatusOr<std::unique_ptr<tessera::server::ParameterServer>> ps =
-      tessera::server::ParameterServer::Start(address, options, *security, *backup);
+      tessera::server::ParameterServer::Start(address, options, *security, *backup,
+                                              Peers(*spec, *backup));
   if (!ps.ok()) return Fail(ps.status());
   {
     tessera::MutexLock lock(&serving_mu);

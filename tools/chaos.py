@@ -18,12 +18,20 @@ soon as a checkpoint folder without its manifest is seen).
 Recovery time of a kill: from the kill until the rerun (announced by the client: "restart N")
 has written its first checkpoint, i.e. its first batch past the point it resumed from; after a
 client kill, until the resumed run has written two checkpoints past the newest at the kill
-(the first may be one the old run's writer finished). The job should checkpoint every batch
+(the first may be one the old run's writer finished). A parameter server of a replicated job
+(two servers or more, `replicas` not 1) fails over instead (docs/replication.md): its
+recovery is until the next checkpoint past the one at the kill, and the next kill waits until
+the restarted server holds its copies again (the survivors' logs say so), so that no two
+faults fall on one key range.
+
+--no-rollback: only ps kills of a replicated job, and the run must announce no restart at all
+(workers, the client and checkpoint writers still roll back to a checkpoint: worker
+replacement is not built). The job should checkpoint every batch
 for this to be one batch (`checkpoint: {every_batches: 1}`). The last line is one
 JSON object: the kills, recovery p50/p99 per kind, and the checks.
 
 usage: tools/chaos.py JOB.yaml [--kill worker,ps,client,checkpoint] [--times N] [--seed S]
-                      [--tessera PATH] [--out DIR]
+                      [--no-rollback] [--tessera PATH] [--out DIR]
 """
 import argparse
 import json
@@ -80,6 +88,24 @@ def restarts_said(log_path):
         return 0
 
 
+def resyncs_said(logs):
+    """How often the parameter servers' logs (restarted ones' too) say a backup holds every
+    key again."""
+    count = 0
+    for path in logs.glob("ps-*.log*"):
+        try:
+            count += path.read_text(errors="replace").count("holds every key again")
+        except OSError:
+            pass
+    return count
+
+
+def replicated(job):
+    """Whether the job's parameter servers fail over (two or more, each backed up)."""
+    cluster = job.get("cluster") or {}
+    return int(cluster.get("servers", 1)) >= 2 and int(cluster.get("replicas", 2)) != 1
+
+
 def write_job(original, job, run_dir, suffix):
     """A copy of the job with its run folder set, beside the original (relative data paths
     stay right)."""
@@ -95,7 +121,8 @@ def train(tessera, job_file, log, resume=False):
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False):
+def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
+              no_rollback=False):
     """Runs the job without faults, then with `times` kills of `kinds` (each chosen at random,
     or with `balanced` in turn); the report (a dict, "passed" among its keys)."""
     for kind in kinds:
@@ -104,6 +131,10 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False):
     rng = random.Random(seed)
     original = pathlib.Path(job_path).resolve()
     job = yaml.safe_load(original.read_text())
+    fails_over = replicated(job)
+    if no_rollback and (kinds != ["ps"] or not fails_over):
+        sys.exit("chaos: --no-rollback needs --kill ps and a replicated job (cluster: {servers: 2 "
+                 "or more}); lost workers, clients and checkpoint writers still roll back")
     if job.get("checkpoint") is False:
         sys.exit(f"chaos: {original}: the job takes no checkpoints (checkpoint: false), so "
                  "it cannot resume")
@@ -152,9 +183,21 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False):
                 break  # the job ended first
             at = newest(folder)
             restarts = restarts_said(out / "faulted.log")
+            resyncs = resyncs_said(faulted_dir / "logs")
             os.kill(target, signal.SIGKILL)
             killed = time.monotonic()
-            if kind == "client":
+            if kind == "ps" and fails_over:
+                # No rerun: the job goes on past the checkpoint it stood at; the next kill
+                # waits for the restarted server to hold its copies again (two resyncs: the
+                # copy of its own keys and of its left neighbour's).
+                def recovered():
+                    return newest(folder) > at
+
+                def copies_again():
+                    return resyncs_said(faulted_dir / "logs") >= resyncs + 2
+                while process.poll() is None and not (recovered() and copies_again()):
+                    time.sleep(0.01)
+            elif kind == "client":
                 process.wait()
                 process = train(tessera, faulted_job, log, resume=True)
                 # The old run can finish at most the checkpoint it was writing: recovered at
@@ -197,8 +240,10 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False):
             if times:
                 report[f"{kind}_recovery_p50_s"] = round(statistics.median(times), 3)
                 report[f"{kind}_recovery_p99_s"] = times[min(len(times) - 1, int(0.99 * len(times)))]
+        report["rollbacks"] = restarts_said(out / "faulted.log")
         report["passed"] = (report["finished"] and report["params_identical"] and
-                            report["epochs_once"] and not report["half_written_left"])
+                            report["epochs_once"] and not report["half_written_left"] and
+                            (not no_rollback or report["rollbacks"] == 0))
     finally:
         clean_job.unlink(missing_ok=True)
         faulted_job.unlink(missing_ok=True)
@@ -213,9 +258,11 @@ def main():
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--tessera", default=os.environ.get("TESSERA_BIN", "tessera"))
     parser.add_argument("--out", default=None, help="the runs' folder (default runs/chaos-NAME)")
+    parser.add_argument("--no-rollback", action="store_true",
+                        help="ps kills of a replicated job: no restart from a checkpoint at all")
     args = parser.parse_args()
     report = run_chaos(args.job, [k for k in args.kill.split(",") if k], args.times, args.seed,
-                       args.tessera, args.out)
+                       args.tessera, args.out, no_rollback=args.no_rollback)
     print(json.dumps(report))
     return 0 if report["passed"] else 1
 

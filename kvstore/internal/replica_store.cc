@@ -94,10 +94,14 @@ absl::StatusOr<std::optional<ReplicaReceiver::Whole>> ReplicaReceiver::Add(
   return std::optional<Whole>(Whole{std::move(message), std::move(request.pieces)});
 }
 
-ReplicaStore::ReplicaStore(const Runtime& rt, int server_index, int num_servers)
+ReplicaStore::ReplicaStore(const Runtime& rt, int server_index, int num_servers, int index)
     : rt_(rt),
       server_index_(server_index),
-      primary_((server_index + num_servers - 1) % num_servers) {}
+      primary_(index >= 0 ? index : (server_index + num_servers - 1) % num_servers) {}
+
+int ReplicaStore::IndexOf(const ReplicaMessage& update) {
+  return update.has_index() ? update.index() : update.primary();
+}
 
 absl::StatusOr<ReplicaStore::Copy> ReplicaStore::Find(int key) const {
   auto it = parts_.find(key);
@@ -122,9 +126,6 @@ absl::StatusOr<ReplicaStore::Handover> ReplicaStore::TakeOver(const std::string&
                                                                 uint64_t view) {
   const std::string what =
       absl::StrCat("server ", server_index_, " taking over server ", primary_, "'s keys");
-  if (primary_ == server_index_) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": there is no other server"));
-  }
   if (taken_over_in_ > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": it took them over already, in view ", taken_over_in_));
@@ -164,10 +165,10 @@ absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string
         what, ": server ", server_index_, " serves server ", primary_, "'s keys since view ",
         taken_over_in_, " (a failover): server ", primary_, " is fenced"));
   }
-  if (update.primary() != primary_ || primary_ == server_index_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": server ", server_index_, " backs up server ", primary_,
-                     primary_ == server_index_ ? " (itself: there is no other server)" : ""));
+  if (IndexOf(update) != primary_ || update.primary() == server_index_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": this copy on server ", server_index_, " is of server ", primary_, "'s keys",
+        update.primary() == server_index_ ? " (and no server backs itself up)" : ""));
   }
   if (has_job_ && update.job_id() == job_id_ && update.view() < view_) {
     return absl::FailedPreconditionError(
@@ -185,8 +186,9 @@ absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string
         " workers, the update says ", SyncMode_Name(update.mode()), " with ",
         update.num_workers()));
   }
-  // A new job's copy starts with its optimizer or a key's Init.
-  if (*another_job && !update.has_optimizer() && (update.version() != 0 || update.snapshot())) {
+  // A new job's copy starts with its optimizer, a key's Init, or a key whole (a primary
+  // bringing a backup that restarted up to date).
+  if (*another_job && !update.has_optimizer() && !update.snapshot() && update.version() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": this server holds no copy of that job",
         has_job_ ? absl::StrCat(" (its copy is of job '", job_id_, "')") : "",
@@ -258,7 +260,7 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
   const Shape shape(update.value().shape().begin(), update.value().shape().end());
   auto it = another_job ? parts_.end() : parts_.find(key);
   Part* held = it == parts_.end() ? nullptr : &it->second;
-  if (held == nullptr && update.version() != 0) {
+  if (held == nullptr && update.version() != 0 && !update.snapshot()) {
     return absl::NotFoundError(
         absl::StrCat(what, ": no copy of the key (its Init, version 0, never came)"));
   }

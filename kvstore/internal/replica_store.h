@@ -85,8 +85,11 @@ class ReplicaStore {
     std::string optimizer_slot;   // Optimizer::SaveSlot; "" without an optimizer
   };
 
-  // `rt` makes the copy's arrays and runs its optimizer.
-  ReplicaStore(const Runtime& rt, int server_index, int num_servers);
+  // A copy, on server `server_index`, of the key parts of server index `index` (-1: its left
+  // neighbour, the ring's placement); `rt` makes the copy's arrays and runs its optimizer.
+  ReplicaStore(const Runtime& rt, int server_index, int num_servers, int index = -1);
+  // The server index whose parts an update carries (ReplicaMessage.index, else its sender's).
+  static int IndexOf(const ReplicaMessage& update);
 
   // Applies a whole update, or refuses it changing nothing. The value's bytes are `pieces`
   // (ReplicaReceiver's) or, when there are none, update.value.data.
@@ -137,7 +140,7 @@ class ReplicaStore {
 
   const Runtime rt_;
   const int server_index_;
-  const int primary_;  // the server this one backs up: its left neighbour
+  const int primary_;  // the server index whose parts this copies
   bool has_job_ = false;
   std::string job_id_;  // may be empty: a job without a name
   SyncMode mode_ = SYNC_MODE_UNSET;

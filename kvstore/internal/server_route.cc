@@ -102,7 +102,10 @@ void ServerRoute::FailOver(absl::Status why) {
     MutexLock lock(&mu_);
     lost = server_;
     lost_address = options_.servers[lost];
-    backup = (lost + 1) % static_cast<int>(options_.servers.size());
+    // Where the copy is (kvstore/server_node.h, BackupOf): the next server while the index is
+    // on its own, else its own server, back after the failover that moved it.
+    const int n = static_cast<int>(options_.servers.size());
+    backup = lost != options_.index ? options_.index : (lost + 1) % n;
     view = view_ + 1;
   }
   Hello hello = options_.hello;

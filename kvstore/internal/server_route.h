@@ -6,12 +6,14 @@
 // lost server had taken harmless.
 //
 // Failover: when the stream ends (the server died, or keepalive gave up on a frozen or cut-off
-// one) or the server says it is fenced (ABORTED), the route says Hello to the next server -
-// the index's backup - in the next view with serve_index = the index, again and again until
-// a majority of the job's workers asked and the backup took the keys over, or until
-// `failover_timeout`. Then the waiting requests (and those sent meanwhile) go there; if it
-// fails, they and every later one fail with why, naming both servers. A second loss of the
-// same index (its backup, now serving it) finds no copy: no two faults in one range.
+// one) or the server says it is fenced (ABORTED), the route says Hello to the index's backup -
+// the next server while the index is on its own, else its own server, back after the
+// failover that moved it (kvstore/server_node.h, BackupOf) - in the next view with
+// serve_index = the index, again and again until a majority of the job's workers asked and
+// the backup took the keys over, or until `failover_timeout`. Then the waiting requests (and
+// those sent meanwhile) go there; if it fails, they and every later one fail with why, naming
+// both servers (no copy is left when both of an index's servers were lost before the copy
+// was made again).
 //
 // Thread safety: every method may be called from any thread; replies come on gRPC's threads
 // or the failover's.

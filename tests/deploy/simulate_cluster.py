@@ -894,7 +894,9 @@ def checks(cluster):
                if any(d["kind"] == "PodMonitor" for d in cluster.docs) else [])
     restarted = (["JobSetRestartResumesTheJob"]
                  if any(d["kind"] in ("JobSet", "TrainJob") for d in cluster.docs) else [])
-    replicated = ["ServersBackEachOtherUp"] if len(server_pods_planned(cluster)) >= 2 else []
+    replicated = (["ServersBackEachOtherUp"] +
+                  (["ALostServerFailsOverWithoutARerun"] if cluster.lose_workers else [])
+                  if len(server_pods_planned(cluster)) >= 2 else [])
     return (["DaemonsBecomeReady", "DaemonsRunAsTheirSecurityContextSays",
              "SubmitterTrainsTheJob"] + replicated + restarted + scraped + lost +
             ["DaemonsStopWithinTheirGracePeriod"])
@@ -1054,6 +1056,8 @@ def simulate(cluster, report):
                 f"test accuracy {accuracy[-1]}, results volume {made}")
     if "ServersBackEachOtherUp" in checks(cluster):
         report.case("ServersBackEachOtherUp", "passed", check_replication(daemons))
+    if "ALostServerFailsOverWithoutARerun" in checks(cluster):
+        lose_a_server_mid_run(cluster, daemons, report)
     if restart:
         resumed = re.search(r"tessera: resumed from (\S+)", log)
         epochs = [line.split(",", 1)[0] for line in next(results.rglob("metrics.csv"))
@@ -1123,6 +1127,40 @@ def restart_the_jobset_mid_run(cluster, daemons):
     checkpoint = newest_checkpoint(results / "workers")
     daemons = start_daemons(cluster)
     return submit(cluster, 2), daemons, checkpoint
+
+
+def lose_a_server_mid_run(cluster, daemons, report):
+    """A parameter server's pod killed mid-run (SIGKILL, once the run has its first epoch):
+    its backup takes its keys over and the run trains to its end without a restart from a
+    checkpoint, to the job's accuracy. The StatefulSet then brings the pod back, and the server
+    that took its keys over copies them to it again."""
+    victim = next(p for p in daemons if p.name == "tessera-ps-0")
+    taker = next(p for p in daemons if p.name == "tessera-ps-1")
+    cluster.network.pace(next(p for p in daemons if p.name.endswith("worker-1")).netns, PACE)
+    run_ = submit(cluster, 10)
+    wait_for(lambda: "epoch" in run_.log.read_text(errors="replace") or
+             run_.process.poll() is not None, RUN_SECONDS, "the run's first epoch")
+    victim.kill()
+    lost_at = time.monotonic()
+    try:
+        code = run_.process.wait(timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        run_.kill()
+        raise Failure(f"the run did not end within {RUN_SECONDS} s after losing "
+                      f"{victim.name}{tail(run_)}{tail(taker)}")
+    log = run_.output()
+    accuracy = [float(a) for a in re.findall(r"test: accuracy ([0-9.]+)", log)]
+    taken = "serving its keys from here on" in taker.log.read_text(errors="replace")
+    if code != 0 or "restart 1," in log or not taken or not accuracy or accuracy[-1] < ACCURACY:
+        raise Failure(f"after {victim.name} was killed: exit {code}, restarted "
+                      f"{'restart 1,' in log}, {taker.name} took over {taken}, test accuracy "
+                      f"{accuracy[-1:]}{tail(run_)}{tail(taker)}")
+    victim.start_main()
+    wait_for(lambda: all(p.ready() for p in daemons), READY_SECONDS, "the daemons ready")
+    report.case("ALostServerFailsOverWithoutARerun", "passed",
+                f"{taker.name} took {victim.name}'s keys over; the run ended "
+                f"{time.monotonic() - lost_at:.1f} s after the kill without a restart, test "
+                f"accuracy {accuracy[-1]}")
 
 
 def lose_a_worker_mid_run(cluster, daemons, report):

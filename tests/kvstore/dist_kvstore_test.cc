@@ -9,7 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <barrier>
 #include <deque>
+#include <functional>
+#include <map>
 #include <latch>
 #include <cstring>
 #include <filesystem>
@@ -49,6 +52,7 @@ class DistKVStoreTest : public ::testing::Test {
     socket_dir_.clear();
     metrics_.clear();
     registries_.clear();
+    server_options_.clear();
   }
 
   enum class Transport { kLoopback, kUnixSockets };
@@ -80,7 +84,12 @@ class DistKVStoreTest : public ::testing::Test {
       const std::string backup =
           replicated ? absl::StrCat("unix:", socket_dir_, "/ps-", (s + 1) % num_servers, ".sock")
                      : "";
-      auto ps = server::ParameterServer::Start(address, options, {}, backup);
+      std::vector<std::string> peers;
+      for (int p = 0; replicated && p < num_servers; ++p) {
+        peers.push_back(absl::StrCat("unix:", socket_dir_, "/ps-", p, ".sock"));
+      }
+      server_options_.push_back(options);
+      auto ps = server::ParameterServer::Start(address, options, {}, backup, peers);
       ASSERT_THAT(ps, IsOk());
       spec.servers.push_back((*ps)->address());
       servers_.push_back(std::move(*ps));
@@ -131,6 +140,7 @@ class DistKVStoreTest : public ::testing::Test {
   std::deque<prometheus::Registry> registries_;  // per server, in order
   std::deque<ServerMetrics> metrics_;
   std::vector<std::unique_ptr<server::ParameterServer>> servers_;
+  std::vector<ServerStoreOptions> server_options_;  // as started
   std::vector<std::unique_ptr<KVStore>> workers_;
   std::string socket_dir_;
 
@@ -141,6 +151,24 @@ class DistKVStoreTest : public ::testing::Test {
   // while round 4 is open on it (two workers' pushes taken, the third held back until then).
   // The values the workers hold after the last round (the same on every worker).
   std::vector<float> TrainThroughAFailover(bool kill);
+  // The same job (dist_sync, keys 0, 1 and 2 on two replicated servers, three workers) for
+  // `rounds` rounds, with `before[r]` run while every worker waits before round r. The values
+  // after the last round.
+  std::vector<float> TrainWithFaultsBetweenRounds(int rounds,
+                                                  std::map<int, std::function<void()>> before);
+  // Starts server `s` again, afresh, where it served (a supervisor's restart).
+  void RestartServer(int s) {
+    const std::string address = absl::StrCat("unix:", socket_dir_, "/ps-", s, ".sock");
+    const int n = static_cast<int>(servers_.size());
+    std::vector<std::string> peers;
+    for (int p = 0; p < n; ++p) peers.push_back(absl::StrCat("unix:", socket_dir_, "/ps-", p, ".sock"));
+    servers_[s].reset();
+    auto ps = server::ParameterServer::Start(
+        address, server_options_[s], {},
+        absl::StrCat("unix:", socket_dir_, "/ps-", (s + 1) % n, ".sock"), peers);
+    ASSERT_THAT(ps, IsOk());
+    servers_[s] = std::move(*ps);
+  }
 };
 
 TEST_F(DistKVStoreTest, SyncRoundSumsEveryWorkersPushBeforeAnyPullSeesIt) {
@@ -361,6 +389,105 @@ TEST_F(DistKVStoreTest, ALostServersBackupTakesOverMidRoundAndNoUpdateIsLostOrDo
   EXPECT_EQ(got, expected);
 }
 
+std::vector<float> DistKVStoreTest::TrainWithFaultsBetweenRounds(
+    int rounds, std::map<int, std::function<void()>> before) {
+  constexpr int kWorkers = 3;
+  const std::vector<int> keys = {0, 1, 2};
+  const std::vector<int> sizes = {5, 7, 100};
+  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
+               /*replicated=*/true);
+  if (HasFatalFailure()) return {};
+  for (auto& w : workers_) {
+    EXPECT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.1"},
+                                                            {"momentum", "0.9"}})),
+                IsOk());
+    std::vector<NDArray> init;
+    for (int n : sizes) {
+      std::vector<float> v(n);
+      for (int i = 0; i < n; ++i) v[i] = 0.02f * static_cast<float>(i) - 0.5f;
+      init.push_back(Arr(v));
+    }
+    EXPECT_THAT(w->Init(keys, init), IsOk());
+  }
+  std::barrier sync(kWorkers + 1);
+  std::vector<std::vector<float>> last(kWorkers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 1; round <= rounds; ++round) {
+        sync.arrive_and_wait();  // the faults before this round are done
+        std::vector<std::vector<NDArray>> grads, outs;
+        for (size_t k = 0; k < keys.size(); ++k) {
+          std::vector<float> g(sizes[k]);
+          for (int i = 0; i < sizes[k]; ++i) {
+            g[i] = std::cos(0.23f * static_cast<float>(i + 1) * (w + 2) + 0.17f * round);
+          }
+          grads.push_back({Arr(g)});
+          outs.push_back({Arr(std::vector<float>(sizes[k]))});
+        }
+        EXPECT_THAT(workers_[w]->PushPull(keys, grads, outs), IsOk());
+        for (auto& out : outs) EXPECT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
+        if (round == rounds) {
+          for (auto& out : outs) {
+            const std::vector<float> v = Get(out[0]);
+            last[w].insert(last[w].end(), v.begin(), v.end());
+          }
+        }
+        sync.arrive_and_wait();  // the round is done everywhere
+      }
+    });
+  }
+  for (int round = 1; round <= rounds; ++round) {
+    if (auto it = before.find(round); it != before.end()) it->second();
+    sync.arrive_and_wait();
+    sync.arrive_and_wait();
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
+  return last[0];
+}
+
+// Whether `condition` holds within 60 s.
+static bool Eventually(const std::function<bool()>& condition) {
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return condition();
+}
+
+// Fault after fault, with no rerun: server 0 is lost (its keys fail over to server 1), comes
+// back afresh and is brought up to date - it holds the copy of its own keys, which server 1
+// now serves, and of server 1's - and then server 1 is lost too: both indexes fail over to
+// server 0. The job ends with the values of a run without faults, bit for bit.
+TEST_F(DistKVStoreTest, AServerThatComesBackIsBroughtUpToDateAndTheNextLossFailsOverToo) {
+  const std::vector<float> expected = TrainWithFaultsBetweenRounds(9, {});
+  ASSERT_EQ(expected.size(), 112u);
+  TearDown();
+  const std::vector<float> got = TrainWithFaultsBetweenRounds(
+      9, {{3, [&] { servers_[0]->Shutdown(); }},
+          {5,
+           [&] {
+             RestartServer(0);
+             // Server 1's own keys and the ones it took over are on server 0 again.
+             EXPECT_TRUE(Eventually([&] {
+               const ServerStore* taken = servers_[1]->node().taken_over(0);
+               return servers_[1]->store().backed_up() && taken != nullptr && taken->backed_up();
+             }));
+             EXPECT_THAT(servers_[0]->store().BackupCopy(0, /*index=*/0).status(), IsOk());
+             EXPECT_THAT(servers_[0]->store().BackupCopy(1, /*index=*/1).status(), IsOk());
+           }},
+          {7, [&] { servers_[1]->Shutdown(); }}});
+  EXPECT_EQ(got, expected);
+  // Server 0 serves both indexes now: its own in view 2, server 1's in view 1.
+  const ServerStore* own_again = servers_[0]->node().taken_over(0);
+  const ServerStore* other = servers_[0]->node().taken_over(1);
+  ASSERT_NE(own_again, nullptr);
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(own_again->options().view, 2u);
+  EXPECT_EQ(other->options().view, 1u);
+}
+
 // dist_async: each push applied once across a failover (integer gradients and plain SGD with
 // rate 1, so the final value is exactly the initial one less every push).
 TEST_F(DistKVStoreTest, AsyncPushesSurviveAFailoverEachAppliedOnce) {
@@ -415,7 +542,7 @@ TEST_F(DistKVStoreTest, WithoutReplicasALostServerFailsTheJobNamingIt) {
   EXPECT_THAT(out.WaitToRead(),
               StatusIs(absl::StatusCode::kUnavailable,
                        AllOf(HasSubstr("parameter server 0"), HasSubstr("was lost"),
-                             HasSubstr("holds no copy of job"))));
+                             HasSubstr("holds no copy of them"))));
 }
 
 // A rerun's workers can reach a server before every worker of the run it replaces has let

@@ -73,7 +73,7 @@ TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
   ReplicaMessage m = Update(7, 1, {3, 4});
   m.set_primary(2);
   EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                       HasSubstr("server 1 backs up server 0")));
+                                       HasSubstr("this copy on server 1 is of server 0's keys")));
   EXPECT_THAT(store.Apply(Update(8, 1, {1})),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("replica of key 8")));
   EXPECT_THAT(store.Apply(Update(7, 1, {1, 2, 3})),
