@@ -186,17 +186,11 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
             resyncs = resyncs_said(faulted_dir / "logs")
             os.kill(target, signal.SIGKILL)
             killed = time.monotonic()
+            copied = None  # a failover's: until the restarted server holds its copies again
             if kind == "ps" and fails_over:
-                # No rerun: the job goes on past the checkpoint it stood at; the next kill
-                # waits for the restarted server to hold its copies again (two resyncs: the
-                # copy of its own keys and of its left neighbour's).
+                # No rerun: the job goes on past the checkpoint it stood at.
                 def recovered():
                     return newest(folder) > at
-
-                def copies_again():
-                    return resyncs_said(faulted_dir / "logs") >= resyncs + 2
-                while process.poll() is None and not (recovered() and copies_again()):
-                    time.sleep(0.01)
             elif kind == "client":
                 process.wait()
                 process = train(tessera, faulted_job, log, resume=True)
@@ -216,8 +210,19 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
             while process.poll() is None and not recovered():
                 time.sleep(0.001)
             recovery = time.monotonic() - killed if recovered() else None
+            if kind == "ps" and fails_over:
+                # The next kill waits for the restarted server to hold its copies again (two
+                # resyncs: of its own keys and of its left neighbour's), so that no two faults
+                # fall on one key range.
+                while (process.poll() is None and
+                       resyncs_said(faulted_dir / "logs") < resyncs + 2):
+                    time.sleep(0.01)
+                if resyncs_said(faulted_dir / "logs") >= resyncs + 2:
+                    copied = round(time.monotonic() - killed, 3)
             report["kills"].append({"kind": kind, "checkpoint": at,
                                     "recovery_seconds": None if recovery is None else round(recovery, 3)})
+            if copied is not None:
+                report["kills"][-1]["copies_again_seconds"] = copied
             print(f"chaos: kill {i + 1}: {kind} at {at or 'the start'}; recovered in "
                   f"{'-' if recovery is None else f'{recovery:.2f} s'}", file=sys.stderr)
         code = process.wait(JOB_TIMEOUT)

@@ -73,9 +73,7 @@ void ServerRoute::Lost(std::shared_ptr<Request> r, uint64_t generation,
                        const ServerMessage& reply) {
   {
     MutexLock lock(&mu_);
-    const bool can_fail_over = !closing_ && !aborted_ && options_.servers.size() >= 2 &&
-                               (options_.cancellation == nullptr ||
-                                !options_.cancellation->cancelled());
+    const bool can_fail_over = CanFailOver();
     if (can_fail_over && generation != generation_) {
       // Sent before a failover that has happened since: send it again where the index is now.
       MutexUnlock unlocked(&mu_);
@@ -83,15 +81,22 @@ void ServerRoute::Lost(std::shared_ptr<Request> r, uint64_t generation,
     }
     if (can_fail_over && failed_.ok()) {
       waiting_.push_back(std::move(r));
-      if (!failing_over_) {
-        failing_over_ = true;
-        const absl::Status why(static_cast<absl::StatusCode>(reply.code()), reply.message());
-        failovers_.emplace_back([this, why] { FailOver(why); });
-      }
+      StartFailover(absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message()));
       return;
     }
   }
   r->on_reply(reply, true);
+}
+
+bool ServerRoute::CanFailOver() const {
+  return !closing_ && !aborted_ && options_.servers.size() >= 2 &&
+         (options_.cancellation == nullptr || !options_.cancellation->cancelled());
+}
+
+void ServerRoute::StartFailover(absl::Status why) {
+  if (failing_over_) return;
+  failing_over_ = true;
+  failovers_.emplace_back([this, why = std::move(why)] { FailOver(why); });
 }
 
 void ServerRoute::FailOver(absl::Status why) {
@@ -146,22 +151,39 @@ void ServerRoute::FailOver(absl::Status why) {
 absl::StatusOr<CommandReply> ServerRoute::Command(CommandRequest request, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-  std::shared_ptr<ServerConnection> conn;
-  {
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<ServerConnection> conn;
+    uint64_t generation = 0;
+    {
+      MutexLock lock(&mu_);
+      while (failing_over_) {
+        if (!cv_.WaitUntil(&mu_, until)) break;
+      }
+      if (failing_over_) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "a command for server index ", options_.index, " waited ",
+            absl::FormatDuration(timeout), " for its failover to end"));
+      }
+      RETURN_IF_ERROR(failed_);
+      request.clear_serve_index();
+      if (view_ > 0) request.set_serve_index(options_.index);
+      conn = conn_;
+      generation = generation_;
+    }
+    // A broken stream means its server is gone, whatever answers at its address now (a
+    // restarted server, which holds none of this job's keys).
+    absl::StatusOr<CommandReply> reply =
+        conn->broken() ? absl::StatusOr<CommandReply>(absl::UnavailableError(absl::StrCat(
+                             "parameter server ", conn->address(), ": its stream ended")))
+                       : conn->Command(request, std::max(deadline - absl::Now(), absl::Seconds(1)));
+    const bool lost = conn->broken() ||
+                      (!reply.ok() && reply.status().code() == absl::StatusCode::kUnavailable);
+    if (!lost || attempt > 0) return reply;
+    // Lost: fail over (or wait for the failover under way), then send it again there.
     MutexLock lock(&mu_);
-    while (failing_over_) {
-      if (!cv_.WaitUntil(&mu_, until)) break;
-    }
-    if (failing_over_) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "a command for server index ", options_.index, " waited ",
-          absl::FormatDuration(timeout), " for its failover to end"));
-    }
-    RETURN_IF_ERROR(failed_);
-    if (view_ > 0) request.set_serve_index(options_.index);
-    conn = conn_;
+    if (!CanFailOver()) return reply;
+    if (generation == generation_ && failed_.ok()) StartFailover(reply.status());
   }
-  return conn->Command(request, std::max(deadline - absl::Now(), absl::Seconds(1)));
 }
 
 void ServerRoute::Abort() {

@@ -61,7 +61,8 @@ class ServerRoute {
 
   void Send(Issue issue, OnReply on_reply) ABSL_LOCKS_EXCLUDED(mu_);
   // A command for the index's keys, to the server serving them now (after a failover in
-  // progress, within `timeout`).
+  // progress, within `timeout`); a command that finds the server lost fails over as a
+  // request does, and is sent again there.
   absl::StatusOr<CommandReply> Command(CommandRequest request, absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Cuts the stream for good (a cancelled job): no failover follows.
@@ -84,6 +85,10 @@ class ServerRoute {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The failover thread: moves the index to its backup, then issues the waiting requests.
   void FailOver(absl::Status why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts FailOver unless one runs.
+  void StartFailover(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a loss may be failed over (not closing, aborted or cancelled; two servers or more).
+  bool CanFailOver() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable Mutex mu_;

@@ -658,6 +658,26 @@ TEST_F(JobTest, AFrozenParameterServerIsFailedOverAndTheJobEndsBitIdentical) {
               HasSubstr("serving its keys from here on (view 1)"));
 }
 
+// `./tessera chaos --kill ps --no-rollback`'s short version: a replicated job's servers
+// SIGKILLed at random batches (each restarted by the supervisor and brought up to date before
+// the next kill): the job never rolls back to a checkpoint, and ends with the parameters of
+// the run without faults.
+TEST_F(JobTest, ChaosKillingReplicatedServersNeverRollsTheJobBack) {
+  const std::string job = WriteJob(
+      {.name = "chaos-ps", .epochs = 4, .servers = 2,
+       .extra = "checkpoint: {every_batches: 1, keep: 2}\nrecovery: {max_restarts: 5}\n"});
+  const Command c = RunCommand({"/usr/bin/python3", RunfilePath("tools/chaos.py"), job, "--kill",
+                                "ps", "--times", "3", "--no-rollback", "--seed", "7", "--tessera",
+                                RunfilePath("client/tessera"), "--out", TmpDir() + "/chaos-ps"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  ASSERT_FALSE(c.lines.empty()) << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  EXPECT_GE(report["kills"].size(), 1u) << c.lines.back();
+  EXPECT_EQ(report["rollbacks"], 0);
+  EXPECT_EQ(report["params_identical"], true);
+  EXPECT_EQ(report["passed"], true);
+}
+
 // The cluster owns a submitted job: its client killed with SIGKILL changes nothing, a second
 // job waits in the queue behind it, and both are listed, followed, cancelled and waited for by
 // id. The first job has no end of its own (epochs without number): it runs until the test
