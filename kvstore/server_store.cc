@@ -399,7 +399,6 @@ void ServerStore::Fence(const absl::Status& why) {
       absl::StrCat("server ", options_.server_index, " no longer serves job '",
                    members_.job_id(), "': ", why.message()));
   fenced_ = true;
-  metrics_.backup_losses.Increment();
   spdlog::error("{}", fenced_why_.ToString());
   for (auto& [key_id, key] : keys_) {
     for (const PendingPull& p : key.pulls) Answer(p, {ErrorReply(p.waiter.id, fenced_why_)});
