@@ -63,6 +63,11 @@ class ThreadLink : public ReplicaLink {
     broken_ = true;
     cv_.notify_all();
   }
+  // The backup answers again (it came back).
+  void Mend() {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = false;
+  }
   int queued() {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int>(queue_.size());
@@ -364,6 +369,51 @@ TEST_F(ReplicationTest, ATakeoverFencesTheOldPrimaryAndFinishesItsRoundOnce) {
   EXPECT_EQ(moved[0]->ValueOf(a), expected);
   EXPECT_EQ(moved[1]->ValueOf(b), expected);
   EXPECT_EQ(moved[0]->hello().view(), 1u);
+}
+
+// A backup lost for some rounds, then back: the primary sends it every key whole (value,
+// version, push counts, optimizer slot) while rounds go on, then takes it back as its backup -
+// pulls wait for it again - and its copy continues the primary's bits.
+TEST_F(ReplicationTest, ABackupThatComesBackIsBroughtUpToDateWhileRoundsGoOn) {
+  Start(2, SYNC_MODE_SYNC);
+  CommandRequest command;
+  command.mutable_set_optimizer()->set_name("sgd");
+  (*command.mutable_set_optimizer()->mutable_params())["learning_rate"] = "0.25";
+  (*command.mutable_set_optimizer()->mutable_params())["momentum"] = "0.5";
+  ASSERT_THAT(primary_->Command(command).status(), IsOk());
+  InitEverywhere(0, {1, 2});
+  InitEverywhere(1, {3});
+  CopyAt(1, 0);
+  auto round = [&](uint64_t r) {
+    for (int w = 0; w < 2; ++w) {
+      workers_[w]->Numbered(0, {0.5f * r, static_cast<float>(w)}, r, false);
+      workers_[w]->Numbered(1, {1.f * w - r}, r, false);
+    }
+    for (int w = 0; w < 2; ++w) {
+      for (int k = 0; k < 2; ++k) ASSERT_EQ(workers_[w]->Next().code(), 0) << "round " << r;
+    }
+  };
+  round(1);
+  link_->Break();
+  round(2);
+  round(3);
+  EXPECT_TRUE(primary_->backup_lost());
+  EXPECT_EQ(backup_->BackupCopy(0)->version, 1u);  // the rounds since went nowhere
+  link_->Mend();
+  link_->Hold();
+  primary_->ResyncBackup();
+  EXPECT_FALSE(primary_->backed_up());  // not before the backup holds every key
+  round(4);                             // goes on meanwhile, its update after the snapshots
+  link_->Release();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!primary_->backed_up() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(primary_->backed_up());
+  round(5);  // acknowledged only once on the backup again
+  for (int k = 0; k < 2; ++k) {
+    const ReplicaStore::Copy copy = CopyAt(k, 5);
+    EXPECT_EQ(Floats(copy.value), workers_[0]->PullValue(k)) << "key " << k;
+    EXPECT_EQ(copy.taken, (std::vector<uint64_t>{5, 5}));
+  }
 }
 
 // Random pushes of three workers into several keys, with an optimizer that keeps state: after
