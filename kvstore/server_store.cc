@@ -221,6 +221,33 @@ absl::StatusOr<ReplicaStore::Copy> ServerStore::BackupCopy(int key, int index) c
   return it->second.Find(key);
 }
 
+void ServerStore::CatchUp() {
+  // From now on pulls wait for the backup again. Workers have seen values of updates sent
+  // during the resync that the backup may not have applied yet: the marker, queued behind all
+  // of them, makes its copy complete once it arrives (a takeover refuses an incomplete copy).
+  catching_up_ = true;
+  backup_lost_ = false;
+  ReplicaMessage marker;
+  uint64_t epoch = 0;
+  {
+    ReaderLock lock(&mu_);
+    marker = ReplicaHeader();
+    epoch = job_epoch_;
+  }
+  marker.set_caught_up(true);
+  backup_->Send(std::move(marker), {}, [this, epoch](const absl::Status& status) {
+    if (status.code() == absl::StatusCode::kAborted) return Fence(status);
+    if (!status.ok()) return LoseBackup(status);
+    {
+      ReaderLock lock(&mu_);
+      if (epoch != job_epoch_) return;
+    }
+    catching_up_ = false;
+    spdlog::info("server index {}: its backup {} holds every key again", options_.server_index,
+                 backup_peer_);
+  });
+}
+
 void ServerStore::ResyncBackup() {
   if (!has_backup_ || !backup_lost_.load() || resyncing_.load() || fenced_.load()) return;
   WriterLock lock(&mu_);
@@ -238,6 +265,7 @@ void ServerStore::ResyncBackup() {
   if (optimizer_ != nullptr) {
     ReplicaMessage message = ReplicaHeader();
     *message.mutable_optimizer() = optimizer_spec_;
+    message.set_snapshot(true);  // the copy is incomplete from here to the caught_up marker
     SendReplica(std::move(message), {}, -1, 0, resync);
   }
   for (auto& [key_id, key] : keys_) {
@@ -289,12 +317,10 @@ void ServerStore::SendReplica(ReplicaMessage message, ReplicaLink::Payload paylo
                   if (resync->failed.load() || resync_spoiled_.load()) {
                     // Tried again later, less often while it keeps failing (each try copies
                     // every key).
-                    resync_wait_ms_ = std::min<int64_t>(2 * resync_wait_ms_.load(), 60'000);
+                    resync_wait_ms_ = std::min<int64_t>(2 * resync_wait_ms_.load(), 8'000);
                   } else if (resyncing_.load()) {
                     resync_wait_ms_ = 2'000;
-                    backup_lost_ = false;
-                    spdlog::info("server index {}: its backup {} holds every key again",
-                                 options_.server_index, backup_peer_);
+                    CatchUp();
                   }
                   resyncing_ = false;
                 });
@@ -613,6 +639,15 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
   if (const uint64_t seq = header.seq(); seq > 0) {
     if (seq <= key.taken[rank]) {
       return AnswerResent(s, id, header.key(), key, seq, then_pull, shared);
+    }
+    if (seq > key.taken[rank] + 1 && options_.view > 0) {
+      // A copy taken over that misses pushes the lost primary had applied (it lost its backup
+      // before it was lost itself): UNAVAILABLE, as the job must resume from its checkpoint.
+      return fail(absl::UnavailableError(absl::StrCat(
+          "push of key ", header.key(), " is worker ", rank, "'s push number ", seq,
+          ", but the copy of server ", options_.server_index, "'s keys taken over in view ",
+          options_.view, " holds ", key.taken[rank],
+          " of them: the lost server went on without its backup, so no complete copy is left")));
     }
     if (seq > key.taken[rank] + 1) {
       return fail(absl::InvalidArgumentError(absl::StrCat(

@@ -234,12 +234,14 @@ class ServerStore {
       ABSL_LOCKS_EXCLUDED(replica_mu_);
   // Whether the backup holds every key again after it was lost (ResyncBackup succeeded, or it
   // never was lost).
-  bool backed_up() const { return has_backup_ && !backup_lost_.load(); }
+  bool backed_up() const {
+    return has_backup_ && !backup_lost_.load() && !catching_up_.load();
+  }
   // When the backup was lost (it could not be reached, or it restarted without the copy),
   // sends it every key whole - value, version, push counts, optimizer slot - after the
   // optimizer, and takes it back as the backup once it holds them all: the range is then
   // tolerant to one more fault. Rounds go on meanwhile (their updates follow the snapshots).
-  // Tries at most every 2 s of options().clock, doubling to 60 s while they fail; the
+  // Tries at most every 2 s of options().clock, doubling to 8 s while they fail; the
   // deadline thread calls it.
   void ResyncBackup() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether this primary lost its backup for the current job (it then keeps one copy).
@@ -402,6 +404,9 @@ class ServerStore {
   void SendReplica(ReplicaMessage message, ReplicaLink::Payload payload, int key_id,
                    int64_t version, std::shared_ptr<Resync> resync = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The resync's snapshots are all on the backup: pulls wait for it again, and the caught_up
+  // marker follows the updates sent meanwhile.
+  void CatchUp() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether changes go to the backup: it holds the copy, or a resync is bringing it up to date.
   bool Sending() const {
     return has_backup_ && (!backup_lost_.load() || resyncing_.load());
@@ -477,8 +482,9 @@ class ServerStore {
   std::atomic<bool> backup_lost_{false};  // for the current job
   std::atomic<bool> fenced_{false};
   std::atomic<bool> resyncing_{false};
+  std::atomic<bool> catching_up_{false};  // resynced; the caught_up marker not yet acknowledged
   std::atomic<bool> resync_spoiled_{false};  // an update failed during the resync
-  std::atomic<int64_t> resync_wait_ms_{2'000};  // between tries: 2 s, doubling to 60 s
+  std::atomic<int64_t> resync_wait_ms_{2'000};  // between tries: 2 s, doubling to 8 s
   absl::Time last_resync_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Status fenced_why_ ABSL_GUARDED_BY(mu_);
   mutable Mutex replica_mu_;

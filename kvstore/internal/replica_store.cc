@@ -140,6 +140,11 @@ absl::StatusOr<ReplicaStore::Handover> ReplicaStore::TakeOver(const std::string&
     return absl::FailedPreconditionError(absl::StrCat(what, ": view ", view,
                                                       " is not newer than view ", view_));
   }
+  if (!complete_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its copy was still being brought up to date when the server was lost, so no "
+              "complete copy is left (the job resumes from its checkpoint)"));
+  }
   Handover h;
   h.job_id = job_id_;
   h.mode = mode_;
@@ -188,7 +193,8 @@ absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string
   }
   // A new job's copy starts with its optimizer, a key's Init, or a key whole (a primary
   // bringing a backup that restarted up to date).
-  if (*another_job && !update.has_optimizer() && !update.snapshot() && update.version() != 0) {
+  if (*another_job && (update.caught_up() || (!update.has_optimizer() && !update.snapshot() &&
+                                              update.version() != 0))) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": this server holds no copy of that job",
         has_job_ ? absl::StrCat(" (its copy is of job '", job_id_, "')") : "",
@@ -226,6 +232,7 @@ void ReplicaStore::StartJob(const ReplicaMessage& update) {
   optimizer_spec_.Clear();
   taken_over_in_ = 0;
   view_ = 0;
+  complete_ = true;  // every update of the job comes (until a resync's snapshots)
   has_job_ = true;
   job_id_ = update.job_id();
   mode_ = update.mode();
@@ -243,6 +250,10 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
                          "') from server ", update.primary());
   bool another_job = false;
   RETURN_IF_ERROR(Check(update, what, &another_job));
+  if (update.caught_up()) {  // every update before it is applied: the copy is whole
+    complete_ = true;
+    return absl::OkStatus();
+  }
   if (update.has_optimizer()) {
     absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(update.optimizer());
     if (!optimizer.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", optimizer.status().message()));
@@ -250,6 +261,7 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
     view_ = update.view();
     optimizer_ = *std::move(optimizer);
     optimizer_spec_ = update.optimizer();
+    if (update.snapshot()) complete_ = false;  // a resync's first message
     return absl::OkStatus();
   }
   if (update.taken_size() != update.num_workers()) {
@@ -307,6 +319,7 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
   view_ = update.view();
   held->version = update.version();
   held->taken.assign(update.taken().begin(), update.taken().end());
+  if (update.snapshot()) complete_ = false;  // until the resync's caught_up
   return absl::OkStatus();
 }
 

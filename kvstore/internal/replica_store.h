@@ -112,7 +112,8 @@ class ReplicaStore {
     OptimizerSpec optimizer_spec;
   };
   // Moves the copy out for serving in `view` (above every view seen) and fences the primary;
-  // FAILED_PRECONDITION when there is no copy of job `job_id`, or the view is not newer.
+  // FAILED_PRECONDITION when there is no copy of job `job_id`, the view is not newer, or the
+  // copy was still being brought up to date (ReplicaMessage.caught_up has not come).
   absl::StatusOr<Handover> TakeOver(const std::string& job_id, uint64_t view);
   // The view of a takeover (0: none).
   uint64_t taken_over_in() const { return taken_over_in_; }
@@ -150,6 +151,9 @@ class ReplicaStore {
   std::unique_ptr<Optimizer> optimizer_;  // the primary's; null: it has none
   OptimizerSpec optimizer_spec_;          // what optimizer_ was made from
   uint64_t taken_over_in_ = 0;
+  // Whether the copy holds every update of its job: false from a resync's first snapshot to
+  // its caught_up marker. Only a complete copy is taken over.
+  bool complete_ = true;
 };
 
 }  // namespace tessera::kvstore

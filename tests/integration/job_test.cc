@@ -669,7 +669,16 @@ TEST_F(JobTest, ChaosKillingReplicatedServersNeverRollsTheJobBack) {
   const Command c = RunCommand({"/usr/bin/python3", RunfilePath("tools/chaos.py"), job, "--kill",
                                 "ps", "--times", "3", "--no-rollback", "--seed", "7", "--tessera",
                                 RunfilePath("client/tessera"), "--out", TmpDir() + "/chaos-ps"});
-  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  const std::string out = TmpDir() + "/chaos-ps";
+  std::string logs;  // restarted daemons' earlier logs too (NAME.log.N)
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out + "/faulted/logs", ec)) {
+    if (entry.path().string().find(".log") == std::string::npos) continue;
+    absl::StrAppend(&logs, "---- ", entry.path().string(), " ----\n",
+                    ReadFileToString(entry.path()).value_or(""));
+  }
+  ASSERT_EQ(c.code, 0) << c.out << c.err << ReadFileToString(out + "/faulted.log").value_or("")
+                       << logs;
   ASSERT_FALSE(c.lines.empty()) << c.err;
   const nlohmann::json report = nlohmann::json::parse(c.lines.back());
   EXPECT_GE(report["kills"].size(), 1u) << c.lines.back();
@@ -1111,6 +1120,11 @@ class Network {
 
   std::string Namespace(const std::string& host) const { return prefix_ + "-" + host; }
   static std::string Address(size_t i) { return absl::StrCat("10.213.47.", i + 1); }
+  // Cuts (or mends) the link of the `i`-th host at the bridge: its packets go nowhere, and
+  // nothing tells its peers (a partition, not a closed socket).
+  absl::Status SetLink(size_t i, bool up) {
+    return Ip({"-n", hub_, "link", "set", absl::StrCat("p", i), up ? "up" : "down"});
+  }
 
  private:
   absl::Status AddNamespace(const std::string& ns) {
@@ -1244,6 +1258,102 @@ TEST_F(JobTest, DaemonsOnTheirOwnHostsTrainOverTlsAndRefuseStrangers) {
   EXPECT_GT(done["eval"]["accuracy"].get<double>(), 0.9) << done.dump();
   EXPECT_EQ(JobRecordOf(tessera({"jobs"}, as_json), id)["state"], "cancelled");
   for (Daemon* d : {&ps, &w0, &w1}) EXPECT_TRUE(d->process->running()) << d->log;
+}
+
+// A partition: the link of the server of index 0 is cut mid-job (three workers and two servers
+// on hosts of their own, TLS and a token). The workers' keepalive gives up on it, the majority
+// moves index 0 to server 1, and the job goes on. When the link is back, server 1 makes the
+// copy of index 0, which it serves now, on the returned server: the job is tolerant to the
+// next fault again. (Were the old server to try to serve index 0 again, server 1 refuses its
+// updates and it fences itself: ReplicationTest covers that.)
+TEST_F(JobTest, APartitionedServerIsFailedOverAndTheCopyIsMadeAgainWhenTheLinkIsBack) {
+  Network network;
+  if (absl::Status created = network.Create({"ps0", "ps1", "w0", "w1", "w2", "client"});
+      !created.ok()) {
+    GTEST_SKIP() << "network namespaces unavailable here (needs root): " << created.message();
+  }
+  std::vector<std::string> ips;
+  for (size_t i = 0; i < 5; ++i) ips.push_back(Network::Address(i));
+  const std::string certs = TmpDir() + "/partition-certs";
+  fs::remove_all(certs);
+  ASSERT_EQ(Tessera({"certs", certs, "--hosts", absl::StrJoin(ips, ",") + ",client"}).code, 0);
+  const std::string token = TmpDir() + "/partition-token";
+  ASSERT_THAT(WriteStringToFile(token, "partition token\n", kOwnerOnly), IsOk());
+  auto on = [&](const std::string& host, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", network.Namespace(host)});
+    return argv;
+  };
+  const std::string ps_hosts = absl::StrCat(ips[0], ":9000,", ips[1], ":9000");
+  std::vector<Daemon> servers, workers;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(StartDaemon(
+        absl::StrCat("partition-ps", s),
+        on(absl::StrCat("ps", s),
+           {RunfilePath("server/tessera-ps"), absl::StrCat("--address=", ips[s], ":9000"),
+            absl::StrCat("--index=", s), "--ps_hosts=" + ps_hosts, "--num_workers=3",
+            "--tls_dir=" + certs + "/" + ips[s], "--token_file=" + token})));
+  }
+  std::vector<std::string> worker_addresses;
+  for (int w = 0; w < 3; ++w) {
+    const std::string ip = ips[2 + w];
+    workers.push_back(StartDaemon(
+        absl::StrCat("partition-w", w),
+        on(absl::StrCat("w", w),
+           {RunfilePath("worker/tessera-worker"), "--address=" + ip + ":7000",
+            "--tls_dir=" + certs + "/" + ip, "--token_file=" + token,
+            "--data_root=" + DataDir(), "--run_root=" + TmpDir() + "/runs"})));
+    worker_addresses.push_back(ip + ":7000");
+  }
+  for (const Daemon& d : servers) ASSERT_FALSE(d.address.empty()) << d.log;
+  for (const Daemon& d : workers) ASSERT_FALSE(d.address.empty()) << d.log;
+  // A job without an end of its own: it runs until the test cancels it.
+  const std::string job = WriteJob(
+      {.name = "partition-mlp", .epochs = 1'000'000, .workers = 3, .servers = 2});
+  const std::vector<std::string> client = {"--tls_dir", certs + "/client", "--token_file", token,
+                                           "--workers", absl::StrJoin(worker_addresses, ",")};
+  auto tessera = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), RunfilePath("client/tessera"));
+    args.insert(args.end(), client.begin(), client.end());
+    return RunCommand(on("client", args));
+  };
+  const Command submitted = tessera({"submit", job, "--servers", ps_hosts, "--no-wait"});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  ASSERT_EQ(submitted.lines.size(), 1u) << submitted.out;
+  const std::string id = submitted.lines[0];
+  // Batches done so far (waits until the job has some beyond `than`).
+  auto batches_beyond = [&](int64_t than) {
+    nlohmann::json record;
+    for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
+      record = JobRecordOf(tessera({"jobs", "--json"}), id);
+      if (!record.is_null() && record["state"] == "running" && BatchesDone(record) > than) {
+        return BatchesDone(record);
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    ADD_FAILURE() << "the job did no batch beyond " << than << ": " << record.dump()
+                  << ReadFileToString(workers[0].log).value_or("");
+    return int64_t{-1};
+  };
+  auto log_says = [&](const Daemon& d, const std::string& what) {
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(120); absl::Now() < deadline;) {
+      if (absl::StrContains(ReadFileToString(d.log).value_or(""), what)) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  };
+  const int64_t before = batches_beyond(0);
+  ASSERT_GT(before, 0);
+  ASSERT_THAT(network.SetLink(0, /*up=*/false), IsOk());
+  EXPECT_TRUE(log_says(servers[1], "serving its keys from here on (view 1)"))
+      << ReadFileToString(servers[1].log).value_or("");
+  const int64_t during = batches_beyond(before);
+  EXPECT_GT(during, before);
+  ASSERT_THAT(network.SetLink(0, /*up=*/true), IsOk());
+  EXPECT_TRUE(log_says(servers[1], "server index 0: its backup"))
+      << ReadFileToString(servers[1].log).value_or("");
+  EXPECT_GT(batches_beyond(during), during);  // the job goes on
+  EXPECT_EQ(tessera({"cancel", id}).code, 0);
+  for (const Daemon& d : workers) EXPECT_TRUE(d.process->running()) << d.log;
 }
 
 }  // namespace

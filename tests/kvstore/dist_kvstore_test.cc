@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <barrier>
 #include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <latch>
 #include <cstring>
 #include <filesystem>
@@ -156,6 +158,11 @@ class DistKVStoreTest : public ::testing::Test {
   // after the last round.
   std::vector<float> TrainWithFaultsBetweenRounds(int rounds,
                                                   std::map<int, std::function<void()>> before);
+  // The same job with `faults` run on this thread while the workers train: `faults` lets
+  // them run `n` more rounds with advance(n), which returns once worker 0 finished them, and
+  // so keeps rounds going during its faults (the rest run after it).
+  std::vector<float> TrainWithFaultsDuringRounds(
+      int rounds, const std::function<void(const std::function<void(int)>& advance)>& faults);
   // Starts server `s` again, afresh, where it served (a supervisor's restart).
   void RestartServer(int s) {
     const std::string address = absl::StrCat("unix:", socket_dir_, "/ps-", s, ".sock");
@@ -447,6 +454,74 @@ std::vector<float> DistKVStoreTest::TrainWithFaultsBetweenRounds(
   return last[0];
 }
 
+std::vector<float> DistKVStoreTest::TrainWithFaultsDuringRounds(
+    int rounds, const std::function<void(const std::function<void(int)>& advance)>& faults) {
+  constexpr int kWorkers = 3;
+  const std::vector<int> keys = {0, 1, 2};
+  const std::vector<int> sizes = {5, 7, 100};
+  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
+               /*replicated=*/true);
+  if (HasFatalFailure()) return {};
+  for (auto& w : workers_) {
+    EXPECT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.1"},
+                                                            {"momentum", "0.9"}})),
+                IsOk());
+    std::vector<NDArray> init;
+    for (int n : sizes) init.push_back(Arr(std::vector<float>(n, 0.25f)));
+    EXPECT_THAT(w->Init(keys, init), IsOk());
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int allowed = 0, done = 0;  // rounds the workers may start; rounds worker 0 finished
+  std::vector<std::vector<float>> last(kWorkers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 1; round <= rounds; ++round) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return round <= allowed; });
+        }
+        std::vector<std::vector<NDArray>> grads, outs;
+        for (size_t k = 0; k < keys.size(); ++k) {
+          std::vector<float> g(sizes[k]);
+          for (int i = 0; i < sizes[k]; ++i) g[i] = std::sin(0.1f * (i + 1) * (w + 1) + 0.3f * round);
+          grads.push_back({Arr(g)});
+          outs.push_back({Arr(std::vector<float>(sizes[k]))});
+        }
+        EXPECT_THAT(workers_[w]->PushPull(keys, grads, outs), IsOk());
+        for (auto& out : outs) EXPECT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
+        if (round == rounds) {
+          for (auto& out : outs) {
+            const std::vector<float> v = Get(out[0]);
+            last[w].insert(last[w].end(), v.begin(), v.end());
+          }
+        }
+        if (w == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          done = round;
+          cv.notify_all();
+        }
+      }
+    });
+  }
+  faults([&](int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    allowed = std::min(rounds, allowed + n);
+    cv.notify_all();
+    const int until = allowed;
+    cv.wait(lock, [&] { return done >= until; });
+  });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    allowed = rounds;
+    cv.notify_all();
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
+  return last[0];
+}
+
 // Whether `condition` holds within 60 s.
 static bool Eventually(const std::function<bool()>& condition) {
   for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
@@ -486,6 +561,38 @@ TEST_F(DistKVStoreTest, AServerThatComesBackIsBroughtUpToDateAndTheNextLossFails
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(own_again->options().view, 2u);
   EXPECT_EQ(other->options().view, 1u);
+}
+
+// As above, with the rounds going on throughout: server 1 lost (its keys move to server 0),
+// back and brought up to date while the workers train, then server 0 lost.
+TEST_F(DistKVStoreTest, FaultAfterFaultWhileTheWorkersTrainLosesNothing) {
+  constexpr int kRounds = 200;
+  const std::vector<float> expected = TrainWithFaultsDuringRounds(kRounds, [](const auto&) {});
+  TearDown();
+  const std::vector<float> got =
+      TrainWithFaultsDuringRounds(kRounds, [&](const std::function<void(int)>& advance) {
+        advance(20);
+        // Lost while a round is open (its Shutdown ends the streams after 2 s).
+        std::thread lose([&] { servers_[1]->Shutdown(); });
+        advance(1);
+        lose.join();
+        advance(20);
+        RestartServer(1);
+        // Brought up to date with rounds going on (their updates follow the snapshots).
+        int rounds = 0;
+        auto copies_made = [&] {
+          const ServerStore* taken = servers_[0]->node().taken_over(1);
+          return servers_[0]->store().backed_up() && taken != nullptr && taken->backed_up();
+        };
+        while (!copies_made() && rounds < kRounds - 60) {
+          advance(1);
+          ++rounds;
+        }
+        ASSERT_TRUE(Eventually(copies_made));
+        advance(20);
+        servers_[0]->Shutdown();
+      });
+  EXPECT_EQ(got, expected);
 }
 
 // dist_async: each push applied once across a failover (integer gradients and plain SGD with

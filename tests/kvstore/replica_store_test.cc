@@ -262,5 +262,28 @@ TEST(ReplicaStoreTest, ATakeoverHandsTheCopyOverAndFencesThePrimary) {
   EXPECT_EQ(ValueOf(*store.Find(3)), (std::vector<float>{8}));
 }
 
+// A resync's snapshot leaves the copy incomplete - the updates whose values workers saw may
+// still be on their way - until the primary's caught_up marker: a takeover before it is
+// refused (no complete copy is left), after it allowed.
+TEST(ReplicaStoreTest, ACopyBeingBroughtUpToDateIsNotTakenOver) {
+  ReplicaStore store(rt(), kBackup, kServers);
+  ReplicaMessage snapshot = Update(7, 12, {5, 6});
+  snapshot.set_snapshot(true);
+  ASSERT_THAT(store.Apply(snapshot), IsOk());  // starts the job's copy
+  EXPECT_THAT(store.TakeOver("job-a", 1).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no complete copy")));
+  ASSERT_THAT(store.Apply(Update(7, 13, {7, 8})), IsOk());
+  ReplicaMessage marker = Update(0, 0, {});
+  marker.clear_value();
+  marker.set_caught_up(true);
+  EXPECT_THAT(store.Apply(marker), IsOk());
+  absl::StatusOr<ReplicaStore::Handover> h = store.TakeOver("job-a", 1);
+  ASSERT_THAT(h.status(), IsOk());
+  EXPECT_EQ(h->parts[7].version, 13u);
+  // A marker of a job it holds no copy of is refused.
+  ReplicaStore fresh(rt(), kBackup, kServers);
+  EXPECT_THAT(fresh.Apply(marker), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 }  // namespace
 }  // namespace tessera::kvstore
