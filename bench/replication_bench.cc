@@ -171,6 +171,54 @@ class Cluster {
   int restarts_ = 0;
 };
 
+// One worker thread's store and arrays: every key Init (its gradient as the value) and the
+// servers' optimizer set.
+struct Worker {
+  std::unique_ptr<OwnedRuntime> rt;
+  std::unique_ptr<kvstore::KVStore> kv;
+  std::vector<int> keys;
+  std::vector<std::vector<NDArray>> grads, outs;
+};
+
+Worker StartWorker(const Flags& flags, const std::string& mode, const Cluster& cluster, int w,
+                   const std::string& job_id) {
+  Worker worker;
+  auto rt = OwnedRuntime::Create(/*seed=*/w);
+  Check(rt.status(), "runtime");
+  worker.rt = *std::move(rt);
+  kvstore::DistKVStoreOptions options;
+  options.cluster.role = kvstore::Role::kWorker;
+  options.cluster.index = w;
+  options.cluster.servers = cluster.addresses();
+  options.cluster.workers.assign(flags.workers, "");
+  options.job_id = job_id;
+  auto kv = kvstore::CreateDistKVStore(mode, options);
+  Check(kv.status(), "CreateDistKVStore");
+  worker.kv = *std::move(kv);
+  const Runtime& r = worker.rt->get();
+  std::vector<NDArray> values;
+  for (size_t k = 0; k < kKeySizes.size(); ++k) {
+    const int64_t n = kKeySizes[k];
+    const std::vector<float> fill(n, 0.001f * static_cast<float>(w + 1));
+    auto grad = NDArray::Empty(r, Shape{n});
+    auto out = NDArray::Empty(r, Shape{n});
+    Check(grad.status(), "alloc");
+    Check(out.status(), "alloc");
+    Check(grad->SyncCopyFromCPU(fill.data(), n), "copy");
+    worker.keys.push_back(static_cast<int>(k));
+    values.push_back(*grad);
+    worker.grads.push_back({*grad});
+    worker.outs.push_back({*out});
+  }
+  Check(worker.kv->Init(worker.keys, values), "Init");
+  auto sgd = kvstore::Optimizer::Create("sgd", {{"learning_rate", "0.01"},
+                                                {"momentum", "0.9"},
+                                                {"wd", "0.0001"}});
+  Check(sgd.status(), "sgd");
+  Check(worker.kv->SetOptimizer(std::move(*sgd)), "SetOptimizer");
+  return worker;
+}
+
 // Steps per second of every worker together, on a fresh cluster.
 double Run(const Flags& flags, const std::string& mode, bool replicated) {
   Cluster cluster(flags, flags.workers, replicated);
@@ -180,50 +228,18 @@ double Run(const Flags& flags, const std::string& mode, bool replicated) {
   std::vector<std::thread> threads;
   for (int w = 0; w < flags.workers; ++w) {
     threads.emplace_back([&, w] {
-      auto rt = OwnedRuntime::Create(/*seed=*/w);
-      Check(rt.status(), "runtime");
-      kvstore::DistKVStoreOptions options;
-      options.cluster.role = kvstore::Role::kWorker;
-      options.cluster.index = w;
-      options.cluster.servers = cluster.addresses();
-      options.cluster.workers.assign(flags.workers, "");
-      options.job_id = "replication-bench";
-      auto kv = kvstore::CreateDistKVStore(mode, options);
-      Check(kv.status(), "CreateDistKVStore");
-      const Runtime& r = (*rt)->get();
-      std::vector<int> keys;
-      std::vector<NDArray> values;
-      std::vector<std::vector<NDArray>> grads, outs;
-      for (size_t k = 0; k < kKeySizes.size(); ++k) {
-        const int64_t n = kKeySizes[k];
-        const std::vector<float> fill(n, 0.001f * static_cast<float>(w + 1));
-        auto grad = NDArray::Empty(r, Shape{n});
-        auto out = NDArray::Empty(r, Shape{n});
-        Check(grad.status(), "alloc");
-        Check(out.status(), "alloc");
-        Check(grad->SyncCopyFromCPU(fill.data(), n), "copy");
-        keys.push_back(static_cast<int>(k));
-        values.push_back(*grad);
-        grads.push_back({*grad});
-        outs.push_back({*out});
-      }
-      Check((*kv)->Init(keys, values), "Init");
-      auto sgd = kvstore::Optimizer::Create("sgd", {{"learning_rate", "0.01"},
-                                                    {"momentum", "0.9"},
-                                                    {"wd", "0.0001"}});
-      Check(sgd.status(), "sgd");
-      Check((*kv)->SetOptimizer(std::move(*sgd)), "SetOptimizer");
+      const Worker worker = StartWorker(flags, mode, cluster, w, "replication-bench");
       auto step = [&] {
-        Check((*kv)->Push(keys, grads, 0), "Push");
-        Check((*kv)->Pull(keys, outs, 0), "Pull");
-        for (auto& out : outs) Check(out[0].WaitToRead(), "push+pull");
+        Check(worker.kv->Push(worker.keys, worker.grads, 0), "Push");
+        Check(worker.kv->Pull(worker.keys, worker.outs, 0), "Pull");
+        for (auto& out : worker.outs) Check(out[0].WaitToRead(), "push+pull");
       };
       for (int i = 0; i < flags.warmup; ++i) step();
-      Check((*kv)->Barrier(), "Barrier");
+      Check(worker.kv->Barrier(), "Barrier");
       sync.arrive_and_wait();
       for (int i = 0; i < flags.steps; ++i) step();
       ends[w] = Clock::now();
-      Check((*kv)->Barrier(), "Barrier");
+      Check(worker.kv->Barrier(), "Barrier");
     });
   }
   for (auto& t : threads) t.join();
@@ -247,44 +263,14 @@ double Median(std::vector<double> v) {
 void StepUntil(const Flags& flags, const std::string& mode, const Cluster& cluster, int w,
                const std::atomic<bool>& stop, std::vector<Clock::time_point>* ends,
                std::barrier<>& ready) {
-  auto rt = OwnedRuntime::Create(/*seed=*/w);
-  Check(rt.status(), "runtime");
-  kvstore::DistKVStoreOptions options;
-  options.cluster.role = kvstore::Role::kWorker;
-  options.cluster.index = w;
-  options.cluster.servers = cluster.addresses();
-  options.cluster.workers.assign(flags.workers, "");
-  options.job_id = "failover-bench";
-  auto kv = kvstore::CreateDistKVStore(mode, options);
-  Check(kv.status(), "CreateDistKVStore");
-  const Runtime& r = (*rt)->get();
-  std::vector<int> keys;
-  std::vector<NDArray> values;
-  std::vector<std::vector<NDArray>> grads, outs;
-  for (size_t k = 0; k < kKeySizes.size(); ++k) {
-    const int64_t n = kKeySizes[k];
-    const std::vector<float> fill(n, 0.001f * static_cast<float>(w + 1));
-    auto grad = NDArray::Empty(r, Shape{n});
-    auto out = NDArray::Empty(r, Shape{n});
-    Check(grad.status(), "alloc");
-    Check(out.status(), "alloc");
-    Check(grad->SyncCopyFromCPU(fill.data(), n), "copy");
-    keys.push_back(static_cast<int>(k));
-    values.push_back(*grad);
-    grads.push_back({*grad});
-    outs.push_back({*out});
-  }
-  Check((*kv)->Init(keys, values), "Init");
-  auto sgd = kvstore::Optimizer::Create("sgd", {{"learning_rate", "0.01"}, {"momentum", "0.9"}});
-  Check(sgd.status(), "sgd");
-  Check((*kv)->SetOptimizer(std::move(*sgd)), "SetOptimizer");
+  const Worker worker = StartWorker(flags, mode, cluster, w, "failover-bench");
   ready.arrive_and_wait();
   while (!stop.load()) {
-    Check((*kv)->PushPull(keys, grads, outs, 0), "PushPull");
-    for (auto& out : outs) Check(out[0].WaitToRead(), "push_pull across a failover");
+    Check(worker.kv->PushPull(worker.keys, worker.grads, worker.outs, 0), "PushPull");
+    for (auto& out : worker.outs) Check(out[0].WaitToRead(), "push_pull across a failover");
     if (ends != nullptr) ends->push_back(Clock::now());
   }
-  Check((*kv)->Barrier(), "Barrier");
+  Check(worker.kv->Barrier(), "Barrier");
 }
 
 // The stalls (seconds) of --kills server kills on a replicated cluster in `mode`.

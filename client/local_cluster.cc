@@ -87,6 +87,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   // The workers share this machine's cores: each gets its share of OpenMP threads, as
   // oversubscribed OpenMP (oneDNN's kernels) spins and runs several times slower.
   const std::string omp_threads = absl::StrCat(std::max(1, AvailableCpus() / options.num_workers));
+  // Each daemon's socket, named before it exists (servers point at each other).
+  auto socket = [&](const std::string& name) {
+    return absl::StrCat("unix:", cluster->socket_dir_, "/", name, ".sock");
+  };
   auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
     Daemon d;
     d.name = name;
@@ -94,7 +98,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     // The port file says the daemon serves (its port is 0 on a socket).
     const std::string port_file = (logs / (name + ".port")).string();
     std::filesystem::remove(port_file, ec);
-    const std::string address = absl::StrCat("unix:", cluster->socket_dir_, "/", name, ".sock");
+    const std::string address = socket(name);
     argv.push_back("--address=" + address);
     argv.push_back("--port_file=" + port_file);
     argv.push_back("--token_file=" + token_file);
@@ -122,12 +126,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
                                      absl::StrCat("--num_workers=", options.num_workers)};
     // Each server's parts are also on the next one (its socket is named before it exists).
     if (options.num_servers >= 2 && options.replicas >= 2) {
-      argv.push_back(absl::StrCat("--backup=unix:", cluster->socket_dir_, "/ps-",
-                                  (s + 1) % options.num_servers, ".sock"));
+      argv.push_back("--backup=" + socket(absl::StrCat("ps-", (s + 1) % options.num_servers)));
       std::vector<std::string> peers;
-      for (int p = 0; p < options.num_servers; ++p) {
-        peers.push_back(absl::StrCat("unix:", cluster->socket_dir_, "/ps-", p, ".sock"));
-      }
+      for (int p = 0; p < options.num_servers; ++p) peers.push_back(socket(absl::StrCat("ps-", p)));
       argv.push_back("--peers=" + absl::StrJoin(peers, ","));
     }
     absl::Status st = start(absl::StrCat("ps-", s), std::move(argv));

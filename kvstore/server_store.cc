@@ -262,27 +262,9 @@ void ServerStore::ResyncBackup() {
   auto resync = std::make_shared<Resync>();
   resync->left = static_cast<int>(keys_.size()) + (optimizer_ != nullptr ? 1 : 0);
   resyncing_ = true;
-  if (optimizer_ != nullptr) {
-    ReplicaMessage message = ReplicaHeader();
-    *message.mutable_optimizer() = optimizer_spec_;
-    message.set_snapshot(true);  // the copy is incomplete from here to the caught_up marker
-    SendReplica(std::move(message), {}, -1, 0, resync);
-  }
+  if (optimizer_ != nullptr) ReplicateOptimizer(resync);
   for (auto& [key_id, key] : keys_) {
-    ReplicaMessage update = ReplicaUpdate(key_id, key, key.round.rounds_done(), /*snapshot=*/true);
-    if (optimizer_ != nullptr) {
-      absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
-      if (slot.ok()) {
-        update.set_optimizer_slot(*std::move(slot));
-      } else {
-        resync->failed = true;
-      }
-    }
-    auto copy = std::make_shared<const std::string>(
-        static_cast<const char*>(key.value.data().dptr),
-        static_cast<size_t>(key.shape.Size()) * sizeof(float));
-    const std::string_view bytes = *copy;
-    SendReplica(std::move(update), {std::move(copy), bytes}, key_id, key.version, resync);
+    Replicate(key_id, key, key.value, key.round.rounds_done(), /*snapshot=*/true, resync);
   }
 }
 
@@ -349,19 +331,23 @@ ReplicaMessage ServerStore::ReplicaUpdate(int key_id, const Key& key, int64_t ro
 }
 
 void ServerStore::Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
-                            bool snapshot) {
+                            bool snapshot, std::shared_ptr<Resync> resync) {
   if (!Sending()) return;
   ReplicaMessage update = ReplicaUpdate(key_id, key, rounds, snapshot);
   if (snapshot && optimizer_ != nullptr) {
     absl::StatusOr<std::string> slot = optimizer_->SaveSlot(key_id);
-    if (!slot.ok()) return LoseBackup(slot.status());
-    update.set_optimizer_slot(*std::move(slot));
+    if (!slot.ok() && resync == nullptr) return LoseBackup(slot.status());
+    if (slot.ok()) {
+      update.set_optimizer_slot(*std::move(slot));
+    } else {
+      resync->failed = true;  // sent all the same: the resync counts every key's answer
+    }
   }
   auto copy = std::make_shared<const std::string>(
       static_cast<const char*>(sent.data().dptr),
       static_cast<size_t>(key.shape.Size()) * sizeof(float));
   const std::string_view bytes = *copy;
-  SendReplica(std::move(update), {std::move(copy), bytes}, key_id, key.version);
+  SendReplica(std::move(update), {std::move(copy), bytes}, key_id, key.version, std::move(resync));
 }
 
 std::optional<NDArray> ServerStore::LendMerged(int key_id, Key& key, int64_t rounds) {
@@ -385,11 +371,13 @@ void ServerStore::Diverged(int key_id, const absl::Status& why) {
                                               "this server could not: ", why.message())));
 }
 
-void ServerStore::ReplicateOptimizer() {
+void ServerStore::ReplicateOptimizer(std::shared_ptr<Resync> resync) {
   if (!Sending()) return;
   ReplicaMessage message = ReplicaHeader();
   *message.mutable_optimizer() = optimizer_spec_;
-  SendReplica(std::move(message), {}, -1, 0);
+  // A resync's first message: the copy is incomplete from here to the caught_up marker.
+  message.set_snapshot(resync != nullptr);
+  SendReplica(std::move(message), {}, -1, 0, std::move(resync));
 }
 
 void ServerStore::OnReplicaAck(int key_id, int64_t version, uint64_t epoch,

@@ -382,23 +382,25 @@ class ServerStore {
   bool Replicated(const Key& key, int64_t version) const {
     return !has_backup_ || backup_lost_.load() || key.replicated >= version;
   }
+  // One ResyncBackup's snapshots still unacknowledged.
+  struct Resync {
+    std::atomic<int> left{0};
+    std::atomic<bool> failed{false};
+  };
   // Sends the backup version `key.version` of the key: `sent` is its Init's value or the
   // gradient that version applies (sent before the primary applies it, so both apply it at
   // once), or with `snapshot` the key's value and optimizer slot. dist_sync: the value holds
   // `rounds` rounds. A copy of `sent` is sent; LendMerged sends the merge buffer itself.
+  // `resync` (null: none) counts its acknowledgement.
   void Replicate(int key_id, Key& key, const NDArray& sent, int64_t rounds,
-                 bool snapshot = false) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                 bool snapshot = false, std::shared_ptr<Resync> resync = nullptr)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Replicate of the gradient in `key.merged`, without a copy: the buffer goes to the link,
   // and the key gets a fresh one (RenewMerged, once the update is applied) for what comes next.
   // Returns the fresh buffer; none when there is no backup to send to or none could be made
   // (then a copy was sent).
   std::optional<NDArray> LendMerged(int key_id, Key& key, int64_t rounds)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // One ResyncBackup's snapshots still unacknowledged.
-  struct Resync {
-    std::atomic<int> left{0};
-    std::atomic<bool> failed{false};
-  };
   // Sends `message` with `payload`; its acknowledgement serves `key_id`'s waiters (-1: none)
   // and counts for `resync` (null: none).
   void SendReplica(ReplicaMessage message, ReplicaLink::Payload payload, int key_id,
@@ -417,7 +419,8 @@ class ServerStore {
   // The primary failed to apply an update it had sent the backup: the copies differ now.
   void Diverged(int key_id, const absl::Status& why);
   // Sends the optimizer the store now runs to the backup.
-  void ReplicateOptimizer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReplicateOptimizer(std::shared_ptr<Resync> resync = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What every replica message of the current job carries.
   ReplicaMessage ReplicaHeader() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -148,13 +148,21 @@ class DistKVStoreTest : public ::testing::Test {
 
   // Workers push and pull random keys in random ways; every value must be its round's sum.
   void RunRoundOracle(Transport transport);
-  // Three workers train keys 0 (server 0's), 1 (server 1's) and 2 (split across both) for
-  // eight dist_sync rounds on two replicated servers; with `kill`, server 0 is shut down
-  // while round 4 is open on it (two workers' pushes taken, the third held back until then).
-  // The values the workers hold after the last round (the same on every worker).
+  // The failover tests' job: three workers, two replicated servers on Unix sockets, keys 0
+  // (server 0's), 1 (server 1's) and 2 (split across both), SGD with momentum on the servers.
+  static constexpr int kFailoverWorkers = 3;
+  inline static const std::vector<int> kFailoverKeys = {0, 1, 2};
+  inline static const std::vector<int> kFailoverSizes = {5, 7, 100};
+  void StartFailoverJob();
+  // Worker `w`'s round `round` of that job: its push_pull of every key, waited for; the
+  // values it got appended to `last` (null: not kept).
+  void FailoverRound(int w, int round, std::vector<float>* last);
+  // That job for eight rounds; with `kill`, server 0 is shut down while round 4 is open on
+  // it (two workers' pushes taken, the third held back until then). The values the workers
+  // hold after the last round (the same on every worker).
   std::vector<float> TrainThroughAFailover(bool kill);
-  // The same job (dist_sync, keys 0, 1 and 2 on two replicated servers, three workers) for
-  // `rounds` rounds, with `before[r]` run while every worker waits before round r. The values
+  // The same job for `rounds` rounds, with `before[r]` run while every worker waits before
+  // round r. The values
   // after the last round.
   std::vector<float> TrainWithFaultsBetweenRounds(int rounds,
                                                   std::map<int, std::function<void()>> before);
@@ -315,57 +323,64 @@ TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
   }
 }
 
-std::vector<float> DistKVStoreTest::TrainThroughAFailover(bool kill) {
-  constexpr int kWorkers = 3, kRounds = 8, kKillRound = 4;
-  const std::vector<int> keys = {0, 1, 2};
-  const std::vector<int> sizes = {5, 7, 100};
-  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
+void DistKVStoreTest::StartFailoverJob() {
+  StartCluster("dist_sync", 2, kFailoverWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
                /*replicated=*/true);
-  if (HasFatalFailure()) return {};
-  const double pushed_before = metrics_[0].push_bytes.Value();
+  if (HasFatalFailure()) return;
   for (auto& w : workers_) {
     EXPECT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.1"},
                                                             {"momentum", "0.9"}})),
                 IsOk());
     std::vector<NDArray> init;
-    for (int n : sizes) {
+    for (int n : kFailoverSizes) {
       std::vector<float> v(n);
       for (int i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i) - 0.3f;
       init.push_back(Arr(v));
     }
-    EXPECT_THAT(w->Init(keys, init), IsOk());
+    EXPECT_THAT(w->Init(kFailoverKeys, init), IsOk());
   }
+}
+
+void DistKVStoreTest::FailoverRound(int w, int round, std::vector<float>* last) {
+  std::vector<std::vector<NDArray>> grads, outs;
+  for (int n : kFailoverSizes) {
+    std::vector<float> g(n);
+    for (int i = 0; i < n; ++i) {
+      g[i] = std::sin(0.37f * static_cast<float>(i + 1) * (w + 1) + 0.11f * round);
+    }
+    grads.push_back({Arr(g)});
+    outs.push_back({Arr(std::vector<float>(n))});
+  }
+  EXPECT_THAT(workers_[w]->PushPull(kFailoverKeys, grads, outs), IsOk());
+  for (auto& out : outs) EXPECT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
+  if (last == nullptr) return;
+  for (auto& out : outs) {
+    const std::vector<float> v = Get(out[0]);
+    last->insert(last->end(), v.begin(), v.end());
+  }
+}
+
+std::vector<float> DistKVStoreTest::TrainThroughAFailover(bool kill) {
+  constexpr int kRounds = 8, kKillRound = 4;
+  StartFailoverJob();
+  if (HasFatalFailure()) return {};
+  const double pushed_before = metrics_[0].push_bytes.Value();
   std::latch release(1);  // worker 2's round-4 push waits for it
-  std::vector<std::vector<float>> last(kWorkers);
+  std::vector<std::vector<float>> last(kFailoverWorkers);
   std::vector<std::thread> threads;
-  for (int w = 0; w < kWorkers; ++w) {
+  for (int w = 0; w < kFailoverWorkers; ++w) {
     threads.emplace_back([&, w] {
       for (int round = 1; round <= kRounds; ++round) {
         if (kill && w == 2 && round == kKillRound) release.wait();
-        std::vector<std::vector<NDArray>> grads, outs;
-        for (size_t k = 0; k < keys.size(); ++k) {
-          std::vector<float> g(sizes[k]);
-          for (int i = 0; i < sizes[k]; ++i) {
-            g[i] = std::sin(0.37f * static_cast<float>(i + 1) * (w + 1) + 0.11f * round);
-          }
-          grads.push_back({Arr(g)});
-          outs.push_back({Arr(std::vector<float>(sizes[k]))});
-        }
-        ASSERT_THAT(workers_[w]->PushPull(keys, grads, outs), IsOk());
-        for (auto& out : outs) ASSERT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
-        if (round == kRounds) {
-          for (auto& out : outs) {
-            const std::vector<float> v = Get(out[0]);
-            last[w].insert(last[w].end(), v.begin(), v.end());
-          }
-        }
+        FailoverRound(w, round, round == kRounds ? &last[w] : nullptr);
       }
     });
   }
   if (kill) {
     // Server 0 holds a part of keys 0 and 2: 5 + 50 floats per push. Once workers 0 and 1
     // have pushed round 4 (and worker 2 has not), the round is open there: lose the server.
-    const double open_round = pushed_before + (kWorkers * (kKillRound - 1) + 2) * 55.0 * 4;
+    const double open_round =
+        pushed_before + (kFailoverWorkers * (kKillRound - 1) + 2) * 55.0 * 4;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
     while (metrics_[0].push_bytes.Value() < open_round && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
@@ -380,7 +395,7 @@ std::vector<float> DistKVStoreTest::TrainThroughAFailover(bool kill) {
     EXPECT_NE(taken, nullptr);
     if (taken != nullptr) EXPECT_EQ(taken->options().view, 1u);
   }
-  for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
+  for (int w = 1; w < kFailoverWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
   return last[0];
 }
 
@@ -398,48 +413,16 @@ TEST_F(DistKVStoreTest, ALostServersBackupTakesOverMidRoundAndNoUpdateIsLostOrDo
 
 std::vector<float> DistKVStoreTest::TrainWithFaultsBetweenRounds(
     int rounds, std::map<int, std::function<void()>> before) {
-  constexpr int kWorkers = 3;
-  const std::vector<int> keys = {0, 1, 2};
-  const std::vector<int> sizes = {5, 7, 100};
-  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
-               /*replicated=*/true);
+  StartFailoverJob();
   if (HasFatalFailure()) return {};
-  for (auto& w : workers_) {
-    EXPECT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.1"},
-                                                            {"momentum", "0.9"}})),
-                IsOk());
-    std::vector<NDArray> init;
-    for (int n : sizes) {
-      std::vector<float> v(n);
-      for (int i = 0; i < n; ++i) v[i] = 0.02f * static_cast<float>(i) - 0.5f;
-      init.push_back(Arr(v));
-    }
-    EXPECT_THAT(w->Init(keys, init), IsOk());
-  }
-  std::barrier sync(kWorkers + 1);
-  std::vector<std::vector<float>> last(kWorkers);
+  std::barrier sync(kFailoverWorkers + 1);
+  std::vector<std::vector<float>> last(kFailoverWorkers);
   std::vector<std::thread> threads;
-  for (int w = 0; w < kWorkers; ++w) {
+  for (int w = 0; w < kFailoverWorkers; ++w) {
     threads.emplace_back([&, w] {
       for (int round = 1; round <= rounds; ++round) {
         sync.arrive_and_wait();  // the faults before this round are done
-        std::vector<std::vector<NDArray>> grads, outs;
-        for (size_t k = 0; k < keys.size(); ++k) {
-          std::vector<float> g(sizes[k]);
-          for (int i = 0; i < sizes[k]; ++i) {
-            g[i] = std::cos(0.23f * static_cast<float>(i + 1) * (w + 2) + 0.17f * round);
-          }
-          grads.push_back({Arr(g)});
-          outs.push_back({Arr(std::vector<float>(sizes[k]))});
-        }
-        EXPECT_THAT(workers_[w]->PushPull(keys, grads, outs), IsOk());
-        for (auto& out : outs) EXPECT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
-        if (round == rounds) {
-          for (auto& out : outs) {
-            const std::vector<float> v = Get(out[0]);
-            last[w].insert(last[w].end(), v.begin(), v.end());
-          }
-        }
+        FailoverRound(w, round, round == rounds ? &last[w] : nullptr);
         sync.arrive_and_wait();  // the round is done everywhere
       }
     });
@@ -450,53 +433,27 @@ std::vector<float> DistKVStoreTest::TrainWithFaultsBetweenRounds(
     sync.arrive_and_wait();
   }
   for (auto& t : threads) t.join();
-  for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
+  for (int w = 1; w < kFailoverWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
   return last[0];
 }
 
 std::vector<float> DistKVStoreTest::TrainWithFaultsDuringRounds(
     int rounds, const std::function<void(const std::function<void(int)>& advance)>& faults) {
-  constexpr int kWorkers = 3;
-  const std::vector<int> keys = {0, 1, 2};
-  const std::vector<int> sizes = {5, 7, 100};
-  StartCluster("dist_sync", 2, kWorkers, /*bigarray_bound=*/64, Transport::kUnixSockets,
-               /*replicated=*/true);
+  StartFailoverJob();
   if (HasFatalFailure()) return {};
-  for (auto& w : workers_) {
-    EXPECT_THAT(w->SetOptimizer(*Optimizer::Create("sgd", {{"learning_rate", "0.1"},
-                                                            {"momentum", "0.9"}})),
-                IsOk());
-    std::vector<NDArray> init;
-    for (int n : sizes) init.push_back(Arr(std::vector<float>(n, 0.25f)));
-    EXPECT_THAT(w->Init(keys, init), IsOk());
-  }
   std::mutex mu;
   std::condition_variable cv;
   int allowed = 0, done = 0;  // rounds the workers may start; rounds worker 0 finished
-  std::vector<std::vector<float>> last(kWorkers);
+  std::vector<std::vector<float>> last(kFailoverWorkers);
   std::vector<std::thread> threads;
-  for (int w = 0; w < kWorkers; ++w) {
+  for (int w = 0; w < kFailoverWorkers; ++w) {
     threads.emplace_back([&, w] {
       for (int round = 1; round <= rounds; ++round) {
         {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return round <= allowed; });
         }
-        std::vector<std::vector<NDArray>> grads, outs;
-        for (size_t k = 0; k < keys.size(); ++k) {
-          std::vector<float> g(sizes[k]);
-          for (int i = 0; i < sizes[k]; ++i) g[i] = std::sin(0.1f * (i + 1) * (w + 1) + 0.3f * round);
-          grads.push_back({Arr(g)});
-          outs.push_back({Arr(std::vector<float>(sizes[k]))});
-        }
-        EXPECT_THAT(workers_[w]->PushPull(keys, grads, outs), IsOk());
-        for (auto& out : outs) EXPECT_THAT(out[0].WaitToRead(), IsOk()) << "round " << round;
-        if (round == rounds) {
-          for (auto& out : outs) {
-            const std::vector<float> v = Get(out[0]);
-            last[w].insert(last[w].end(), v.begin(), v.end());
-          }
-        }
+        FailoverRound(w, round, round == rounds ? &last[w] : nullptr);
         if (w == 0) {
           std::lock_guard<std::mutex> lock(mu);
           done = round;
@@ -518,7 +475,7 @@ std::vector<float> DistKVStoreTest::TrainWithFaultsDuringRounds(
     cv.notify_all();
   }
   for (auto& t : threads) t.join();
-  for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
+  for (int w = 1; w < kFailoverWorkers; ++w) EXPECT_EQ(last[w], last[0]) << "worker " << w;
   return last[0];
 }
 
