@@ -47,6 +47,12 @@ void RunPrinter::OnEvent(int rank, const JobEvent& event) {
                  r.resumed() ? "from its newest complete checkpoint" : "from the start");
     std::fflush(out_);
   }
+  if (event.has_worker_replaced()) {
+    const JobEvent::WorkerReplaced& r = event.worker_replaced();
+    std::fprintf(out_, "%stessera: worker %d was lost (%s); its replacement rejoins the run\n",
+                 progress_ ? "\r\x1b[K" : "", r.rank(), r.reason().c_str());
+    std::fflush(out_);
+  }
   if (event.has_epoch()) {
     const JobEvent::Epoch& e = event.epoch();
     EpochRow row{e.epoch() + 1, {e.train().begin(), e.train().end()}, {e.eval().begin(), e.eval().end()},

@@ -7,6 +7,13 @@
 // cancels the others, and Run returns that error prefixed with the worker's rank and
 // address, e.g. "worker 1 (127.0.0.1:7001): UNAVAILABLE: ...".
 //
+// Replacement (RecoveryPolicy.replace_workers, jobs of parameter servers): a worker whose
+// stream ends as a lost process does not fail the run at once. Run waits (up to the policy's
+// wait) for the worker's address to answer from another process - its daemon restarted by
+// its supervisor or by Kubernetes - while the other workers wait at the servers, then gives
+// it the rank's share again with JobSpec.rejoin, and says so in a WorkerReplaced event. A
+// worker that does not come back in time fails the run as above.
+//
 // Thread safety: one Run at a time; Cancel may be called from any thread (e.g. on Ctrl-C).
 #ifndef TESSERA_JOBS_JOB_CLIENT_H_
 #define TESSERA_JOBS_JOB_CLIENT_H_
@@ -65,11 +72,18 @@ class JobClient {
   std::string Name(int rank) const;
   // After a failed Run: waits (up to 10 s) until every worker but `skip_rank` is idle.
   void WaitUntilIdle(int skip_rank);
+  // The status of the worker behind `stub`, naming its incarnation.
+  static absl::StatusOr<WorkerStatus> StatusOf(Worker::Stub& stub, absl::Duration timeout);
+  // Waits up to `wait` (or until `stop()`) for worker `rank`'s address to answer, idle, from
+  // another incarnation than `lost`; a stub on a channel of its own to it.
+  absl::StatusOr<std::unique_ptr<Worker::Stub>> AwaitReplacement(int rank, const std::string& lost,
+                                                                 absl::Duration wait,
+                                                                 const std::function<bool()>& stop);
 
   const Cluster cluster_;
   std::vector<std::unique_ptr<Worker::Stub>> stubs_;
   std::mutex mu_;
-  std::vector<grpc::ClientContext*> running_;  // the streams of the current Run
+  std::vector<grpc::ClientContext*> running_;  // the streams of the current Run, per rank
   bool cancel_requested_ = false;  // Cancel was called during or before the current Run (mu_)
 };
 

@@ -9,19 +9,6 @@
 
 namespace tessera::jobs {
 
-RecoveryPolicy RecoveryPolicyOf(const JobSpec& spec) {
-  RecoveryPolicy policy;
-  const int given = spec.recovery().max_restarts();
-  if (given != 0) policy.max_restarts = std::max(0, given);
-  if (spec.recovery().wait_seconds() > 0) policy.wait = absl::Seconds(spec.recovery().wait_seconds());
-  return policy;
-}
-
-bool IsLostProcess(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsAborted(status) ||
-         absl::IsDeadlineExceeded(status);
-}
-
 absl::StatusOr<JobOutcome> RunWithRecovery(const JobSpec& spec, const JobRun& run,
                                            const std::function<void(const JobEvent&)>& on_restart,
                                            const std::function<bool()>& cancelled) {

@@ -18,21 +18,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "jobs/job_client.h"
+#include "jobs/recovery_policy.h"
 #include "proto/worker.pb.h"
 
 namespace tessera::jobs {
-
-struct RecoveryPolicy {
-  int max_restarts = 3;
-  absl::Duration wait = absl::Seconds(120);  // for the cluster to answer again, per restart
-};
-
-// The job's policy (proto/worker.proto RecoveryPolicy), defaults filled in.
-RecoveryPolicy RecoveryPolicyOf(const JobSpec& spec);
-
-// Whether a run's failure is a lost process, which a rerun may cure (UNAVAILABLE, ABORTED,
-// DEADLINE_EXCEEDED), rather than a fault of the job (a bad field, a shape) or a cancel.
-bool IsLostProcess(const absl::Status& status);
 
 // One run of `spec` on the cluster, waiting up to `connect_wait` for its daemons.
 using JobRun = std::function<absl::StatusOr<JobOutcome>(const JobSpec& spec, absl::Duration connect_wait)>;

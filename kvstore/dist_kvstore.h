@@ -60,6 +60,11 @@ struct DistKVStoreOptions {
   absl::Duration failover_timeout = absl::Seconds(60);
   // TLS and the cluster token for the servers' connections (rpc/transport_security.h).
   rpc::TransportSecurity security;
+  // The job replaces lost workers (JobSpec.recovery.replace_workers): the servers hold the
+  // rounds a lost worker blocks for its replacement instead of failing them.
+  bool replace_workers = false;
+  // This worker replaces the rank's lost one (KVStore::Rejoin).
+  bool rejoin = false;
   // Not owned, may be null; must outlive the store. When it fires, connecting stops and the
   // servers' streams are cut: every pending and later call fails at once.
   Cancellation* cancellation = nullptr;

@@ -72,4 +72,9 @@ absl::Status KVStore::LoadOptimizerStates(const Runtime& rt, const std::string& 
   return opt->LoadState(rt, bytes);
 }
 
+absl::StatusOr<KVStore::RejoinPoint> KVStore::Rejoin(const std::vector<int>&) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("KVStore \"", type_, "\" replaces no lost worker"));
+}
+
 }  // namespace tessera::kvstore

@@ -117,6 +117,23 @@ class KVStore {
 
   // Waits until every worker reaches the barrier; one worker locally, so it returns at once.
   virtual absl::Status Barrier() { return absl::OkStatus(); }
+
+  // A worker that replaces a lost one of its job (dist stores, DistKVStoreOptions::rejoin)
+  // continues where its predecessor was lost, as the servers saw it.
+  struct RejoinPoint {
+    // Barriers the job passed: the replacement's first Barrier calls return at once for them.
+    int64_t barriers = 0;
+    // The predecessor's batches every push of which the servers took: its next push of each
+    // key continues the numbering from there.
+    int64_t pushes = 0;
+  };
+  // Whether this store replaces a lost worker.
+  virtual bool rejoining() const { return false; }
+  // After Init of `keys` (every key the trainer pushes in each batch): where the predecessor
+  // was. The next Pull of each key answers what the predecessor pulled after its push
+  // number `pushes` - the weights its next batch was (or would have been) computed from.
+  // FAILED_PRECONDITION for a store that does not replace a worker.
+  virtual absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys);
   virtual int rank() const { return 0; }
   virtual int num_workers() const { return 1; }
   const std::string& type() const { return type_; }

@@ -480,6 +480,16 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   if (options_.shared_memory) {
     reply.mutable_hello()->set_shared_memory_min_bytes(options_.shared_memory_min_bytes);
   }
+  if (hello.rejoin()) {
+    WorkerProgress* progress = reply.mutable_hello()->mutable_progress();
+    progress->set_barriers(members_.barriers_opened());
+    for (auto& [key_id, key] : keys_) {
+      MutexLock key_lock(&key.mu);
+      if (key.taken[s->rank_] > 0) (*progress->mutable_pushes())[key_id] = key.taken[s->rank_];
+    }
+    spdlog::info("server {}: worker {} rejoins job '{}' after {} barriers", options_.server_index,
+                 s->rank_, members_.job_id(), members_.barriers_opened());
+  }
   s->send_({std::move(reply)});
 }
 
@@ -763,6 +773,11 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return absl::OkStatus();
   }
   ++key.version;
+  if (members_.replaces_workers()) {
+    const char* value = static_cast<const char*>(key.value.data().dptr);
+    key.previous.assign(value, value + key.shape.Size() * sizeof(float));
+    key.previous_round = key.round.rounds_done() + 1;
+  }
   std::optional<NDArray> fresh = LendMerged(key_id, key, key.round.rounds_done() + 1);
   absl::Status applied = Apply(key_id, key, key.merged);
   if (fresh.has_value()) key.merged = *std::move(fresh);  // the lent one is the link's now
@@ -807,7 +822,24 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
 
 std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const Key& key, int rank,
                                                   bool shared) {
-  const char* data = static_cast<const char*>(key.value.data().dptr);
+  return PullReply(id, key_id, key, rank, shared, static_cast<const char*>(key.value.data().dptr));
+}
+
+std::vector<ServerMessage> ServerStore::RejoinPullReply(int key_id, const Key& key,
+                                                        const PendingPull& p) {
+  const int64_t done = key.round.rounds_done();
+  if (done == p.before_round - 1) return PullReply(p.waiter.id, key_id, key, p.rank, p.shared);
+  if (done == p.before_round && key.previous_round == p.before_round) {
+    return PullReply(p.waiter.id, key_id, key, p.rank, p.shared, key.previous.data());
+  }
+  return {ErrorReply(p.waiter.id, absl::FailedPreconditionError(absl::StrCat(
+      "pull of key ", key_id, " for worker ", p.rank, "'s replacement: it needs the value before "
+      "round ", p.before_round, ", but server ", options_.server_index, " has done ", done,
+      " rounds and keeps the value before round ", key.previous_round)))};
+}
+
+std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const Key& key, int rank,
+                                                  bool shared, const char* data) {
   const uint64_t total = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
   metrics_.pull_bytes.Increment(static_cast<double>(total));
   ArrayChunk header;  // what every chunk repeats
@@ -845,8 +877,9 @@ void ServerStore::ServePulls(int key_id, Key& key) {
   std::vector<PendingPull> waiting;
   for (PendingPull& p : key.pulls) {
     if (Ready(key, p)) {
-      Answer(p, p.ack_only ? std::vector<ServerMessage>{OkReply(p.waiter.id)}
-                           : PullReply(p.waiter.id, key_id, key, p.rank, p.shared));
+      Answer(p, p.ack_only             ? std::vector<ServerMessage>{OkReply(p.waiter.id)}
+                : p.before_round > 0 ? RejoinPullReply(key_id, key, p)
+                                     : PullReply(p.waiter.id, key_id, key, p.rank, p.shared));
     } else if (!blocked.ok()) {
       Answer(p, {ErrorReply(p.waiter.id, blocked)});
     } else {
@@ -858,6 +891,13 @@ void ServerStore::ServePulls(int key_id, Key& key) {
 
 bool ServerStore::Ready(const Key& key, const PendingPull& p) const {
   if (!sync()) return Replicated(key, p.round);
+  if (p.before_round > 0) {
+    // The value before that round: the one that round's pushes were computed from, on the
+    // backup once it is no longer the newest.
+    const int64_t done = key.round.rounds_done();
+    return done >= p.before_round ||
+           (done == p.before_round - 1 && Replicated(key, key.version));
+  }
   return key.round.rounds_done() >= p.round && Replicated(key, key.version);
 }
 
@@ -876,9 +916,27 @@ void ServerStore::Pull(Session* s, uint64_t id, const PullRequest& pull) {
         " does not share the key (MapKey says which it does)")));
   }
   // dist_async: the value as it is once its Init is on the backup.
-  const PendingPull pending{Waiter{s, id}, s->rank_, sync() ? key.round.rounds_of(s->rank_) : 0,
-                            shared};
-  if (Ready(key, pending)) return s->send_(PullReply(id, pull.key(), key, s->rank_, shared));
+  PendingPull pending{Waiter{s, id}, s->rank_, sync() ? key.round.rounds_of(s->rank_) : 0,
+                      shared};
+  if (pull.has_after_push() && sync()) {
+    // A replacement: what its predecessor pulled after push number after_push. When that one
+    // had pushed the next number too, the value before the round it went into.
+    const uint64_t taken = key.taken[s->rank_];
+    const Key::InRound& in = key.in_round[s->rank_];
+    if (taken == pull.after_push() + 1 && in.seq == taken) {
+      pending.before_round = in.round;
+    } else if (taken > pull.after_push()) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "pull of key ", pull.key(), " after worker ", s->rank_, "'s push number ",
+          pull.after_push(), ": server ", options_.server_index, " has taken ", taken,
+          " of its pushes of the key")));
+    }
+  }
+  if (Ready(key, pending)) {
+    return s->send_(pending.before_round > 0
+                        ? RejoinPullReply(pull.key(), key, pending)
+                        : PullReply(id, pull.key(), key, s->rank_, shared));
+  }
   if (absl::Status st = CheckWaitingBound(s, pull.key(), id, 0); !st.ok()) return fail(st);
   ++s->waiting_;
   key.pulls.push_back(pending);
@@ -901,7 +959,7 @@ void ServerStore::Barrier(Session* s, uint64_t id) {
 }
 
 void ServerStore::AnswerBarrier(const absl::Status& status) {
-  for (const auto& [rank, id] : members_.TakeBarrier()) {
+  for (const auto& [rank, id] : members_.TakeBarrier(/*opened=*/status.ok())) {
     sessions_[rank]->send_({status.ok() ? OkReply(id) : ErrorReply(id, status)});
   }
 }
@@ -917,7 +975,8 @@ void ServerStore::Leave(Session* s, const absl::Status& why) {
     // Dropped unanswered: the worker is gone (it may send them again on a new stream).
     DropParked(key, s, absl::OkStatus());
   }
-  if (sync()) FailBlockedBy(rank, left);
+  // A job that replaces lost workers waits for this rank's replacement (until the deadline).
+  if (sync() && !left.ok()) FailBlockedBy(rank, left);
 }
 
 void ServerStore::FailBlockedBy(int rank, const absl::Status& why) {

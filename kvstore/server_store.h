@@ -280,6 +280,9 @@ class ServerStore {
     int64_t round = 0;
     bool shared = false;  // answered in the worker's slot
     bool ack_only = false;  // a dist_async push's acknowledgement, not a value
+    // A replacement's first pull (PullRequest.after_push): the value before round
+    // `before_round` was applied, answered once round before_round - 1 is done (0: none).
+    int64_t before_round = 0;
   };
   struct ParkedPush {
     Waiter waiter;
@@ -318,6 +321,11 @@ class ServerStore {
     int64_t replicated = -1;
     absl::Time round_opened;  // when the open round's first push came
     std::optional<KeySlots> shared;  // for same-host workers
+    // dist_sync, in a job that replaces lost workers: the value before the newest round was
+    // applied (round `previous_round`), which a replacement of a worker lost after pushing
+    // into that round computes its gradients from (PullRequest.after_push).
+    std::vector<char> previous;
+    int64_t previous_round = 0;
   };
 
   void Greet(Session* s, uint64_t id, const Hello& hello) ABSL_LOCKS_EXCLUDED(mu_);
@@ -374,6 +382,14 @@ class ServerStore {
   // slot and answered by a header.
   std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key, int rank,
                                        bool shared) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The same of `data` (the key's part: its value, or the value it held before a round).
+  std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key, int rank,
+                                       bool shared, const char* data)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The answer to a replacement's pull `p` (before_round > 0) once Ready: the value before
+  // that round, or FAILED_PRECONDITION when it is gone.
+  std::vector<ServerMessage> RejoinPullReply(int key_id, const Key& key, const PendingPull& p)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answers ready pulls; fails the ones a departed worker blocks.
   void ServePulls(int key_id, Key& key) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether waiter `p` of `key` may be answered now.

@@ -268,6 +268,16 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
   // The first worker's values win: a resumed run's come from its checkpoint, which only the
   // first worker reads.
   RETURN_IF_ERROR(kind.dist ? InitAsFirstWorker(*store, keys, values) : store->Init(keys, values));
+  if (store->rejoining()) {
+    // A replacement: its predecessor's pushes are on the servers, and the weights its next
+    // batch needs come from the servers below; optimizer state kept by the workers is lost.
+    if (!update_on_kvstore_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", store->rank(), " cannot replace a lost one: its optimizer state was the "
+          "lost worker's (update_on_kvstore is off)"));
+    }
+    ASSIGN_OR_RETURN(rejoin_, store->Rejoin(keys));
+  }
   if (update_on_kvstore_) {
     RETURN_IF_ERROR(store->SetOptimizer(std::move(opt)));
     optimizer_ = store->optimizer();
@@ -422,11 +432,41 @@ absl::StatusOr<TrainingPosition> Module::ShareStart(TrainingPosition mine) {
   ASSIGN_OR_RETURN(NDArray value, FromVector<float>(rt_, Shape({4}), encoded));
   const int key = static_cast<int>(param_names_.size()) + shared_starts_++;
   RETURN_IF_ERROR(InitAsFirstWorker(*kvstore_, {key}, {value}));
-  if (kvstore_->rank() == 0) return mine;
+  // A replacement of the first worker pulls it too: it is not where its predecessor began.
+  if (kvstore_->rank() == 0 && !kvstore_->rejoining()) return mine;
   RETURN_IF_ERROR(kvstore_->Pull({key}, {{value}}));
   ASSIGN_OR_RETURN(std::vector<float> first, value.AsVector<float>());
   return TrainingPosition{static_cast<int>(static_cast<int64_t>(first[0]) * kUnit + static_cast<int64_t>(first[1])),
                           static_cast<int64_t>(first[2]) * kUnit + static_cast<int64_t>(first[3])};
+}
+
+absl::StatusOr<TrainingPosition> Module::RejoinPosition(TrainingPosition start,
+                                                        int64_t batches_per_epoch) const {
+  // The barriers a worker passes: Init's, ShareStart's (with other workers), then one at the
+  // end of each epoch; between them it pushes once per batch.
+  const int64_t setup = 1 + (kvstore_->num_workers() > 1 ? 1 : 0);
+  const int64_t epochs_done = std::max<int64_t>(0, rejoin_->barriers - setup);
+  const int64_t pushes = rejoin_->pushes;
+  auto cannot = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", kvstore_->rank(), " cannot rejoin after its predecessor's ", pushes,
+        " batches and ", rejoin_->barriers, " barriers (the run started at epoch ", start.epoch,
+        " batch ", start.batch, "): ", why));
+  };
+  if (epochs_done > 0 && batches_per_epoch < 0) {
+    return cannot("its data iterator does not say how many batches an epoch has");
+  }
+  const int64_t before = epochs_done == 0 ? 0
+                                          : (batches_per_epoch - start.batch) +
+                                                (epochs_done - 1) * batches_per_epoch;
+  TrainingPosition at{start.epoch + static_cast<int>(epochs_done),
+                      (epochs_done == 0 ? start.batch : 0) + (pushes - before)};
+  if (rejoin_->barriers < setup && pushes > 0) return cannot("it pushed before its setup");
+  if (pushes < before || (batches_per_epoch >= 0 && at.batch > batches_per_epoch)) {
+    return cannot(absl::StrCat("that is not a batch of epoch ", at.epoch, " (", batches_per_epoch,
+                               " batches per epoch)"));
+  }
+  return at;
 }
 
 absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptions& options) {
@@ -453,6 +493,11 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
                          resume != nullptr ? resume->manifest.batch() : 0};
   if (kvstore_ != nullptr && kvstore_->num_workers() > 1) {
     ASSIGN_OR_RETURN(start, ShareStart(start));
+  }
+  const bool rejoined = rejoin_.has_value();
+  if (rejoined) {
+    ASSIGN_OR_RETURN(start, RejoinPosition(start, train->num_batches()));
+    rejoin_.reset();
   }
   const int begin_epoch = start.epoch;
   const int64_t begin_batch = start.batch;
@@ -496,7 +541,9 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
         ASSIGN_OR_RETURN(bool more, train->Next());
         if (!more) {
           return absl::FailedPreconditionError(absl::StrCat(
-              resume != nullptr ? resume->path : "the first worker's checkpoint",
+              rejoined           ? "a replaced worker"
+              : resume != nullptr ? resume->path
+                                  : "the first worker's checkpoint",
               ": resumes after batch ", begin_batch, " of epoch ", epoch,
               ", but this worker's data has only ", nbatch, " batches in it"));
         }

@@ -230,6 +230,10 @@ class Module {
   // Copies a batch's data and labels into the executors' inputs.
   absl::Status LoadBatch(const io::DataBatch& batch);
   absl::StatusOr<TrainingPosition> ShareStart(TrainingPosition mine);
+  // A replacement of a lost dist worker (KVStore::rejoining): where it continues, from the
+  // run's `start` and `batches_per_epoch` of its data part and how far its predecessor got.
+  absl::StatusOr<TrainingPosition> RejoinPosition(TrainingPosition start,
+                                                  int64_t batches_per_epoch) const;
   // PREFIX-symbol.json, PREFIX-NNNN.params and .states (SaveCheckpoint's files) from
   // `contents`.
   absl::Status WriteEpochFiles(const std::string& prefix, int epoch,
@@ -258,6 +262,8 @@ class Module {
   kvstore::Optimizer* optimizer_ = nullptr;
   std::vector<int> trained_;  // indices into param_names_ of parameters with gradients
   int shared_starts_ = 0;     // ShareStart's keys follow the parameters' (one per Fit)
+  // Where a replacement's predecessor got (KVStore::Rejoin), until Fit continues from there.
+  std::optional<kvstore::KVStore::RejoinPoint> rejoin_;
 };
 
 }  // namespace tessera::train

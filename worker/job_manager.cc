@@ -1,15 +1,23 @@
 #include "worker/job_manager.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "ndarray/serialization.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
+
+JobManager::JobManager(const Runtime& rt, JobEnvironment environment)
+    : rt_(rt),
+      environment_(std::move(environment)),
+      incarnation_(absl::StrCat(getpid(), "-", absl::ToUnixMicros(absl::Now()))) {}
 
 JobManager::~JobManager() {
   std::thread thread, cutter;
@@ -134,7 +142,9 @@ bool JobManager::Cancel() {
 
 WorkerStatus JobManager::Status() const {
   MutexLock lock(&mu_);
-  return status_;
+  WorkerStatus status = status_;
+  status.set_incarnation(incarnation_);
+  return status;
 }
 
 absl::StatusOr<GetParamsReply> JobManager::Params(const std::string& job_id) const {

@@ -31,8 +31,7 @@ inline constexpr absl::Duration kStaleRunWait = absl::Seconds(10);
 class JobManager {
  public:
   // `rt` (not owned) outlives the manager; every job runs in `environment`.
-  explicit JobManager(const Runtime& rt, JobEnvironment environment = {})
-      : rt_(rt), environment_(std::move(environment)) {}
+  explicit JobManager(const Runtime& rt, JobEnvironment environment = {});
   ~JobManager();  // cancels a running job and waits for it
 
   // Starts `spec` on a new thread: `sink` gets its events, then `done` its outcome (both on
@@ -63,6 +62,7 @@ class JobManager {
 
   const Runtime rt_;
   const JobEnvironment environment_;
+  const std::string incarnation_;  // WorkerStatus.incarnation: this manager's, one per start
   mutable Mutex mu_;
   std::thread thread_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;

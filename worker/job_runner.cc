@@ -18,6 +18,7 @@
 #include "graph/symbol_json.h"
 #include "io/create_data_iter.h"
 #include "jobs/iterator_rules.h"
+#include "jobs/recovery_policy.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/lr_scheduler.h"
@@ -346,7 +347,8 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   // the first worker reads it: the others start from the servers' parameters, at the first
   // worker's position (Module::Fit), so their run folders need not be the first's.
   std::optional<train::LoadedCheckpoint> resume;
-  bool from_start = spec.rank() != 0;
+  // A replacement of a lost worker continues from where the servers say it was lost.
+  bool from_start = spec.rank() != 0 || spec.rejoin();
   if (spec.resume() == "auto" && !from_start) {
     // After a lost process: the newest checkpoint if the lost run wrote one.
     from_start = checkpoint_prefix.empty() ||
@@ -391,7 +393,8 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     fit.checkpoint_prefix = checkpoint_prefix;
     fit.checkpoint_dir = CheckpointDir(checkpoint_prefix);
     std::error_code error;
-    if (spec.resume().empty() && std::filesystem::exists(fit.checkpoint_dir, error)) {
+    if (spec.resume().empty() && !spec.rejoin() &&
+        std::filesystem::exists(fit.checkpoint_dir, error)) {
       // A fresh run of the job: an earlier run's checkpoints move aside (one generation is
       // kept), so that a recovery of this run ("auto") never resumes from them.
       const std::string previous = fit.checkpoint_dir + ".previous";
@@ -429,6 +432,8 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     options.job_id = spec.job_id().empty() ? spec.name() : spec.job_id();
     options.security = environment.security;
     options.cancellation = cancellation;
+    options.replace_workers = jobs::RecoveryPolicyOf(spec).replace_workers;
+    options.rejoin = spec.rejoin();
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }
 

@@ -7,6 +7,8 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -76,6 +78,10 @@ class DistKVStore : public KVStore {
   DistKVStore(std::string type, DistKVStoreOptions options,
               std::vector<std::unique_ptr<ServerRoute>> servers)
       : KVStore(std::move(type)), options_(std::move(options)), servers_(std::move(servers)) {
+    for (const auto& server : servers_) {
+      rejoin_progress_.push_back(options_.rejoin ? server->hello().progress() : WorkerProgress());
+      barriers_to_skip_.push_back(rejoin_progress_.back().barriers());
+    }
     if (options_.cancellation != nullptr) {
       cancelled_ = options_.cancellation->OnCancel([this] {
         for (auto& server : servers_) server->Abort();
@@ -115,6 +121,8 @@ class DistKVStore : public KVStore {
   absl::StatusOr<std::string> SaveOptimizerStates() override;
   absl::Status LoadOptimizerStates(const Runtime& rt, const std::string& bytes) override;
   absl::Status Barrier() override;
+  bool rejoining() const override { return options_.rejoin; }
+  absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys) override;
   int rank() const override { return options_.cluster.index; }
   int num_workers() const override { return options_.cluster.num_workers(); }
 
@@ -139,6 +147,9 @@ class DistKVStore : public KVStore {
     NDArray merged;                    // host sum of several devices' pushes
     NDArray received;                  // host copy of a pull for several or device outputs
     std::map<int, NDArray> staged;     // host copies of device arrays being pushed
+    // A replacement's first pull of the key asks for what its predecessor pulled after this
+    // push number (PullRequest.after_push).
+    std::optional<uint64_t> pull_after_push;
   };
 
   absl::Status Check(const char* what, const std::vector<int>& keys,
@@ -193,6 +204,11 @@ class DistKVStore : public KVStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   Mutex broken_mu_;
   absl::Status broken_ ABSL_GUARDED_BY(broken_mu_);
+  // Per server: how far a replacement's predecessor got there (its first HelloReply).
+  std::vector<WorkerProgress> rejoin_progress_;
+  // Per server: the barriers a replacement's predecessor passed there, which its Barrier
+  // calls skip (one server may have opened one more than another when it was lost).
+  std::vector<uint64_t> barriers_to_skip_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Cancellation::Registration> cancelled_;  // aborts servers_
   std::once_flag unmappable_;  // warned that a server's shared memory cannot be mapped here
 };
@@ -420,6 +436,49 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   return absl::OkStatus();
 }
 
+absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>& keys) {
+  if (!options_.rejoin) return KVStore::Rejoin(keys);
+  RejoinPoint point;
+  point.barriers = INT64_MAX;
+  for (const WorkerProgress& progress : rejoin_progress_) {
+    point.barriers = std::min<int64_t>(point.barriers, progress.barriers());
+  }
+  // The predecessor pushed every key once per batch, in order: each part has taken its
+  // pushes of the batches done, and at most one more (it was lost pushing the next batch).
+  auto taken = [this](int key, const Part& part) -> uint64_t {
+    const auto& pushes = rejoin_progress_[part.server].pushes();
+    const auto it = pushes.find(key);
+    return it == pushes.end() ? 0 : it->second;
+  };
+  MutexLock lock(&mu_);
+  uint64_t done = UINT64_MAX, most = 0;
+  for (int k : keys) {
+    const auto it = keys_.find(k);
+    if (it == keys_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("Rejoin: key ", k, " is not initialized"));
+    }
+    for (const Part& part : it->second.parts) {
+      done = std::min(done, taken(k, part));
+      most = std::max(most, taken(k, part));
+    }
+  }
+  if (keys.empty()) done = 0;
+  if (most > done + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", rank(), " cannot rejoin: the servers took between ", done, " and ", most,
+        " of its predecessor's pushes per key, more than one batch apart"));
+  }
+  for (int k : keys) {
+    Key& key = keys_.at(k);
+    for (Part& part : key.parts) part.pushes->store(done);
+    key.pull_after_push = done;
+  }
+  point.pushes = static_cast<int64_t>(done);
+  spdlog::info("worker {} rejoins its job after {} barriers and {} batches", rank(),
+               point.barriers, point.pushes);
+  return point;
+}
+
 void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed) {
   std::vector<std::pair<int, Part*>> asked;  // key, part
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -551,7 +610,8 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
     // One host output is filled directly; otherwise through the key's host buffer.
     const bool direct = outs[i].size() == 1 && OnHost(outs[i][0]);
     const NDArray target = direct ? outs[i][0] : key.received;
-    auto fetch = [this, k, parts = key.parts, target, priority](
+    auto fetch = [this, k, parts = key.parts, target, priority,
+                  after_push = std::exchange(key.pull_after_push, std::nullopt)](
                      engine::RunContext, engine::CallbackOnComplete on_complete) {
       std::shared_ptr<Completion> done = EngineCompletion(
           parts.size(), 0, static_cast<double>(target.shape().Size()) * sizeof(float), on_complete);
@@ -560,6 +620,7 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
         WorkerMessage m;
         m.mutable_pull()->set_key(k);
         m.mutable_pull()->set_into_shared_memory(part.slot != nullptr);
+        if (after_push.has_value()) m.mutable_pull()->set_after_push(*after_push);
         SendMessage(part.server, std::move(m), priority,
                     PullInto(data + part.begin * sizeof(float), part, k, done));
       }
@@ -631,8 +692,20 @@ absl::Status DistKVStore::Barrier() {
     for (auto& [k, key] : keys_) RETURN_IF_ERROR(key.engine->WaitForVar(key.var));
   }
   RETURN_IF_ERROR(broken());
-  Waiter waiter(static_cast<int>(servers_.size()));
-  for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
+  std::vector<int> servers;  // where this barrier is still to be passed
+  {
+    MutexLock lock(&mu_);
+    for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
+      if (barriers_to_skip_[s] > 0) {
+        --barriers_to_skip_[s];
+      } else {
+        servers.push_back(s);
+      }
+    }
+  }
+  if (servers.empty()) return absl::OkStatus();
+  Waiter waiter(static_cast<int>(servers.size()));
+  for (int s : servers) {
     WorkerMessage m;
     m.mutable_barrier();
     SendMessage(s, std::move(m), 0, [c = waiter.completion()](const ServerMessage& reply, bool) {
@@ -745,6 +818,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   hello.set_num_workers(options.cluster.num_workers());
   hello.set_mode(type == "dist_sync" ? SYNC_MODE_SYNC : SYNC_MODE_ASYNC);
   hello.set_job_id(options.job_id);
+  hello.set_replace_workers(options.replace_workers);
+  hello.set_rejoin(options.rejoin);
   std::vector<std::unique_ptr<internal::ServerRoute>> servers;
   for (size_t s = 0; s < options.cluster.servers.size(); ++s) {
     ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,

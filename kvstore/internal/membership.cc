@@ -55,6 +55,8 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
     }
     // A new job: nothing of the last one carries over.
     mode_ = SYNC_MODE_UNSET;
+    replaces_workers_ = hello.replace_workers();
+    barriers_opened_ = 0;
     std::fill(departed_.begin(), departed_.end(), absl::OkStatus());
     std::fill(barrier_.begin(), barrier_.end(), std::nullopt);
     job_id_ = hello.job_id();
@@ -70,6 +72,8 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
         "worker ", hello.rank(), " is already connected to server ", server_index_));
   }
   mode_ = hello.mode();
+  // Every Hello of a job says the same; a store that took the job over (Adopt) learns it here.
+  replaces_workers_ = replaces_workers_ || hello.replace_workers();
   connected_[hello.rank()] = 1;
   departed_[hello.rank()] = absl::OkStatus();
   return absl::OkStatus();
@@ -77,9 +81,10 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
 
 absl::Status Membership::Depart(int rank, absl::string_view why) {
   connected_[rank] = 0;
+  barrier_[rank].reset();
+  if (replaces_workers_) return absl::OkStatus();
   departed_[rank] = absl::UnavailableError(
       absl::StrCat("worker ", rank, " left server ", server_index_, " (", why, ")"));
-  barrier_[rank].reset();
   return departed_[rank];
 }
 
@@ -116,7 +121,8 @@ bool Membership::BarrierOverdue(absl::Time now, absl::Duration timeout) const {
   return barrier_waiting() && now - barrier_opened_ >= timeout;
 }
 
-std::vector<std::pair<int, uint64_t>> Membership::TakeBarrier() {
+std::vector<std::pair<int, uint64_t>> Membership::TakeBarrier(bool opened) {
+  if (opened) ++barriers_opened_;
   std::vector<std::pair<int, uint64_t>> waiters;
   for (int r = 0; r < num_workers(); ++r) {
     if (barrier_[r].has_value()) waiters.emplace_back(r, *barrier_[r]);

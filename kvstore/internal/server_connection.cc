@@ -197,7 +197,8 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
       [cancellation] { return cancellation != nullptr && cancellation->cancelled(); }));
   std::unique_ptr<ServerConnection> conn(new ServerConnection(address, std::move(channel)));
   conn->reactor_ = new Reactor(conn->channel_, address);
-  // A server still serving another job's workers answers UNAVAILABLE: Hello again (on the
+  // A server still serving another job's workers answers UNAVAILABLE (and one that still
+  // holds the stream of the worker a replacement replaces, ALREADY_EXISTS): Hello again (on the
   // same stream) until they leave - a rerun's workers reach the servers before every worker
   // of the run it replaces has let go - or until `timeout`.
   const absl::Time deadline = absl::Now() + timeout;
@@ -219,7 +220,10 @@ absl::StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Connect(
                        absl::FormatDuration(timeout)));
     }
     reply = future.get();
-    const bool busy = reply.code() == static_cast<int>(absl::StatusCode::kUnavailable) &&
+    // A replacement may come before the server has seen its predecessor's stream end.
+    const bool busy = (reply.code() == static_cast<int>(absl::StatusCode::kUnavailable) ||
+                       (hello.rejoin() &&
+                        reply.code() == static_cast<int>(absl::StatusCode::kAlreadyExists))) &&
                       !reply.has_hello();
     const bool cancelled = cancellation != nullptr && cancellation->cancelled();
     if (!busy || cancelled || absl::Now() + pause > deadline) break;

@@ -93,7 +93,7 @@ TEST(MembershipTest, TheBarrierOpensWhenEveryRankWaitsAndNotWhileOneIsGone) {
   EXPECT_TRUE(members.BarrierOverdue(t0 + absl::Seconds(10), absl::Seconds(10)));
   ASSERT_THAT(members.EnterBarrier(1, 6, t0 + absl::Seconds(2)), IsOk());
   EXPECT_TRUE(members.barrier_full());
-  EXPECT_THAT(members.TakeBarrier(), ElementsAre(Pair(0, 5), Pair(1, 6), Pair(2, 7)));
+  EXPECT_THAT(members.TakeBarrier(/*opened=*/true), ElementsAre(Pair(0, 5), Pair(1, 6), Pair(2, 7)));
   EXPECT_FALSE(members.barrier_waiting());
   EXPECT_FALSE(members.BarrierOverdue(t0 + absl::Seconds(100), absl::Seconds(10)));
 
@@ -109,6 +109,41 @@ TEST(MembershipTest, TheBarrierOpensWhenEveryRankWaitsAndNotWhileOneIsGone) {
   ASSERT_THAT(members.Admit(HelloOf(1), &started), IsOk());
   EXPECT_FALSE(started);
   EXPECT_THAT(members.EnterBarrier(0, 11, t0), IsOk());
+  EXPECT_EQ(members.barriers_opened(), 1u);
+}
+
+TEST(MembershipTest, AJobThatReplacesWorkersWaitsForTheDepartedRankAndCountsItsBarriers) {
+  Membership members(0, 2);
+  bool started = false;
+  Hello first = HelloOf(0, 2);
+  first.set_replace_workers(true);
+  ASSERT_THAT(members.Admit(first, &started), IsOk());
+  ASSERT_THAT(members.Admit(HelloOf(1, 2), &started), IsOk());
+  EXPECT_TRUE(members.replaces_workers());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (uint64_t id : {1, 2}) {
+    ASSERT_THAT(members.EnterBarrier(static_cast<int>(id) - 1, id, t0), IsOk());
+  }
+  ASSERT_TRUE(members.barrier_full());
+  (void)members.TakeBarrier(/*opened=*/true);
+  // Rank 1 dies inside the next barrier: nothing fails, the barrier waits for its
+  // replacement (until its deadline), which enters it again.
+  ASSERT_THAT(members.EnterBarrier(1, 3, t0), IsOk());
+  EXPECT_THAT(members.Depart(1, "stream closed"), IsOk());
+  EXPECT_THAT(members.departed(), ElementsAre(IsOk(), IsOk()));
+  EXPECT_FALSE(members.connected(1));
+  ASSERT_THAT(members.EnterBarrier(0, 4, t0), IsOk());
+  EXPECT_FALSE(members.barrier_full());
+  EXPECT_TRUE(members.BarrierOverdue(t0 + absl::Seconds(10), absl::Seconds(10)));
+  ASSERT_THAT(members.Admit(HelloOf(1, 2), &started), IsOk());
+  EXPECT_FALSE(started);
+  ASSERT_THAT(members.EnterBarrier(1, 5, t0), IsOk());
+  EXPECT_THAT(members.TakeBarrier(/*opened=*/true), ElementsAre(Pair(0, 4), Pair(1, 5)));
+  EXPECT_EQ(members.barriers_opened(), 2u);
+  // A failed barrier is not counted; a new job counts afresh.
+  ASSERT_THAT(members.EnterBarrier(0, 6, t0), IsOk());
+  (void)members.TakeBarrier(/*opened=*/false);
+  EXPECT_EQ(members.barriers_opened(), 2u);
 }
 
 }  // namespace

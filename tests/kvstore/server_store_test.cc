@@ -39,7 +39,8 @@ class ServerStoreTest : public ::testing::Test {
  protected:
   void Start(int num_workers, SyncMode mode, uint64_t max_chunk_bytes = 1 << 20,
              absl::Duration round_timeout = absl::Seconds(120),
-             const std::function<void(ServerStoreOptions&)>& configure = nullptr) {
+             const std::function<void(ServerStoreOptions&)>& configure = nullptr,
+             const std::function<void(Hello&)>& hello = nullptr) {
     owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
     ServerStoreOptions options;
     options.num_workers = num_workers;
@@ -48,7 +49,7 @@ class ServerStoreTest : public ::testing::Test {
     if (configure) configure(options);
     store_ = std::make_unique<ServerStore>(owned_->get(), options);
     for (int w = 0; w < num_workers; ++w) {
-      workers_.push_back(std::make_unique<StoreWorker>(*store_, w, num_workers, mode));
+      workers_.push_back(std::make_unique<StoreWorker>(*store_, w, num_workers, mode, 0, hello));
     }
   }
   void TearDown() override {
@@ -498,6 +499,57 @@ TEST_F(ServerStoreTest, DepartureFailsTheOpenRoundsPullsButNotFinishedOnes) {
   EXPECT_EQ(r.id(), pull);
   EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kUnavailable));
   EXPECT_THAT(r.message(), HasSubstr("worker 1 left server 0 (test closed it)"));
+}
+
+// A job that replaces lost workers: a worker lost after pushing into round 2 holds round 3
+// up (no failure); its replacement learns how far it got, pulls the value its predecessor
+// computed round 2's push from (the value before round 2, which the store kept), sends
+// that push again (taken already: not applied twice) and completes round 3.
+TEST_F(ServerStoreTest, AReplacedWorkerRejoinsWhereItsPredecessorWasLost) {
+  const auto replace = [](Hello& hello) { hello.set_replace_workers(true); };
+  Start(2, SYNC_MODE_SYNC, 1 << 20, absl::Seconds(120), nullptr, replace);
+  InitEverywhere(0, {0});
+  workers_[0]->Numbered(0, {1}, 1, /*push_pull=*/false);
+  workers_[1]->Numbered(0, {2}, 1, /*push_pull=*/false);
+  EXPECT_EQ(workers_[0]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  workers_[1]->Numbered(0, {5}, 2, /*push_pull=*/false);  // round 2, then lost
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  workers_[1]->Close();
+  EXPECT_EQ(workers_[0]->ValueOf(workers_[0]->Numbered(0, {10}, 2, /*push_pull=*/true)),
+            std::vector<float>({15}));
+  const uint64_t round3 = workers_[0]->Numbered(0, {100}, 3, /*push_pull=*/true);
+  EXPECT_FALSE(workers_[0]->AwaitReplies(1, absl::Milliseconds(50))) << "waits, not fails";
+
+  const auto rejoin = [](Hello& hello) {
+    hello.set_replace_workers(true);
+    hello.set_rejoin(true);
+  };
+  workers_[1] = std::make_unique<StoreWorker>(*store_, 1, 2, SYNC_MODE_SYNC, 0, rejoin);
+  EXPECT_EQ(workers_[1]->hello().progress().barriers(), 0u);
+  EXPECT_EQ(workers_[1]->hello().progress().pushes().at(0), 2u);
+  // After push 1 its predecessor pulled 3 (round 1's value), from which it computed push 2.
+  EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->Pull(0, /*after_push=*/1)), std::vector<float>({3}));
+  workers_[1]->Pull(0, /*after_push=*/0);
+  const ServerMessage behind = workers_[1]->Next();
+  EXPECT_EQ(behind.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(behind.message(), AllOf(HasSubstr("key 0"), HasSubstr("push number 0"),
+                                      HasSubstr("has taken 2")));
+  workers_[1]->Numbered(0, {5}, 2, /*push_pull=*/false);  // computed again: taken already
+  EXPECT_EQ(workers_[1]->Next().code(), 0);
+  EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->Numbered(0, {200}, 3, /*push_pull=*/true)),
+            std::vector<float>({300}));
+  EXPECT_EQ(workers_[0]->ValueOf(round3), std::vector<float>({300}));
+
+  // A barrier counts; the next replacement skips it.
+  const uint64_t b0 = workers_[0]->Barrier(), b1 = workers_[1]->Barrier();
+  EXPECT_EQ(workers_[0]->Next().id(), b0);
+  EXPECT_EQ(workers_[1]->Next().id(), b1);
+  workers_[1]->Close();
+  workers_[1] = std::make_unique<StoreWorker>(*store_, 1, 2, SYNC_MODE_SYNC, 0, rejoin);
+  EXPECT_EQ(workers_[1]->hello().progress().barriers(), 1u);
+  EXPECT_EQ(workers_[1]->hello().progress().pushes().at(0), 3u);
+  EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->Pull(0, /*after_push=*/3)), std::vector<float>({300}));
 }
 
 TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout) {

@@ -7,7 +7,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -26,7 +28,9 @@ namespace tessera::kvstore {
 class StoreWorker {
  public:
   // `view`: the store's (ServerStoreOptions::view; a store that took keys over serves in 1).
-  StoreWorker(ServerStore& store, int rank, int num_workers, SyncMode mode, uint64_t view = 0) {
+  // `configure` sets what else the Hello says.
+  StoreWorker(ServerStore& store, int rank, int num_workers, SyncMode mode, uint64_t view = 0,
+              const std::function<void(Hello&)>& configure = nullptr) {
     session_ = store.Open([this](std::vector<ServerMessage> replies) {
       std::unique_lock<std::mutex> lock(mu_);
       // A held reply keeps the store's thread that sends it inside the store, as long work
@@ -47,6 +51,7 @@ class StoreWorker {
     hello.mutable_hello()->set_num_workers(num_workers);
     hello.mutable_hello()->set_mode(mode);
     hello.mutable_hello()->set_view(view);
+    if (configure) configure(*hello.mutable_hello());
     session_->Handle(hello);
     hello_ = Next().hello();
   }
@@ -139,10 +144,11 @@ class StoreWorker {
     c->set_last(last);
     session_->Handle(m);
   }
-  uint64_t Pull(int key) {
+  uint64_t Pull(int key, std::optional<uint64_t> after_push = std::nullopt) {
     WorkerMessage m;
     m.set_id(next_id_++);
     m.mutable_pull()->set_key(key);
+    if (after_push.has_value()) m.mutable_pull()->set_after_push(*after_push);
     session_->Handle(m);
     return m.id();
   }
