@@ -436,10 +436,15 @@ class Parser {
     return absl::OkStatus();
   }
 
-  // recovery: {max_restarts: N, wait_seconds: T}, each optional (jobs/recovery.h).
+  // recovery: {max_restarts: N, wait_seconds: T, replace_workers: B}, each optional
+  // (jobs/recovery_policy.h).
   absl::Status ParseRecoveryPolicy(const Entry& e, RecoveryPolicy* policy) const {
-    ASSIGN_OR_RETURN(Entries entries,
-                     Map(e.value, e.key, "recovery", {"max_restarts", "wait_seconds"}));
+    ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "recovery",
+                                          {"max_restarts", "wait_seconds", "replace_workers"}));
+    if (auto it = entries.find("replace_workers"); it != entries.end()) {
+      ASSIGN_OR_RETURN(const bool replace, Bool(it->second, "recovery.replace_workers"));
+      policy->set_replace_workers(replace);
+    }
     if (auto it = entries.find("max_restarts"); it != entries.end()) {
       ASSIGN_OR_RETURN(const int n, Int(it->second, "recovery.max_restarts", 0));
       policy->set_max_restarts(n == 0 ? -1 : n);  // the spec's 0 is "the default"
