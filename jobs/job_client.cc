@@ -57,13 +57,15 @@ absl::StatusOr<std::unique_ptr<Worker::Stub>> JobClient::AwaitReplacement(
     if (channel->WaitForConnected(absl::ToChronoTime(absl::Now() + step))) {
       std::unique_ptr<Worker::Stub> stub = Worker::NewStub(channel);
       absl::StatusOr<WorkerStatus> status = StatusOf(*stub, absl::Seconds(5));
-      if (status.ok() && status->incarnation() != lost && status->state() == WorkerStatus::IDLE) {
-        return stub;
+      if (status.ok() && status->incarnation() == lost) {
+        // The process that ran the share is alive: what ended its stream was not its loss
+        // (a lost server, a cut link), which a replacement would not cure.
+        return absl::FailedPreconditionError(
+            absl::StrCat(Name(rank), " was not lost (the same process answers)"));
       }
+      if (status.ok() && status->state() == WorkerStatus::IDLE) return stub;
       last = !status.ok() ? status.status()
-             : status->incarnation() == lost
-                 ? absl::UnavailableError("it is the same process (it was not lost)")
-                 : absl::UnavailableError(absl::StrCat("it runs job '", status->job(), "'"));
+                          : absl::UnavailableError(absl::StrCat("it runs job '", status->job(), "'"));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -154,8 +156,10 @@ absl::StatusOr<JobOutcome> JobClient::Run(
       absl::StatusOr<std::unique_ptr<Worker::Stub>> back =
           AwaitReplacement(rank, incarnation, policy.wait, stopping);
       if (!back.ok()) {
-        error = absl::Status(error.code(),
-                             absl::StrCat(error.message(), "; ", back.status().message()));
+        if (!absl::IsFailedPrecondition(back.status())) {  // else not lost: the error stands
+          error = absl::Status(error.code(),
+                               absl::StrCat(error.message(), "; ", back.status().message()));
+        }
         break;
       }
       replacement_stub = *std::move(back);

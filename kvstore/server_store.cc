@@ -67,6 +67,7 @@ void ServerStore::Session::Handle(WorkerMessage message) {
     case WorkerMessage::kMapKey:
       store_->MapKey(this, id, message.map_key());
       break;
+    case WorkerMessage::kLeave: leaving_ = true; break;
     default:
       send_({ErrorReply(
           id, absl::InvalidArgumentError(absl::StrCat("request ", id, " carries no request")))});
@@ -969,7 +970,8 @@ void ServerStore::Leave(Session* s, const absl::Status& why) {
   const int rank = s->rank_;
   if (rank < 0 || sessions_[rank] != s) return;
   sessions_[rank] = nullptr;
-  const absl::Status left = members_.Depart(rank, why.message());
+  const absl::Status left =
+      members_.Depart(rank, s->leaving_ ? "it left the job" : why.message(), s->leaving_);
   for (auto& [key_id, key] : keys_) {
     std::erase_if(key.pulls, [&](const PendingPull& p) { return p.waiter.session == s; });
     // Dropped unanswered: the worker is gone (it may send them again on a new stream).

@@ -190,6 +190,7 @@ class ServerStore {
     // exclusively).
     int rank_ = -1;
     bool closed_ = false;
+    bool leaving_ = false;  // it sent a LeaveRequest: its departure is on purpose
   };
 
   // The backup side: one primary's Replicate stream.
@@ -344,6 +345,7 @@ class ServerStore {
   void Barrier(Session* s, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Answers the barrier's waiters with `status` (OK: it opened); they leave it.
   void AnswerBarrier(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s`'s stream ended (`why`); s->leaving_ says whether on purpose.
   void Leave(Session* s, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The key `key_id`; NOT_FOUND naming `what` and the key when it is not initialized.

@@ -100,6 +100,8 @@ absl::Status JobManager::Start(JobSpec spec, JobEventSink sink,
       }
     }
     TrainingMetrics().JobFinished(result.status());
+    spdlog::info("worker: run '{}' of job '{}' ended: {}", JobIdOf(spec), spec.name(),
+                 result.status().ToString());
     done(result.status());
   });
   return absl::OkStatus();
@@ -133,7 +135,11 @@ bool JobManager::Cancel() {
         }
       }
       // Outside mu_: cutting the streams may run gRPC reactions that report to the job.
-      if (!stopped) cancellation->Cancel();
+      if (!stopped) {
+        spdlog::info("worker: the cancelled job did not stop within {}; cutting its streams",
+                     absl::FormatDuration(kCancelGrace));
+        cancellation->Cancel();
+      }
     });
   }
   if (finished_cutter.joinable()) finished_cutter.join();

@@ -90,14 +90,18 @@ class DistKVStore : public KVStore {
   }
 
   ~DistKVStore() override {
-    cancelled_.reset();  // before the servers go
-    MutexLock lock(&mu_);
-    for (auto& [id, key] : keys_) {
-      (void)key.engine->WaitForVar(key.var);
-      (void)key.engine->DeleteVariable(nullptr, Context::CPU(), key.var);
+    {
+      MutexLock lock(&mu_);
+      // Requests a server holds (a round waiting for a lost worker's replacement) end when the
+      // cancellation cuts the streams: it stays registered meanwhile.
+      for (auto& [id, key] : keys_) {
+        (void)key.engine->WaitForVar(key.var);
+        (void)key.engine->DeleteVariable(nullptr, Context::CPU(), key.var);
+      }
+      keys_.clear();
     }
-    keys_.clear();
-    servers_.clear();  // closes the streams
+    cancelled_.reset();  // before the servers go
+    servers_.clear();  // closes the streams: this worker leaves on purpose (LeaveRequest)
   }
 
   absl::Status Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override;

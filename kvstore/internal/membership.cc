@@ -79,10 +79,10 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
   return absl::OkStatus();
 }
 
-absl::Status Membership::Depart(int rank, absl::string_view why) {
+absl::Status Membership::Depart(int rank, absl::string_view why, bool on_purpose) {
   connected_[rank] = 0;
   barrier_[rank].reset();
-  if (replaces_workers_) return absl::OkStatus();
+  if (replaces_workers_ && !on_purpose) return absl::OkStatus();
   departed_[rank] = absl::UnavailableError(
       absl::StrCat("worker ", rank, " left server ", server_index_, " (", why, ")"));
   return departed_[rank];

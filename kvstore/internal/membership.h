@@ -7,8 +7,9 @@
 //           serve job after job (the owner then drops the old job's keys and optimizer).
 //   Depart  a worker's stream ended: its rank counts as departed (with why) until it says
 //           Hello again; requests that need it fail naming it - unless the job replaces
-//           lost workers (Hello.replace_workers), where they wait for the rank's replacement
-//           as for a rank that sends nothing (until round_timeout).
+//           lost workers (Hello.replace_workers) and the rank was lost (its stream ended
+//           without a LeaveRequest), where they wait for the rank's replacement as for a rank
+//           that sends nothing (until round_timeout).
 //   Barrier answered when every rank waits in it; it cannot complete while a rank is
 //           departed, or once it has waited round_timeout for ranks that send nothing. The
 //           barriers opened are counted (a replacement skips those its predecessor passed).
@@ -51,9 +52,10 @@ class Membership {
   // Serves job `job_id` in `mode` from here on, with no worker connected yet: a store that
   // took over another server's keys (a failover) continues that job, not a new one.
   void Adopt(const std::string& job_id, SyncMode mode);
-  // `rank` left (its stream ended: `why`). Returns the status that requests waiting on it
-  // get (OK: they wait for its replacement); it leaves the barrier.
-  absl::Status Depart(int rank, absl::string_view why);
+  // `rank` left (its stream ended: `why`; `on_purpose`: it said so first). Returns the status
+  // that requests waiting on it get (OK: they wait for its replacement, which a job that
+  // replaces workers awaits for a rank lost, not for one that left); it leaves the barrier.
+  absl::Status Depart(int rank, absl::string_view why, bool on_purpose = false);
 
   // Request `id` of `rank` waits in the barrier, from `now`; the refusal says why it cannot
   // (a rank departed, or it already waits).

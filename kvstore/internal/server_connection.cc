@@ -1,6 +1,7 @@
 #include "kvstore/internal/server_connection.h"
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <future>
 #include <utility>
@@ -59,9 +60,18 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     return !broken_.ok();
   }
 
-  // Starts closing; OnDone follows once the server has finished the stream.
+  // Starts closing, saying first that the worker leaves on purpose (LeaveRequest: a server
+  // then awaits no replacement of it); OnDone follows once the server has finished the stream.
   void Close() ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
+    if (!closing_ && broken_.ok() && !ended_) {
+      WorkerMessage leave;
+      leave.set_id(next_id_++);
+      leave.mutable_leave();
+      // Last in the queue whatever its priority: after every request still to be written.
+      queue_.emplace(std::pair{INT_MAX, next_seq_++}, EncodeWorkerMessage(std::move(leave)));
+      StartNextWriteLocked();
+    }
     closing_ = true;
     MaybeWritesDoneLocked();
   }

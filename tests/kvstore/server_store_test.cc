@@ -550,6 +550,15 @@ TEST_F(ServerStoreTest, AReplacedWorkerRejoinsWhereItsPredecessorWasLost) {
   EXPECT_EQ(workers_[1]->hello().progress().barriers(), 1u);
   EXPECT_EQ(workers_[1]->hello().progress().pushes().at(0), 3u);
   EXPECT_EQ(workers_[1]->ValueOf(workers_[1]->Pull(0, /*after_push=*/3)), std::vector<float>({300}));
+
+  // A worker that leaves on purpose (its job ended or was cancelled) is not awaited: what
+  // waits on it fails at once, naming it.
+  const uint64_t round4 = workers_[0]->Numbered(0, {1}, 4, /*push_pull=*/true);
+  workers_[1]->Leave();
+  const ServerMessage failed = workers_[0]->Next();
+  EXPECT_EQ(failed.id(), round4);
+  EXPECT_EQ(failed.code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(failed.message(), HasSubstr("worker 1 left server 0 (it left the job)"));
 }
 
 TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout) {

@@ -235,7 +235,16 @@ class StoreWorker {
     }
     return answers;
   }
+  // The stream ends as a lost worker's would (no LeaveRequest).
   void Close() { session_->Close(absl::UnavailableError("test closed it")); }
+  // The worker leaves on purpose: LeaveRequest, then the stream ends.
+  void Leave() {
+    WorkerMessage m;
+    m.set_id(next_id_++);
+    m.mutable_leave();
+    session_->Handle(m);
+    Close();
+  }
   void Handle(const WorkerMessage& m) { session_->Handle(m); }
 
  private:
