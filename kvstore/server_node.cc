@@ -20,6 +20,15 @@ ServerNode::ServerNode(const Runtime& rt, ServerStoreOptions options,
 absl::StatusOr<ServerStore*> ServerNode::StoreFor(const Hello& hello) {
   const int own = options_.server_index;
   const int index = hello.has_serve_index() ? hello.serve_index() : own;
+  if (hello.rejoin()) {
+    // A lost worker's replacement looks for where the index is served now, in whatever view
+    // (the store refuses it unless it runs the job): never a vote for a takeover.
+    MutexLock lock(&mu_);
+    if (auto it = serving_.find({hello.job_id(), index}); it != serving_.end()) return it->second;
+    if (index == own) return own_.get();
+    return absl::NotFoundError(absl::StrCat("server ", own, " does not serve server ", index,
+                                            "'s keys for job '", hello.job_id(), "'"));
+  }
   if (index == own && hello.view() == 0) return own_.get();
   MutexLock lock(&mu_);
   if (auto it = serving_.find({hello.job_id(), index}); it != serving_.end()) {

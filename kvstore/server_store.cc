@@ -447,7 +447,13 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
                      "speaks ", kKVStoreProtocolVersion, ")")));
   }
   if (s->rank_ >= 0) return fail(absl::FailedPreconditionError("Hello sent twice"));
-  if (hello.view() != options_.view) {
+  if (hello.rejoin() && (hello.job_id() != members_.job_id() || fenced_.load())) {
+    // A replacement rejoins a run this store serves, in whatever view it serves it in.
+    return fail(absl::NotFoundError(absl::StrCat(
+        "server ", options_.server_index, " serves no run of job '", hello.job_id(),
+        "' for worker ", hello.rank(), " to rejoin")));
+  }
+  if (hello.view() != options_.view && !hello.rejoin()) {
     return fail(absl::FailedPreconditionError(absl::StrCat(
         "worker ", hello.rank(), " is in view ", hello.view(), ", but server ",
         options_.server_index, " serves in view ", options_.view)));

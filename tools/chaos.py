@@ -22,13 +22,16 @@ client kill, until the resumed run has written two checkpoints past the newest a
 (two servers or more, `replicas` not 1) fails over instead (docs/replication.md): its
 recovery is until the next checkpoint past the one at the kill, and the next kill waits until
 the restarted server holds its copies again (the survivors' logs say so), so that no two
-faults fall on one key range.
+faults fall on one key range. A worker of a job that replaces lost workers (the default for
+parameter-server jobs: `recovery: {replace_workers: true}`) is replaced instead (worker and
+checkpoint kills): its replacement rejoins the run where it was lost (the client says "its
+replacement rejoins the run"), and its recovery is until the next checkpoint after that.
 
---no-rollback: only ps kills of a replicated job, and the run must announce no restart at all
-(workers, the client and checkpoint writers still roll back to a checkpoint: worker
-replacement is not built). The job should checkpoint every batch
-for this to be one batch (`checkpoint: {every_batches: 1}`). The last line is one
-JSON object: the kills, recovery p50/p99 per kind, and the checks.
+--no-rollback: the run must announce no restart at all: ps kills of a replicated job and
+worker and checkpoint kills of a job that replaces workers (a killed client still resumes from
+a checkpoint). The job should checkpoint every batch for this to be one batch
+(`checkpoint: {every_batches: 1}`). The last line is one JSON object: the kills, recovery
+p50/p99 per kind, and the checks.
 
 usage: tools/chaos.py JOB.yaml [--kill worker,ps,client,checkpoint] [--times N] [--seed S]
                       [--no-rollback] [--tessera PATH] [--out DIR]
@@ -88,6 +91,14 @@ def restarts_said(log_path):
         return 0
 
 
+def replacements_said(log_path):
+    """How many lost workers' replacements `tessera train` has announced in its log."""
+    try:
+        return log_path.read_text(errors="replace").count("its replacement rejoins the run")
+    except OSError:
+        return 0
+
+
 def resyncs_said(logs):
     """How often the parameter servers' logs (restarted ones' too) say a backup holds every
     key again."""
@@ -104,6 +115,12 @@ def replicated(job):
     """Whether the job's parameter servers fail over (two or more, each backed up)."""
     cluster = job.get("cluster") or {}
     return int(cluster.get("servers", 1)) >= 2 and int(cluster.get("replicas", 2)) != 1
+
+
+def replaces_workers(job):
+    """Whether lost workers of the job are replaced (jobs/recovery_policy.h)."""
+    return (str(job.get("kvstore", "")).startswith("dist_") and
+            (job.get("recovery") or {}).get("replace_workers", True) is not False)
 
 
 def write_job(original, job, run_dir, suffix):
@@ -132,9 +149,15 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
     original = pathlib.Path(job_path).resolve()
     job = yaml.safe_load(original.read_text())
     fails_over = replicated(job)
-    if no_rollback and (kinds != ["ps"] or not fails_over):
-        sys.exit("chaos: --no-rollback needs --kill ps and a replicated job (cluster: {servers: 2 "
-                 "or more}); lost workers, clients and checkpoint writers still roll back")
+    replaced = replaces_workers(job)
+    if no_rollback:
+        rolls_back = [k for k in kinds if k == "client" or (k == "ps" and not fails_over) or
+                      (k in ("worker", "checkpoint") and not replaced)]
+        if rolls_back:
+            sys.exit(f"chaos: --no-rollback: kills of {', '.join(sorted(set(rolls_back)))} roll "
+                     "the job back (ps kills need a replicated job, cluster: {servers: 2 or more}; "
+                     "worker kills a job that replaces workers; a killed client resumes from a "
+                     "checkpoint)")
     if job.get("checkpoint") is False:
         sys.exit(f"chaos: {original}: the job takes no checkpoints (checkpoint: false), so "
                  "it cannot resume")
@@ -183,12 +206,23 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
                 break  # the job ended first
             at = newest(folder)
             restarts = restarts_said(out / "faulted.log")
+            replacements = replacements_said(out / "faulted.log")
             resyncs = resyncs_said(faulted_dir / "logs")
             os.kill(target, signal.SIGKILL)
             killed = time.monotonic()
             copied = None  # a failover's: until the restarted server holds its copies again
             if kind == "ps" and fails_over:
                 # No rerun: the job goes on past the checkpoint it stood at.
+                def recovered():
+                    return newest(folder) > at
+            elif kind in ("worker", "checkpoint") and replaced:
+                # No rerun: the client gives the restarted daemon the rank's share again, and
+                # the job goes on past the checkpoint it stood at.
+                while (process.poll() is None and
+                       replacements_said(out / "faulted.log") <= replacements and
+                       restarts_said(out / "faulted.log") <= restarts):
+                    time.sleep(0.001)
+
                 def recovered():
                     return newest(folder) > at
             elif kind == "client":
@@ -246,6 +280,7 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
                 report[f"{kind}_recovery_p50_s"] = round(statistics.median(times), 3)
                 report[f"{kind}_recovery_p99_s"] = times[min(len(times) - 1, int(0.99 * len(times)))]
         report["rollbacks"] = restarts_said(out / "faulted.log")
+        report["replacements"] = replacements_said(out / "faulted.log")
         report["passed"] = (report["finished"] and report["params_identical"] and
                             report["epochs_once"] and not report["half_written_left"] and
                             (not no_rollback or report["rollbacks"] == 0))
@@ -264,7 +299,8 @@ def main():
     parser.add_argument("--tessera", default=os.environ.get("TESSERA_BIN", "tessera"))
     parser.add_argument("--out", default=None, help="the runs' folder (default runs/chaos-NAME)")
     parser.add_argument("--no-rollback", action="store_true",
-                        help="ps kills of a replicated job: no restart from a checkpoint at all")
+                        help="no restart from a checkpoint at all (ps kills of a replicated job, "
+                             "worker kills of a job that replaces workers)")
     args = parser.parse_args()
     report = run_chaos(args.job, [k for k in args.kill.split(",") if k], args.times, args.seed,
                        args.tessera, args.out, no_rollback=args.no_rollback)

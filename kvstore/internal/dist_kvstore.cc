@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/mutex.h"
 #include "core/shared_memory.h"
 #include "core/status_macros.h"
@@ -712,9 +713,12 @@ absl::Status DistKVStore::Barrier() {
   for (int s : servers) {
     WorkerMessage m;
     m.mutable_barrier();
-    SendMessage(s, std::move(m), 0, [c = waiter.completion()](const ServerMessage& reply, bool) {
-      c->PartDone(ReplyStatus(reply));
-    });
+    SendMessage(s, std::move(m), 0,
+                [c = waiter.completion(), route = servers_[s].get()](const ServerMessage& reply,
+                                                                     bool) {
+                  if (reply.code() == 0) route->PassedBarrier();
+                  c->PartDone(ReplyStatus(reply));
+                });
   }
   absl::Status status = waiter.Wait();
   NoteFailure(status);
@@ -801,6 +805,50 @@ absl::Status DistKVStore::LoadOptimizerStates(const Runtime&, const std::string&
   return absl::OkStatus();
 }
 
+// Where a server index's keys are served, and the connection there.
+struct IndexServed {
+  std::unique_ptr<ServerConnection> conn;
+  int server = 0;
+  uint64_t view = 0;
+};
+
+// A replacement of a lost worker (`hello` says rejoin): the server serving `index`'s keys for
+// its job now, in the newest view any server serves them in.
+absl::StatusOr<IndexServed> FindIndexToRejoin(int index, Hello hello,
+                                              const DistKVStoreOptions& options) {
+  // Every server is asked (a dead one within a few seconds): the index may have moved in
+  // failovers since the job started, and a stale primary that has not learnt it was replaced
+  // serves an older view than the server that replaced it.
+  const int n = static_cast<int>(options.cluster.servers.size());
+  hello.set_serve_index(index);
+  IndexServed best;
+  std::vector<std::string> refusals;
+  for (int i = 0; i < n; ++i) {
+    const int k = (index + i) % n;
+    absl::StatusOr<std::unique_ptr<ServerConnection>> conn = ServerConnection::Connect(
+        options.cluster.servers[k], hello, std::min(options.connect_timeout, absl::Seconds(5)),
+        options.security, options.cancellation);
+    if (!conn.ok()) {
+      refusals.push_back(std::string(conn.status().message()));
+      continue;
+    }
+    const uint64_t view = (*conn)->hello().view();
+    if (best.conn == nullptr || view > best.view) {
+      best.conn = *std::move(conn);
+      best.server = k;
+      best.view = view;
+    }
+  }
+  if (best.conn == nullptr) {
+    return absl::UnavailableError(absl::StrCat("worker ", hello.rank(), " cannot rejoin: no server serves index ",
+                                               index, "'s keys for job '", hello.job_id(), "' (",
+                                               absl::StrJoin(refusals, "; "), ")"));
+  }
+  spdlog::info("worker {} rejoins: server {} serves index {} in view {}", hello.rank(),
+               best.server, index, best.view);
+  return best;
+}
+
 }  // namespace internal
 
 absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& type,
@@ -826,18 +874,26 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   hello.set_rejoin(options.rejoin);
   std::vector<std::unique_ptr<internal::ServerRoute>> servers;
   for (size_t s = 0; s < options.cluster.servers.size(); ++s) {
-    ASSIGN_OR_RETURN(std::unique_ptr<internal::ServerConnection> conn,
-                     internal::ServerConnection::Connect(options.cluster.servers[s], hello,
-                                                         options.connect_timeout,
-                                                         options.security, options.cancellation));
+    internal::IndexServed served;
+    if (options.rejoin) {
+      ASSIGN_OR_RETURN(served, internal::FindIndexToRejoin(static_cast<int>(s), hello, options));
+    } else {
+      ASSIGN_OR_RETURN(served.conn, internal::ServerConnection::Connect(
+                                        options.cluster.servers[s], hello, options.connect_timeout,
+                                        options.security, options.cancellation));
+      served.server = static_cast<int>(s);
+    }
     servers.push_back(std::make_unique<internal::ServerRoute>(
         internal::ServerRoute::Options{.index = static_cast<int>(s),
                                        .servers = options.cluster.servers,
                                        .hello = hello,
+                                       .server = served.server,
+                                       .view = served.view,
+                                       .barriers = served.conn->hello().progress().barriers(),
                                        .failover_timeout = options.failover_timeout,
                                        .security = options.security,
                                        .cancellation = options.cancellation},
-        std::move(conn)));
+        std::move(served.conn)));
   }
   return std::make_unique<internal::DistKVStore>(type, options, std::move(servers));
 }

@@ -72,8 +72,10 @@ absl::Status Membership::Admit(const Hello& hello, bool* started) {
         "worker ", hello.rank(), " is already connected to server ", server_index_));
   }
   mode_ = hello.mode();
-  // Every Hello of a job says the same; a store that took the job over (Adopt) learns it here.
+  // Every Hello of a job says the same; a store that took the job over (Adopt) learns it here,
+  // and the barriers the job passed at the lost server from the workers that passed them.
   replaces_workers_ = replaces_workers_ || hello.replace_workers();
+  if (!hello.rejoin()) barriers_opened_ = std::max(barriers_opened_, hello.barriers());
   connected_[hello.rank()] = 1;
   departed_[hello.rank()] = absl::OkStatus();
   return absl::OkStatus();

@@ -12,7 +12,16 @@
 namespace tessera::kvstore::internal {
 
 ServerRoute::ServerRoute(Options options, std::unique_ptr<ServerConnection> first)
-    : options_(std::move(options)), conn_(std::move(first)), server_(options_.index) {}
+    : options_(std::move(options)),
+      conn_(std::move(first)),
+      server_(options_.server >= 0 ? options_.server : options_.index),
+      view_(options_.view),
+      barriers_(options_.barriers) {}
+
+void ServerRoute::PassedBarrier() {
+  MutexLock lock(&mu_);
+  ++barriers_;
+}
 
 ServerRoute::~ServerRoute() {
   std::vector<std::thread> threads;
@@ -101,7 +110,7 @@ void ServerRoute::StartFailover(absl::Status why) {
 
 void ServerRoute::FailOver(absl::Status why) {
   int lost = 0, backup = 0;
-  uint64_t view = 0;
+  uint64_t view = 0, barriers = 0;
   std::string lost_address;
   {
     MutexLock lock(&mu_);
@@ -112,10 +121,13 @@ void ServerRoute::FailOver(absl::Status why) {
     const int n = static_cast<int>(options_.servers.size());
     backup = lost != options_.index ? options_.index : (lost + 1) % n;
     view = view_ + 1;
+    barriers = barriers_;
   }
   Hello hello = options_.hello;
   hello.set_view(view);
+  hello.set_barriers(barriers);
   hello.set_serve_index(options_.index);
+  hello.clear_rejoin();  // a takeover's Hello, which a replacement's first one is not
   spdlog::warn("worker {}: lost parameter server {} ({}) serving index {}: {}; asking its backup, "
                "server {} ({}), to take the keys over in view {}",
                hello.rank(), lost, lost_address, options_.index, std::string(why.message()), backup,

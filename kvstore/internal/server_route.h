@@ -49,12 +49,17 @@ class ServerRoute {
     int index = 0;                     // the server index this route serves
     std::vector<std::string> servers;  // every server's address, by index
     Hello hello;                       // this worker's, as said to the index's own server
+    // Where the index is served when the route starts: its own server in view 0, or (a
+    // replacement of a lost worker, after failovers) the server and view it found it at.
+    int server = -1;  // -1: `index`
+    uint64_t view = 0;
+    uint64_t barriers = 0;  // passed at the index so far (a replacement's predecessor's)
     absl::Duration failover_timeout = absl::Seconds(60);
     rpc::TransportSecurity security;
     const Cancellation* cancellation = nullptr;  // not owned, may be null
   };
 
-  // `first`: the connection to the index's own server.
+  // `first`: the connection to the server serving the index (Options::server).
   ServerRoute(Options options, std::unique_ptr<ServerConnection> first);
   // Waits for a failover in progress; requests still pending fail (UNAVAILABLE).
   ~ServerRoute();
@@ -67,6 +72,8 @@ class ServerRoute {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Cuts the stream for good (a cancelled job): no failover follows.
   void Abort() ABSL_LOCKS_EXCLUDED(mu_);
+  // The server serving the index answered a barrier: a failover's Hello says how many.
+  void PassedBarrier() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The current server's Hello reply and address, and whether the index has moved.
   HelloReply hello() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -98,7 +105,8 @@ class ServerRoute {
   std::vector<std::shared_ptr<ServerConnection>> lost_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // connections made so far, less one
   int server_ ABSL_GUARDED_BY(mu_);               // the index of the server serving now
-  uint64_t view_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t view_ ABSL_GUARDED_BY(mu_);
+  uint64_t barriers_ ABSL_GUARDED_BY(mu_);  // passed at the index (Hello.barriers)
   bool failing_over_ ABSL_GUARDED_BY(mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

@@ -725,17 +725,19 @@ TEST_F(JobTest, AFrozenParameterServerIsFailedOverAndTheJobEndsBitIdentical) {
               HasSubstr("serving its keys from here on (view 1)"));
 }
 
-// `./tessera chaos --kill ps --no-rollback`'s short version: a replicated job's servers
-// SIGKILLed at random batches (each restarted by the supervisor and brought up to date before
-// the next kill): the job never rolls back to a checkpoint, and ends with the parameters of
-// the run without faults.
-TEST_F(JobTest, ChaosKillingReplicatedServersNeverRollsTheJobBack) {
+// `./tessera chaos --kill ps,worker,checkpoint --no-rollback`'s short version: a replicated
+// job's servers and workers (worker 0 also while it writes a checkpoint) SIGKILLed at random
+// batches, each restarted by the supervisor - a server brought up to date before the next
+// kill, a worker's replacement rejoining the run: the job never rolls back to a checkpoint,
+// and ends with the parameters of the run without faults.
+TEST_F(JobTest, ChaosKillingServersAndWorkersNeverRollsTheJobBack) {
   const std::string job = WriteJob(
       {.name = "chaos-ps", .epochs = 4, .servers = 2,
        .extra = "checkpoint: {every_batches: 1, keep: 2}\nrecovery: {max_restarts: 5}\n"});
   const Command c = RunCommand({"/usr/bin/python3", RunfilePath("tools/chaos.py"), job, "--kill",
-                                "ps", "--times", "3", "--no-rollback", "--seed", "7", "--tessera",
-                                RunfilePath("client/tessera"), "--out", TmpDir() + "/chaos-ps"});
+                                "ps,worker,checkpoint", "--times", "4", "--no-rollback", "--seed",
+                                "7", "--tessera", RunfilePath("client/tessera"), "--out",
+                                TmpDir() + "/chaos-ps"});
   const std::string out = TmpDir() + "/chaos-ps";
   std::string logs;  // restarted daemons' earlier logs too (NAME.log.N)
   std::error_code ec;
