@@ -140,10 +140,29 @@ TEST(MembershipTest, AJobThatReplacesWorkersWaitsForTheDepartedRankAndCountsItsB
   ASSERT_THAT(members.EnterBarrier(1, 5, t0), IsOk());
   EXPECT_THAT(members.TakeBarrier(/*opened=*/true), ElementsAre(Pair(0, 4), Pair(1, 5)));
   EXPECT_EQ(members.barriers_opened(), 2u);
-  // A failed barrier is not counted; a new job counts afresh.
+  // A failed barrier is not counted.
   ASSERT_THAT(members.EnterBarrier(0, 6, t0), IsOk());
   (void)members.TakeBarrier(/*opened=*/false);
   EXPECT_EQ(members.barriers_opened(), 2u);
+}
+
+// A store that took a lost server's keys over (Adopt) learns from the workers' Hellos how many
+// barriers they passed there; a replacement's Hello (its predecessor's count unknown to it)
+// changes nothing.
+TEST(MembershipTest, ATakeoverCountsTheBarriersItsWorkersPassedAtTheLostServer) {
+  Membership members(0, 2);
+  members.Adopt("job-a", SYNC_MODE_SYNC);
+  bool started = false;
+  Hello survivor = HelloOf(0, 2);
+  survivor.set_barriers(5);
+  ASSERT_THAT(members.Admit(survivor, &started), IsOk());
+  EXPECT_FALSE(started);
+  EXPECT_EQ(members.barriers_opened(), 5u);
+  Hello rejoin = HelloOf(1, 2);
+  rejoin.set_rejoin(true);
+  rejoin.set_barriers(9);
+  ASSERT_THAT(members.Admit(rejoin, &started), IsOk());
+  EXPECT_EQ(members.barriers_opened(), 5u);
 }
 
 }  // namespace

@@ -115,6 +115,30 @@ TEST_F(ServerNodeTest, AMajorityOfTheWorkersMovesTheKeysToTheBackup) {
   EXPECT_EQ(ack->code(), static_cast<int>(absl::StatusCode::kAborted)) << ack->message();
 }
 
+// A lost worker's replacement looks for where an index is served now: its Hello is routed to
+// the store serving it (any view) and never counts as a vote for a takeover.
+TEST_F(ServerNodeTest, AReplacementsHelloFindsTheServingStoreAndNeverVotes) {
+  Hello rejoin = AskFor(0, 0, 0);
+  rejoin.set_rejoin(true);
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_THAT(node_->StoreFor(rejoin).status(),
+                StatusIs(absl::StatusCode::kNotFound,
+                         HasSubstr("server 1 does not serve server 0's keys for job 'job'")));
+  }
+  EXPECT_EQ(node_->taken_over(), nullptr);
+  ASSERT_THAT(node_->StoreFor(AskFor(0, 0, 1)).status(), StatusIs(absl::StatusCode::kUnavailable));
+  absl::StatusOr<ServerStore*> taker = node_->StoreFor(AskFor(1, 0, 1));
+  ASSERT_THAT(taker.status(), IsOk());
+  absl::StatusOr<ServerStore*> found = node_->StoreFor(rejoin);
+  ASSERT_THAT(found.status(), IsOk());
+  EXPECT_EQ(*found, *taker);
+  Hello own = AskFor(2, 1, 0);
+  own.set_rejoin(true);
+  found = node_->StoreFor(own);
+  ASSERT_THAT(found.status(), IsOk());
+  EXPECT_EQ(*found, &node_->own());
+}
+
 TEST_F(ServerNodeTest, KeysWithoutACopyHereAreRefusedNamingThem) {
   // Server 2's keys are on server 0 (server 1 backs up server 0 only).
   EXPECT_THAT(node_->StoreFor(AskFor(0, 2, 1)).status(),
