@@ -72,7 +72,7 @@ absl::Status KVStore::LoadOptimizerStates(const Runtime& rt, const std::string& 
   return opt->LoadState(rt, bytes);
 }
 
-absl::StatusOr<KVStore::RejoinPoint> KVStore::Rejoin(const std::vector<int>&) {
+absl::StatusOr<KVStore::RejoinPoint> KVStore::Rejoin(const std::vector<int>&, int) {
   return absl::FailedPreconditionError(
       absl::StrCat("KVStore \"", type_, "\" replaces no lost worker"));
 }

@@ -121,7 +121,7 @@ class KVStore {
   // A worker that replaces a lost one of its job (dist stores, DistKVStoreOptions::rejoin)
   // continues where its predecessor was lost, as the servers saw it.
   struct RejoinPoint {
-    // Barriers the job passed: the replacement's first Barrier calls return at once for them.
+    // Barriers the job passed (the fewest at any server).
     int64_t barriers = 0;
     // The predecessor's batches every push of which the servers took: its next push of each
     // key continues the numbering from there.
@@ -132,8 +132,12 @@ class KVStore {
   // After Init of `keys` (every key the trainer pushes in each batch): where the predecessor
   // was. The next Pull of each key answers what the predecessor pulled after its push
   // number `pushes` - the weights its next batch was (or would have been) computed from.
-  // FAILED_PRECONDITION for a store that does not replace a worker.
-  virtual absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys);
+  // The trainer calls Barrier `setup_barriers` times before its first batch and once after
+  // each epoch: the barriers of the epochs its predecessor finished are not called again, so
+  // only the setup's (and, at a server where the predecessor passed one more barrier than at
+  // another, that one) are skipped. FAILED_PRECONDITION for a store that does not replace a
+  // worker.
+  virtual absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys, int setup_barriers);
   virtual int rank() const { return 0; }
   virtual int num_workers() const { return 1; }
   const std::string& type() const { return type_; }

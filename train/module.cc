@@ -29,6 +29,10 @@ absl::Status InitAsFirstWorker(kvstore::KVStore& store, const std::vector<int>& 
   return absl::OkStatus();
 }
 
+// The barriers a dist worker passes before its first batch: Init's (InitAsFirstWorker), and
+// ShareStart's when there are other workers.
+int SetupBarriers(const kvstore::KVStore& store) { return store.num_workers() > 1 ? 2 : 1; }
+
 bool Contains(const std::vector<std::string>& list, const std::string& name) {
   return std::find(list.begin(), list.end(), name) != list.end();
 }
@@ -276,7 +280,7 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
           "worker ", store->rank(), " cannot replace a lost one: its optimizer state was the "
           "lost worker's (update_on_kvstore is off)"));
     }
-    ASSIGN_OR_RETURN(rejoin_, store->Rejoin(keys));
+    ASSIGN_OR_RETURN(rejoin_, store->Rejoin(keys, SetupBarriers(*store)));
   }
   if (update_on_kvstore_) {
     RETURN_IF_ERROR(store->SetOptimizer(std::move(opt)));
@@ -442,9 +446,9 @@ absl::StatusOr<TrainingPosition> Module::ShareStart(TrainingPosition mine) {
 
 absl::StatusOr<TrainingPosition> Module::RejoinPosition(TrainingPosition start,
                                                         int64_t batches_per_epoch) const {
-  // The barriers a worker passes: Init's, ShareStart's (with other workers), then one at the
-  // end of each epoch; between them it pushes once per batch.
-  const int64_t setup = 1 + (kvstore_->num_workers() > 1 ? 1 : 0);
+  // The barriers a worker passes: the setup's, then one at the end of each epoch; between
+  // them it pushes once per batch.
+  const int64_t setup = SetupBarriers(*kvstore_);
   const int64_t epochs_done = std::max<int64_t>(0, rejoin_->barriers - setup);
   const int64_t pushes = rejoin_->pushes;
   auto cannot = [&](absl::string_view why) {
@@ -495,6 +499,7 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     ASSIGN_OR_RETURN(start, ShareStart(start));
   }
   const bool rejoined = rejoin_.has_value();
+  const int run_start_epoch = start.epoch;
   if (rejoined) {
     ASSIGN_OR_RETURN(start, RejoinPosition(start, train->num_batches()));
     rejoin_.reset();
@@ -507,6 +512,29 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     RETURN_IF_ERROR(Annotate(LoadOptimizerStateBytes(resume->optimizer_state),
                              absl::StrCat(resume->path, ": optimizer.states")));
   }
+  // A replacement of the worker that writes the checkpoints carries on its predecessor's
+  // record from the newest one: the finished epochs' metrics, and the running epoch's metric
+  // where the checkpoint stands at the batch it rejoins after.
+  std::optional<CheckpointManifest> predecessor;
+  if (rejoined && !options.checkpoint_dir.empty()) {
+    if (absl::StatusOr<std::string> newest = NewestCheckpoint(options.checkpoint_dir); newest.ok()) {
+      absl::StatusOr<CheckpointManifest> manifest = ReadCheckpointManifest(*newest);
+      if (manifest.ok()) predecessor = *std::move(manifest);
+    }
+  }
+  if (predecessor.has_value()) {
+    for (const CheckpointManifest::EpochMetrics& e : predecessor->history()) {
+      if (e.epoch() < begin_epoch) history.push_back(e);
+    }
+  }
+  // The totals of `predecessor`'s running metric, if it stands after batch `batch` of `epoch`.
+  auto predecessor_totals = [&](int epoch, int64_t batch) {
+    std::vector<std::pair<double, int64_t>> totals;
+    if (predecessor.has_value() && predecessor->epoch() == epoch && predecessor->batch() == batch) {
+      for (const auto& t : predecessor->metric_totals()) totals.emplace_back(t.sum(), t.count());
+    }
+    return totals;
+  };
   std::optional<CheckpointWriter> writer;
   if (!options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, options.checkpoint_policy.keep);
   auto last_checkpoint = std::chrono::steady_clock::now();
@@ -529,6 +557,53 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
   // engine function per device, which one that draws none does without.
   const bool reseed_every_batch = std::any_of(
       execs_.begin(), execs_.end(), [](const auto& exec) { return exec->draws_random(); });
+  // What follows an epoch's barrier: the evaluation, the epoch's record, its checkpoint and
+  // files, the callback.
+  auto end_epoch = [&](int epoch) -> absl::Status {
+    std::vector<std::pair<std::string, double>> eval_values;
+    if (eval != nullptr) {
+      ASSIGN_OR_RETURN(eval_values, Score(eval, eval_metric.get()));
+    }
+    CheckpointManifest::EpochMetrics& finished = history.emplace_back();
+    finished.set_epoch(epoch);
+    for (const auto& [name, value] : metric->Get()) (*finished.mutable_train())[name] = value;
+    for (const auto& [name, value] : eval_values) (*finished.mutable_eval())[name] = value;
+    if (writer.has_value()) {
+      // One copy of the parameters and one fetch of the optimizer state serve both the
+      // complete checkpoint and the epoch's PREFIX-NNNN files.
+      ASSIGN_OR_RETURN(CheckpointContents contents, CheckpointAt(epoch + 1, 0, nullptr, history, options));
+      if (!options.checkpoint_prefix.empty()) {
+        RETURN_IF_ERROR(WriteEpochFiles(options.checkpoint_prefix, epoch + 1, contents));
+      }
+      RETURN_IF_ERROR(checkpoint(std::move(contents)));
+    } else if (!options.checkpoint_prefix.empty()) {
+      RETURN_IF_ERROR(
+          SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true, options.checkpoint_format));
+    }
+    if (options.epoch_end_callback) {
+      RETURN_IF_ERROR(options.epoch_end_callback(epoch, metric->Get(), eval_values));
+    }
+    return absl::OkStatus();
+  };
+  if (rejoined && begin_batch == 0 && begin_epoch > run_start_epoch) {
+    // Its predecessor was lost after an epoch's barrier, maybe before that epoch's end was
+    // done: done again, with the epoch's record of the checkpoint taken at its end if there
+    // is one, else with the running metric of the epoch's last batch.
+    const int epoch = begin_epoch - 1;
+    if (predecessor.has_value() && predecessor->epoch() == begin_epoch && predecessor->batch() == 0 &&
+        !history.empty() && history.back().epoch() == epoch) {
+      const CheckpointManifest::EpochMetrics& done = history.back();
+      if (options.epoch_end_callback) {
+        RETURN_IF_ERROR(options.epoch_end_callback(
+            epoch, {done.train().begin(), done.train().end()}, {done.eval().begin(), done.eval().end()}));
+      }
+    } else {
+      metric->Reset();
+      const int64_t batches = train->num_batches();
+      if (batches >= 0) (void)metric->RestoreTotals(predecessor_totals(epoch, batches));
+      RETURN_IF_ERROR(end_epoch(epoch));
+    }
+  }
   for (int epoch = begin_epoch; epoch < options.num_epoch; ++epoch) {
     if (epoch > begin_epoch) RETURN_IF_ERROR(train->Reset());
     if (!reseed_every_batch) RETURN_IF_ERROR(rt_.resources->SeedRandom(EpochSeed(options.seed, epoch)));
@@ -552,6 +627,9 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
         std::vector<std::pair<double, int64_t>> totals;
         for (const auto& t : resume->manifest.metric_totals()) totals.emplace_back(t.sum(), t.count());
         RETURN_IF_ERROR(Annotate(metric->RestoreTotals(totals), resume->path));
+      } else if (rejoined) {
+        // Exact where the predecessor's newest checkpoint stands here; else from here on.
+        (void)metric->RestoreTotals(predecessor_totals(epoch, begin_batch));
       }
     }
     while (true) {
@@ -584,27 +662,7 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     // Workers meet at each epoch's end. A worker whose partition ran out of batches first
     // waits here, and dist_sync rounds complete without it (kvstore/server_store.h).
     if (kvstore_ != nullptr) RETURN_IF_ERROR(kvstore_->Barrier());
-    std::vector<std::pair<std::string, double>> eval_values;
-    if (eval != nullptr) {
-      ASSIGN_OR_RETURN(eval_values, Score(eval, eval_metric.get()));
-    }
-    CheckpointManifest::EpochMetrics& finished = history.emplace_back();
-    finished.set_epoch(epoch);
-    for (const auto& [name, value] : metric->Get()) (*finished.mutable_train())[name] = value;
-    for (const auto& [name, value] : eval_values) (*finished.mutable_eval())[name] = value;
-    if (writer.has_value()) {
-      // One copy of the parameters and one fetch of the optimizer state serve both the
-      // complete checkpoint and the epoch's PREFIX-NNNN files.
-      ASSIGN_OR_RETURN(CheckpointContents contents, CheckpointAt(epoch + 1, 0, nullptr, history, options));
-      if (!options.checkpoint_prefix.empty()) {
-        RETURN_IF_ERROR(WriteEpochFiles(options.checkpoint_prefix, epoch + 1, contents));
-      }
-      RETURN_IF_ERROR(checkpoint(std::move(contents)));
-    } else if (!options.checkpoint_prefix.empty()) {
-      RETURN_IF_ERROR(
-          SaveCheckpoint(options.checkpoint_prefix, epoch + 1, true, options.checkpoint_format));
-    }
-    if (options.epoch_end_callback) RETURN_IF_ERROR(options.epoch_end_callback(epoch, metric->Get(), eval_values));
+    RETURN_IF_ERROR(end_epoch(epoch));
   }
   if (writer.has_value()) RETURN_IF_ERROR(writer->Finish());
   for (auto& exec : execs_) {

@@ -127,7 +127,7 @@ class DistKVStore : public KVStore {
   absl::Status LoadOptimizerStates(const Runtime& rt, const std::string& bytes) override;
   absl::Status Barrier() override;
   bool rejoining() const override { return options_.rejoin; }
-  absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys) override;
+  absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys, int setup_barriers) override;
   int rank() const override { return options_.cluster.index; }
   int num_workers() const override { return options_.cluster.num_workers(); }
 
@@ -441,8 +441,9 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   return absl::OkStatus();
 }
 
-absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>& keys) {
-  if (!options_.rejoin) return KVStore::Rejoin(keys);
+absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>& keys,
+                                                         int setup_barriers) {
+  if (!options_.rejoin) return KVStore::Rejoin(keys, setup_barriers);
   RejoinPoint point;
   point.barriers = INT64_MAX;
   for (const WorkerProgress& progress : rejoin_progress_) {
@@ -468,6 +469,14 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
     }
   }
   if (keys.empty()) done = 0;
+  for (size_t s = 0; s < rejoin_progress_.size(); ++s) {
+    std::vector<std::string> counts;
+    for (const auto& [key, pushes] : rejoin_progress_[s].pushes()) {
+      counts.push_back(absl::StrCat(key, ":", pushes));
+    }
+    spdlog::info("worker {} rejoins: server index {} took its pushes {}", rank(), s,
+                 absl::StrJoin(counts, " "));
+  }
   if (most > done + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", rank(), " cannot rejoin: the servers took between ", done, " and ", most,
@@ -479,6 +488,10 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
     key.pull_after_push = done;
   }
   point.pushes = static_cast<int64_t>(done);
+  // The finished epochs' barriers are not called again: skipped are the setup's still to
+  // come, and the one a server passed beyond the others.
+  const uint64_t epochs = static_cast<uint64_t>(std::max<int64_t>(0, point.barriers - setup_barriers));
+  for (uint64_t& skip : barriers_to_skip_) skip -= std::min(skip, epochs);
   spdlog::info("worker {} rejoins its job after {} barriers and {} batches", rank(),
                point.barriers, point.pushes);
   return point;
