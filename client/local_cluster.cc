@@ -162,8 +162,12 @@ void LocalCluster::Supervise(int max_restarts) {
       if (d.process->running() || d.restarts >= max_restarts) continue;
       if (d.restart_at == absl::InfiniteFuture()) {
         const absl::StatusOr<ExitStatus> exit = d.process->Wait(absl::ZeroDuration());
-        const absl::Duration backoff =
-            std::min(absl::Milliseconds(200) * (1 << std::min(d.restarts, 5)), absl::Seconds(5));
+        // A daemon that ran a while before it died is not crash-looping: no long back-off.
+        constexpr absl::Duration kSteadyRun = absl::Seconds(10);
+        d.quick_exits = now - d.started >= kSteadyRun ? 0 : d.quick_exits + 1;
+        const absl::Duration backoff = std::min(
+            absl::Milliseconds(200) * (1 << std::min(std::max(d.quick_exits - 1, 0), 5)),
+            absl::Seconds(5));
         d.restart_at = now + backoff;
         spdlog::warn("local cluster: {} exited ({}); starting it again in {} ({} of {})", d.name,
                      exit.ok() ? exit->ToString() : "unknown", absl::FormatDuration(backoff),
@@ -182,6 +186,7 @@ void LocalCluster::Supervise(int max_restarts) {
         continue;
       }
       d.process = std::move(*p);
+      d.started = absl::Now();
     }
   }
 }

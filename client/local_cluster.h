@@ -14,7 +14,8 @@
 // Ctrl-C in the caller tears the cluster down.
 //
 // Supervision: with max_restarts > 0, a thread of the cluster starts a daemon that died
-// again - same arguments, same address - after a back-off (0.2 s, doubling to 5 s), up to
+// again - same arguments, same address - after a back-off (0.2 s, doubling to 5 s while it
+// dies again within 10 s of each start; as Kubernetes', reset once it ran longer), up to
 // max_restarts times per daemon; the dead one's log is kept as NAME.log.N. A job that lost
 // the daemon then resumes from its checkpoint (jobs/recovery.h).
 //
@@ -93,6 +94,9 @@ class LocalCluster {
     SubprocessOptions start;
     std::unique_ptr<Subprocess> process;
     int restarts = 0;
+    // Exits in a row within kSteadyRun of their start: what the back-off doubles with.
+    int quick_exits = 0;
+    absl::Time started = absl::Now();
     absl::Time restart_at = absl::InfiniteFuture();  // when a dead one starts again
   };
   void Supervise(int max_restarts);

@@ -92,11 +92,14 @@ def restarts_said(log_path):
 
 
 def replacements_said(log_path):
-    """How many lost workers' replacements `tessera train` has announced in its log."""
+    """How many lost workers' replacements `tessera train` has announced in its log (the
+    runner's line; rank 0's is printed once more as an event)."""
     try:
-        return log_path.read_text(errors="replace").count("its replacement rejoins the run")
+        lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         return 0
+    return sum("its replacement rejoins the run" in line and not line.startswith("tessera:")
+               for line in lines)
 
 
 def resyncs_said(logs):
