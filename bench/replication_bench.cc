@@ -22,8 +22,8 @@
 // restarted server holds its copies again. A kill's stall is the longest gap between two
 // consecutive steps of worker 0 from the kill to the next, less the median step before the
 // first kill: the time the job stood still. Reported: p50 and p99 (with few kills,
-// the largest) and the kills. Worker kills are not measured: a lost worker still means a
-// resume from the checkpoint (worker replacement is not built).
+// the largest) and the kills. Worker kills need worker processes, which this bench's threads
+// are not: `./tessera chaos ... --kill worker --no-rollback` measures their stall.
 // Last line: one JSON object naming the machine.
 #include <malloc.h>
 #include <stdlib.h>
