@@ -16,6 +16,12 @@ std::string FormatMetrics(const std::map<std::string, double>& values) {
 }
 
 void RunPrinter::OnEvent(int rank, const JobEvent& event) {
+  if (event.has_worker_replaced()) {  // any rank's
+    const JobEvent::WorkerReplaced& r = event.worker_replaced();
+    std::fprintf(out_, "%stessera: worker %d was lost (%s); its replacement rejoins the run\n",
+                 progress_ ? "\r\x1b[K" : "", r.rank(), r.reason().c_str());
+    std::fflush(out_);
+  }
   if (rank != 0) return;
   if (event.has_started()) {
     const JobEvent::Started& s = event.started();
@@ -45,12 +51,6 @@ void RunPrinter::OnEvent(int rank, const JobEvent& event) {
     std::fprintf(out_, "%stessera: the job lost a process (%s); restart %d, %s\n",
                  progress_ ? "\r\x1b[K" : "", r.reason().c_str(), r.attempt(),
                  r.resumed() ? "from its newest complete checkpoint" : "from the start");
-    std::fflush(out_);
-  }
-  if (event.has_worker_replaced()) {
-    const JobEvent::WorkerReplaced& r = event.worker_replaced();
-    std::fprintf(out_, "%stessera: worker %d was lost (%s); its replacement rejoins the run\n",
-                 progress_ ? "\r\x1b[K" : "", r.rank(), r.reason().c_str());
     std::fflush(out_);
   }
   if (event.has_epoch()) {

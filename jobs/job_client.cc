@@ -153,6 +153,8 @@ absl::StatusOr<JobOutcome> JobClient::Run(
       }
       // The others wait at the servers while the rank's daemon comes back (its supervisor or
       // Kubernetes restarts it); then its share starts again and rejoins the run.
+      spdlog::warn("job '{}': {} was lost ({}); waiting up to {} for its replacement",
+                   spec.name(), Name(rank), error.ToString(), absl::FormatDuration(policy.wait));
       absl::StatusOr<std::unique_ptr<Worker::Stub>> back =
           AwaitReplacement(rank, incarnation, policy.wait, stopping);
       if (!back.ok()) {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Runs a rendered deploy/k8s kustomization the way a Kubernetes node would, on simulated hosts,
 and checks what a user sees. A standing cluster (StatefulSets and a submitter Job): the job
-trains; a worker killed mid-run, and one cut off the network, makes the coordinator restart
+trains; a worker killed mid-run is replaced (its pod back, it rejoins the run), one cut off the network makes the coordinator restart
 the run in time while the other daemons keep serving, and the run trains to its end once the
 worker is back. A JobSet, or a TFJob with its submitter Job, or a Kubeflow TrainJob with its
 runtime: the submitter trains the job on their daemons, which then stop; a JobSet (and a
@@ -1164,28 +1164,42 @@ def lose_a_server_mid_run(cluster, daemons, report):
 
 
 def lose_a_worker_mid_run(cluster, daemons, report):
-    """A worker lost mid-run, twice: its pod killed (its sockets closed: the peers hear at
-    once), then its host cut off the network (nothing heard: keepalive must notice). Each
-    time the job's runner (the coordinator on worker 0) notices in time and announces a
-    restart; the StatefulSet brings the pod back (or the network heals) and the runner runs
-    the job again from its newest checkpoint (in rank 0's run folder: the others need none),
-    to its end. The other daemons keep serving, and the next run trains."""
+    """A worker lost mid-run, twice. Its pod killed (its sockets closed: the peers hear at
+    once) and brought back by the StatefulSet: the job's runner (the coordinator on worker 0)
+    gives the new pod the rank's share and it rejoins the run where it was lost - no restart,
+    the run trains to its end. Its host cut off the network (nothing heard: keepalive must
+    notice): the runner waits for a replacement, and when the network heals the same process
+    answers - it was not lost - so the runner runs the job again from its newest checkpoint
+    (in rank 0's run folder: the others need none), to its end. The other daemons keep
+    serving, and the next run trains."""
     victim = next(p for p in daemons if p.name.endswith("worker-1"))
+    coordinator = next(p for p in daemons if p.name.endswith("worker-0"))
     others = [p for p in daemons if p is not victim]
     cluster.network.pace(victim.netns, PACE)
     attempt = 2
-    for how, lose, mend, within in [
-            ("killed", victim.kill, victim.start_main, FAIL_SECONDS),
+
+    def killed_and_back():
+        victim.kill()
+        victim.start_main()  # the StatefulSet restarts the pod under its name
+
+    for how, lose, noticed, mend, within, outcome in [
+            ("killed", killed_and_back, "its replacement rejoins the run", lambda: None,
+             FAIL_SECONDS, "replaced"),
             ("cut off", lambda: cluster.network.set_link(victim.netns, "down"),
-             lambda: cluster.network.set_link(victim.netns, "up"), PARTITION_FAIL_SECONDS)]:
+             "waiting up to", lambda: cluster.network.set_link(victim.netns, "up"),
+             PARTITION_FAIL_SECONDS, "restart 1,")]:
         run_ = submit(cluster, attempt)
         wait_for(lambda: "epoch" in run_.log.read_text(errors="replace") or
                  run_.process.poll() is not None, RUN_SECONDS, f"run {attempt}'s first epoch")
+        # The submitter prints a replacement; the wait for one is in the coordinator's log
+        # (which holds earlier runs' too).
+        said = run_.log if outcome == "replaced" else coordinator.log
+        before = said.read_text(errors="replace").count(noticed)
         lose()
         lost_at = time.monotonic()
         try:
-            wait_for(lambda: "restart 1," in run_.log.read_text(errors="replace"), within,
-                     f"the runner's restart after the worker was {how}")
+            wait_for(lambda: said.read_text(errors="replace").count(noticed) > before, within,
+                     f"the runner noticing the worker was {how}")
         except Failure as e:
             run_.kill()
             raise Failure(f"{e}{tail(run_)}")
@@ -1195,21 +1209,31 @@ def lose_a_worker_mid_run(cluster, daemons, report):
             code = run_.process.wait(timeout=RUN_SECONDS)
         except subprocess.TimeoutExpired:
             run_.kill()
-            raise Failure(f"the restarted run did not end within {RUN_SECONDS} s{tail(run_)}")
+            raise Failure(f"the run did not end within {RUN_SECONDS} s after the worker was "
+                          f"{how}{tail(run_)}")
         log = run_.output()
         if code != 0:
-            raise Failure(f"exit {code} after the worker was {how} and came back; the rerun "
-                          f"should train to the end{tail(run_)}"
-                          f"{''.join(tail(p) for p in daemons)}")
-        resumed = re.search(r"tessera: resumed from (\S+)", log)
+            raise Failure(f"exit {code} after the worker was {how}; the run should train to "
+                          f"the end{tail(run_)}{''.join(tail(p) for p in daemons)}")
         title = how.title().replace(" ", "")
-        report.case(f"{title}WorkerRestartsTheRunInTime", "passed",
-                    f"restart announced {took:.1f} s after; the rerun trained to the end from "
-                    f"{resumed.group(1) if resumed else 'the start'}")
+        if outcome == "replaced":
+            if "restart 1," in log:
+                raise Failure(f"the killed worker's run restarted from a checkpoint instead of "
+                              f"the worker being replaced{tail(run_)}")
+            report.case("KilledWorkerIsReplacedWithoutARerun", "passed",
+                        f"replacement announced {took:.1f} s after the kill; the run trained to "
+                        f"the end without a restart")
+        else:
+            if "restart 1," not in log:
+                raise Failure(f"no restart after the worker was {how} and came back{tail(run_)}")
+            resumed = re.search(r"tessera: resumed from (\S+)", log)
+            report.case(f"{title}WorkerRestartsTheRunInTime", "passed",
+                        f"noticed {took:.1f} s after; the rerun trained to the end from "
+                        f"{resumed.group(1) if resumed else 'the start'}")
 
         dead = [p.name for p in others if p.process.poll() is not None or not p.ready()]
         if dead:
-            raise Failure(f"not serving after the restarted run: {dead}"
+            raise Failure(f"not serving after the worker was {how}: {dead}"
                           f"{''.join(tail(p) for p in others)}")
         report.case(f"OthersKeepServingWhenAWorkerIs{title}", "passed",
                     ", ".join(p.name for p in others))
@@ -1222,9 +1246,9 @@ def lose_a_worker_mid_run(cluster, daemons, report):
             code = rerun.process.wait(timeout=RUN_SECONDS)
         except subprocess.TimeoutExpired:
             rerun.kill()
-            raise Failure(f"the rerun did not finish within {RUN_SECONDS} s{tail(rerun)}")
+            raise Failure(f"the next run did not finish within {RUN_SECONDS} s{tail(rerun)}")
         if code != 0:
-            raise Failure(f"the rerun after the worker was {how}: exit {code}{tail(rerun)}"
+            raise Failure(f"the next run after the worker was {how}: exit {code}{tail(rerun)}"
                           f"{''.join(tail(p) for p in daemons)}")
         report.case(f"RunSucceedsWhenTheWorkerIsBackAfterBeing{title}", "passed")
         attempt += 2
