@@ -51,6 +51,10 @@
 //   A worker leaving (stream closed or keepalive timeout) in dist_sync: every request that
 //   needs it - open rounds it has not pushed into, pulls waiting on them, a barrier - is
 //   answered UNAVAILABLE naming the worker; its rank may reconnect (a new Hello) and push.
+//   In a job that replaces lost workers (Hello.replace_workers) a rank lost without a
+//   LeaveRequest is awaited instead, until round_timeout: its replacement's Hello (rejoin)
+//   learns how far it got (WorkerProgress), and its first pull of a key (after_push) gets
+//   the value its predecessor pulled - kept for one round when a newer round has completed.
 //
 // Its parts, each without locks: RequestAssembler (a worker's chunks made whole), SyncRound
 // (one key's rounds and their rank-order sum), Membership (the job, its ranks, departures,
