@@ -297,6 +297,10 @@ void Coordinator::OnEvent(const std::string& id, int rank, const JobEvent& event
   MutexLock lock(&mu_);
   Job& job = *jobs_.at(id);
   JobRecord& r = job.record;
+  if (event.has_worker_replaced()) {
+    r.set_worker_replacements(r.worker_replacements() + 1);
+    Save(job);
+  }
   if (rank == 0) {
     if (event.has_restarted()) {
       r.set_restarts(event.restarted().attempt());

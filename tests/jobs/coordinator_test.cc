@@ -329,6 +329,31 @@ TEST_F(CoordinatorTest, AttachGivesTheHistoryThenLiveEventsThenTheRecordOnce) {
   EXPECT_EQ(late.ends(), 1);
 }
 
+// A lost worker's replacement (from any rank) is counted in the record and kept among the
+// events an attached client is given.
+TEST_F(CoordinatorTest, AReplacedWorkerIsCountedAndKeptInTheHistory) {
+  std::unique_ptr<Coordinator> c = Open();
+  const JobRecord a = Submit(*c, "a");
+  ASSERT_TRUE(cluster_.AwaitRunning(a.id()));
+  JobEvent replaced;
+  replaced.mutable_worker_replaced()->set_rank(1);
+  replaced.mutable_worker_replaced()->set_reason("UNAVAILABLE: worker 1: Socket closed");
+  replaced.mutable_worker_replaced()->set_replacement(1);
+  cluster_.Emit(1, replaced);
+  absl::StatusOr<JobRecord> record = c->Get(a.id(), "alice");
+  ASSERT_THAT(record.status(), IsOk());
+  EXPECT_EQ(record->worker_replacements(), 1);
+  Recorder attached;
+  auto attachment = c->Attach(a.id(), "alice", &attached);
+  ASSERT_THAT(attachment.status(), IsOk());
+  ASSERT_EQ(attached.events().size(), 1u);
+  EXPECT_EQ(attached.events()[0].rank(), 1);
+  EXPECT_TRUE(attached.events()[0].event().has_worker_replaced());
+  cluster_.End(Eval{{"accuracy", 1.0}});
+  ASSERT_TRUE(attached.AwaitEnd());
+  EXPECT_EQ(attached.end().worker_replacements(), 1);
+}
+
 TEST_F(CoordinatorTest, RecordsAndQueueSurviveACrashAndARestart) {
   const std::string dir = StateDir();
   const std::string crashed = dir + "-at-crash";
