@@ -493,6 +493,17 @@ std::string NewestCheckpointName(const std::string& dir) {
   return newest;
 }
 
+// Waits (up to kJobTimeout) for a complete checkpoint in `dir` newer than `than`; its name.
+std::string AwaitNewerCheckpoint(const std::string& dir, const std::string& than) {
+  for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
+    if (const std::string newest = NewestCheckpointName(dir); newest > than) return newest;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ADD_FAILURE() << "no checkpoint in " << dir << " newer than '" << than << "' within "
+                << kJobTimeout;
+  return std::string();
+}
+
 // A dist_sync job of `tessera train` (its own cluster, supervised) that does not replace
 // lost workers loses its parameter server and then a worker to SIGKILL mid-run: each comes
 // back and the job resumes from its newest checkpoint. Then the client is SIGKILLed (its daemons stop with it) and
@@ -516,16 +527,7 @@ TEST_F(JobTest, AJobThatLosesItsServerAWorkerAndItsClientResumesAndEndsBitIdenti
                                   .stderr_path = out});
   ASSERT_THAT(train.status(), IsOk());
   const std::string checkpoints = run + "/recover-checkpoints";
-  // Waits for a complete checkpoint newer than `than`; returns its name.
-  auto newer_checkpoint = [&](const std::string& than) {
-    for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
-      if (const std::string newest = NewestCheckpointName(checkpoints); newest > than) return newest;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    ADD_FAILURE() << "no checkpoint newer than '" << than << "' within " << kJobTimeout;
-    return std::string();
-  };
-  const std::string first = newer_checkpoint("");
+  const std::string first = AwaitNewerCheckpoint(checkpoints, "");
   const int ps = PidWithArgument(run + "/logs/ps-0.port");
   ASSERT_GT(ps, 0);
   ASSERT_EQ(kill(ps, SIGKILL), 0);
@@ -536,7 +538,7 @@ TEST_F(JobTest, AJobThatLosesItsServerAWorkerAndItsClientResumesAndEndsBitIdenti
        !absl::StrContains(ReadFileToString(out).value_or(""), "restart 1,");) {
     absl::SleepFor(absl::Milliseconds(2));
   }
-  newer_checkpoint(NewestCheckpointName(checkpoints));
+  AwaitNewerCheckpoint(checkpoints, NewestCheckpointName(checkpoints));
   const int worker = PidWithArgument(run + "/logs/worker-1.port");
   ASSERT_GT(worker, 0);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
@@ -545,7 +547,7 @@ TEST_F(JobTest, AJobThatLosesItsServerAWorkerAndItsClientResumesAndEndsBitIdenti
        !absl::StrContains(ReadFileToString(out).value_or(""), "restart 2,");) {
     absl::SleepFor(absl::Milliseconds(2));
   }
-  newer_checkpoint(NewestCheckpointName(checkpoints));
+  AwaitNewerCheckpoint(checkpoints, NewestCheckpointName(checkpoints));
   // Then the client itself: its daemons stop with it, and --resume continues the job.
   const int server_now = PidWithArgument(run + "/logs/ps-0.port");
   ASSERT_GT(server_now, 0);
@@ -598,14 +600,6 @@ TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) 
                                   .stderr_path = out});
   ASSERT_THAT(train.status(), IsOk());
   const std::string checkpoints = run + "/replace-checkpoints";
-  auto newer_checkpoint = [&](const std::string& than) {
-    for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
-      if (const std::string newest = NewestCheckpointName(checkpoints); newest > than) return newest;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    ADD_FAILURE() << "no checkpoint newer than '" << than << "' within " << kJobTimeout;
-    return std::string();
-  };
   // Waits until the client said `times` times that a replacement rejoins the run.
   auto replaced = [&](int times) {
     for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
@@ -619,7 +613,7 @@ TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) 
   };
   int replacements = 0;
   for (const int rank : {1, 0}) {
-    newer_checkpoint(NewestCheckpointName(checkpoints));
+    AwaitNewerCheckpoint(checkpoints, NewestCheckpointName(checkpoints));
     const int worker = PidWithArgument(absl::StrCat(run, "/logs/worker-", rank, ".port"));
     ASSERT_GT(worker, 0);
     ASSERT_EQ(kill(worker, SIGKILL), 0);
