@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/status_macros.h"
+#include "graph/amp.h"
 #include "graph/executor.h"
 #include "ndarray/arithmetic.h"
 #include "ndarray/params_file.h"
@@ -89,8 +90,14 @@ absl::StatusOr<std::string> InspectGraph(const graph::Symbol& symbol,
   return text;
 }
 
-absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph::Symbol& symbol,
+absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph::Symbol& given,
                                                   const RunGraphOptions& options) {
+  graph::Symbol symbol = given;
+  if (options.amp != DType::kUnknown) {
+    absl::StatusOr<graph::Symbol> converted = graph::ConvertToMixedPrecision(given, {.dtype = options.amp});
+    if (!converted.ok()) return Annotate(converted.status(), "--amp");
+    symbol = *std::move(converted);
+  }
   if (options.params_path.empty()) {
     RETURN_IF_ERROR(Annotate(rt.resources->SeedRandom(options.seed), "--seed"));
   }
@@ -162,6 +169,9 @@ absl::StatusOr<std::vector<std::string>> RunGraph(const Runtime& rt, const graph
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string path = (std::filesystem::path(options.output_dir) / (names[i] + ".npy")).string();
     ASSIGN_OR_RETURN(NDArray host, CopyTo(exec->outputs()[i], Context::CPU()));
+    if (host.dtype() == DType::kFloat16 || host.dtype() == DType::kBFloat16) {
+      ASSIGN_OR_RETURN(host, Cast(host, DType::kFloat32));
+    }
     RETURN_IF_ERROR(SaveNpy(path, host));
     written.push_back(path);
   }

@@ -38,6 +38,9 @@ struct RunGraphOptions {
   uint64_t seed = 0;
   std::string output_dir;  // created if missing
   Context device = Context::CPU();  // where the graph is bound and runs
+  // Mixed precision (graph/amp.h): the graph converted to this type (kFloat16, kBFloat16)
+  // before it runs; outputs of a 16-bit type are written as float32. kUnknown: as it is.
+  DType amp = DType::kUnknown;
 };
 
 // Runs the forward pass (inference mode) of `symbol` on the inputs and writes each output

@@ -258,7 +258,8 @@ class Parser {
                      Map(root, root, "",
                          {"name", "network", "data", "batch_size", "epochs", "optimizer",
                           "initializer", "eval_metric", "kvstore", "cluster", "devices", "seed",
-                          "checkpoint", "checkpoint_format", "run_dir", "recovery", "check_finite"}));
+                          "checkpoint", "checkpoint_format", "run_dir", "recovery", "check_finite",
+                          "amp"}));
     JobFile job;
     JobSpec& spec = job.spec;
     spec.set_version(1);
@@ -406,6 +407,10 @@ class Parser {
       spec.set_check_finite(check);
       if (check) spec.set_version(std::max<uint32_t>(spec.version(), 4));
     }
+    if (auto it = top.find("amp"); it != top.end()) {
+      RETURN_IF_ERROR(ParseAmpPolicy(it->second, spec.mutable_amp()));
+      spec.set_version(std::max<uint32_t>(spec.version(), 5));
+    }
     if (auto it = top.find("checkpoint_format"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string format, String(it->second, "checkpoint_format"));
       if (absl::Status known = ParseParamsFormat(format).status(); !known.ok()) {
@@ -438,6 +443,25 @@ class Parser {
 
   // recovery: {max_restarts: N, wait_seconds: T, replace_workers: B}, each optional
   // (jobs/recovery_policy.h).
+  // amp: {dtype: bfloat16 | float16, loss_scale: N}, or just the dtype (amp: bfloat16).
+  absl::Status ParseAmpPolicy(const Entry& e, AmpPolicy* amp) const {
+    if (e.value.IsScalar()) {
+      ASSIGN_OR_RETURN(std::string dtype, String(e, "amp"));
+      amp->set_dtype(dtype);
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "amp", {"dtype", "loss_scale"}));
+    auto dtype = entries.find("dtype");
+    if (dtype == entries.end()) return Error(e, "amp", "needs a dtype (bfloat16 or float16)");
+    ASSIGN_OR_RETURN(std::string type, String(dtype->second, "amp.dtype"));
+    amp->set_dtype(type);
+    if (auto it = entries.find("loss_scale"); it != entries.end()) {
+      ASSIGN_OR_RETURN(std::string scale, String(it->second, "amp.loss_scale"));
+      amp->set_loss_scale(scale);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ParseRecoveryPolicy(const Entry& e, RecoveryPolicy* policy) const {
     ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "recovery",
                                           {"max_restarts", "wait_seconds", "replace_workers"}));

@@ -3,7 +3,7 @@
 //   tessera ops [NAME] [--json]  list every registered operator (or one), with its arguments,
 //                        outputs, auxiliary states and parameters
 //   tessera graph inspect FILE.json [--shape NAME=D1,D2,...]...
-//   tessera graph run FILE.json [--params FILE] [--seed N] [--device D] --input NAME=FILE.npy...
+//   tessera graph run FILE.json [--params FILE] [--seed N] [--device D] [--amp DTYPE] --input NAME=FILE.npy...
 //                        --output DIR
 //   tessera params convert IN OUT --format tessera|mxnet
 //                        a parameter file of either format (ndarray/params_file.h) rewritten
@@ -56,8 +56,10 @@ int Usage(std::FILE* out = stderr) {
       "                             file with their shapes, and the parameter count\n"
       "  graph run FILE.json --input NAME=FILE.npy... --output DIR\n"
       "            [--params FILE] [--seed N] [--device cpu(0)|gpu(N)]\n"
+      "            [--amp bfloat16|float16]\n"
       "                             the forward pass on .npy inputs; each output is\n"
-      "                             written to DIR/<output>.npy\n"
+      "                             written to DIR/<output>.npy (--amp: in mixed\n"
+      "                             precision, outputs written as float32)\n"
       "  params convert IN OUT --format tessera|mxnet\n"
       "                             a parameter file of either format (Tessera's, or\n"
       "                             MXNet's .params) written in the one named\n"
@@ -149,7 +151,7 @@ int RunGraph(int argc, char** argv) {
     return 0;
   }
   if (sub != "run") return Usage();
-  auto flags = ParseFlags(argc, argv, 4, {"input", "output", "params", "seed", "device"});
+  auto flags = ParseFlags(argc, argv, 4, {"input", "output", "params", "seed", "device", "amp"});
   if (!flags.ok()) return Fail(command, flags.status());
   tessera::client::RunGraphOptions options;
   for (const auto& [name, value] : *flags) {
@@ -168,6 +170,13 @@ int RunGraph(int argc, char** argv) {
                                  absl::StrCat("--device '", value, "': ", device.status().message())));
       }
       options.device = *device;
+    } else if (name == "amp") {
+      auto dtype = tessera::ParseDType(value);
+      if (!dtype.ok()) {
+        return Fail(command, absl::InvalidArgumentError(
+                                 absl::StrCat("--amp '", value, "': ", dtype.status().message())));
+      }
+      options.amp = *dtype;
     } else if (!absl::SimpleAtoi(value, &options.seed)) {
       return Fail(command, absl::InvalidArgumentError(absl::StrCat("--seed '", value, "' is not a number")));
     }

@@ -6,6 +6,7 @@
 #define TESSERA_CORE_STATUS_MATCHERS_H_
 
 #include <ostream>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,5 +50,18 @@ MATCHER_P(StatusIs, code, "") {
 }
 
 }  // namespace tessera::testing
+
+// ASSERT_OK(expr): the test stops unless the Status / StatusOr `expr` is OK.
+#define ASSERT_OK(expr) ASSERT_THAT((expr), ::tessera::testing::IsOk())
+// ASSERT_OK_AND_ASSIGN(lhs, expr): the test stops unless the StatusOr `expr` is OK; then
+// `lhs` (a declaration or an lvalue) takes its value.
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  TESSERA_ASSERT_OK_AND_ASSIGN_(TESSERA_MATCHERS_CONCAT_(statusor_, __LINE__), lhs, expr)
+#define TESSERA_ASSERT_OK_AND_ASSIGN_(statusor, lhs, expr) \
+  auto statusor = (expr);                                  \
+  ASSERT_THAT(statusor, ::tessera::testing::IsOk());       \
+  lhs = std::move(statusor).value()
+#define TESSERA_MATCHERS_CONCAT_(a, b) TESSERA_MATCHERS_CONCAT_INNER_(a, b)
+#define TESSERA_MATCHERS_CONCAT_INNER_(a, b) a##b
 
 #endif  // TESSERA_CORE_STATUS_MATCHERS_H_

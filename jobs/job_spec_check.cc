@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "io/create_data_iter.h"
+#include "jobs/amp_policy.h"
 #include "jobs/iterator_rules.h"
 #include "kvstore/kvstore.h"
 
@@ -70,6 +71,7 @@ absl::Status CheckJobSpec(const JobSpec& spec) {
   }
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.train_iter", d.train_iter(), false));
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.test_iter", d.test_iter(), true));
+  RETURN_IF_ERROR(AmpOptionsOf(spec).status());
   if (spec.check_finite() && (store != "local" || spec.devices_size() > 1)) {
     return JobFieldError(absl::StatusCode::kInvalidArgument, "check_finite",
                          absl::StrCat("only for one device without parameter servers; this job has kvstore '", store,

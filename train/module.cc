@@ -100,6 +100,22 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
                        "' (parameters: ", absl::StrJoin(param_names_, ", "), ")"));
     }
   }
+  // Under mixed precision the executors run the converted network; the inputs' types are
+  // the iterators'.
+  graph::Symbol net = symbol_;
+  if (options_.amp.has_value()) {
+    std::map<std::string, DType> input_types;
+    for (const io::DataDesc& in : inputs) input_types[in.name] = in.dtype;
+    ASSIGN_OR_RETURN(net, graph::ConvertToMixedPrecision(symbol_, *options_.amp, input_types));
+    for (const Context& ctx : options_.contexts) {
+      if (ctx.is_gpu()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "Module::Bind: mixed precision (", DTypeName(options_.amp->dtype), ") on ", ctx.ToString(),
+            ": the half-precision GPU kernels of FullyConnected, Convolution and Deconvolution are "
+            "not built yet; train in float32 there (--tf32), or on the CPU"));
+      }
+    }
+  }
   for_training_ = for_training;
   fused_update_.reset();
   execs_.clear();
@@ -116,7 +132,7 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
     }
     for (const std::string& fixed : options_.fixed_param_names) bind.grad_req_by_name[fixed] = OpReqType::kNullOp;
     ASSIGN_OR_RETURN(std::unique_ptr<graph::Executor> exec,
-                     graph::Executor::SimpleBind(rt_, symbol_, options_.contexts[d], bind));
+                     graph::Executor::SimpleBind(rt_, net, options_.contexts[d], bind));
     execs_.push_back(std::move(exec));
   }
   trained_.clear();
@@ -233,6 +249,17 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
     const bool sync = kind.dist && kind.sync;
     const int64_t samples = batch_size_ * (sync ? store->num_workers() : 1);
     params.emplace_back("rescale_grad", absl::StrCat(1.0 / static_cast<double>(samples)));
+  }
+  if (options_.amp.has_value() && options_.amp->loss_scale != 1) {
+    // The loss operators' gradients carry the loss scale (graph/amp.h); divide it out.
+    for (auto& [key, value] : params) {
+      double rescale = 0;
+      if (key != "rescale_grad") continue;
+      if (!absl::SimpleAtod(value, &rescale)) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer parameter rescale_grad='", value, "' is not a number"));
+      }
+      value = absl::StrFormat("%.17g", rescale / options_.amp->loss_scale);
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<kvstore::Optimizer> opt, kvstore::Optimizer::Create(optimizer, params));
   std::map<int, double> lr_mult, wd_mult;

@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "graph/amp.h"
 #include "graph/executor.h"
 #include "graph/symbol.h"
 #include "io/data_iter.h"
@@ -64,6 +65,11 @@ struct ModuleOptions {
   // (kvstore::FusedUpdate::Options::check_finite): the update after the host sees one fails,
   // naming the update and the parameter. One device without a store only.
   bool check_finite = false;
+  // Mixed-precision training (graph/amp.h): the executors run the network converted by
+  // ConvertToMixedPrecision; parameters, gradients, the optimizer, checkpoints and saved
+  // files stay float32, and the symbol saved is the network as given. A loss_scale is
+  // divided out of the gradients again through the optimizer's rescale_grad.
+  std::optional<graph::AmpOptions> amp;
 };
 
 // What a batch callback sees.

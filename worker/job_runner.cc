@@ -18,6 +18,7 @@
 #include "graph/symbol_json.h"
 #include "io/create_data_iter.h"
 #include "jobs/iterator_rules.h"
+#include "jobs/amp_policy.h"
 #include "jobs/recovery_policy.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/kvstore.h"
@@ -319,11 +320,14 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
                                         ? environment.memory_limit_bytes
                                         : AvailableMemoryBytes()));
 
+  absl::StatusOr<std::optional<graph::AmpOptions>> amp = jobs::AmpOptionsOf(spec);
+  if (!amp.ok()) return amp.status();
   train::Module module(
       rt, net,
       {.contexts = contexts,
        .fixed_param_names = {spec.fixed_param_names().begin(), spec.fixed_param_names().end()},
-       .check_finite = spec.check_finite()});
+       .check_finite = spec.check_finite(),
+       .amp = *amp});
   if (absl::Status bound = module.Bind(data.train->provide_data(), data.train->provide_label(), true);
       !bound.ok()) {
     return InNetwork(bound);

@@ -175,6 +175,8 @@ class ActivationOp : public DnnlOperator {
 
 class ActivationProp : public DnnlProperty<ActivationProp, ActivationParam, ActivationOp> {
  public:
+  // Mixed precision keeps the products' 16-bit outputs through it (graph/amp.h).
+  bool RunsHalfTypes() const override { return true; }
   absl::StatusOr<bool> InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
                                   std::vector<Shape>*) const override {
     if ((*in)[0].is_known()) {

@@ -50,6 +50,8 @@ struct Geometry {
 
 class ConvolutionProp : public DnnlPropertyBase<ConvolutionProp, ConvolutionParam> {
  public:
+  // A product mixed precision runs in the low type (graph/amp.h).
+  bool RunsHalfTypes() const override { return true; }
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
     return GetGeometry().status();

@@ -102,6 +102,8 @@ absl::StatusOr<Geometry> GeometryFor(Geometry g, const DeconvolutionParam& p, co
 
 class DeconvolutionProp : public DnnlPropertyBase<DeconvolutionProp, DeconvolutionParam> {
  public:
+  // A product mixed precision runs in the low type (graph/amp.h).
+  bool RunsHalfTypes() const override { return true; }
   absl::Status Init(const KwArgs& kwargs) override {
     RETURN_IF_ERROR(PropertyWithParam::Init(kwargs));
     return GetGeometry().status();

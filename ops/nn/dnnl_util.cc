@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "engine/omp_threads.h"
+#include "ndarray/math.h"
 
 namespace tessera::ops::nn {
 
@@ -51,15 +52,20 @@ dnnl::primitive_attr UserScratchpadAttr() {
   return attr;
 }
 
-absl::StatusOr<bool> InferFloat32Type(const OperatorProperty& prop, std::vector<DType>* in_type,
-                                      std::vector<DType>* out_type, std::vector<DType>* aux_type) {
+absl::StatusOr<bool> InferKernelType(const OperatorProperty& prop, bool half_types,
+                                     std::vector<DType>* in_type, std::vector<DType>* out_type,
+                                     std::vector<DType>* aux_type) {
   ASSIGN_OR_RETURN(bool known, prop.OperatorProperty::InferType(in_type, out_type, aux_type));
-  if (known && (*in_type)[0] != DType::kFloat32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prop.TypeString(), ": only float32 is supported (oneDNN CPU kernels), got ",
-                     DTypeName((*in_type)[0]), " for argument '", prop.ListArguments()[0], "'"));
+  if (!known) return false;
+  const DType type = (*in_type)[0];
+  const bool half = type == DType::kFloat16 || type == DType::kBFloat16;
+  if (type != DType::kFloat32 && !(half_types && half)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prop.TypeString(), ": ", DTypeName(type), " for argument '", prop.ListArguments()[0],
+        "' has no CPU kernel (oneDNN kernels run ",
+        half_types ? "float32, float16 and bfloat16" : "float32 only", ")"));
   }
-  return known;
+  return true;
 }
 
 int CallBuffers::Output(const TBlob& blob, OpReqType req) {
@@ -180,8 +186,16 @@ absl::Status DnnlOperator::Forward(const OpContext& ctx, const std::vector<TBlob
                                    const std::vector<TBlob>& aux_states) {
   RETURN_IF_ERROR(env_.Init());
   absl::Status status;
-  DNNL_RETURN_IF_ERROR(status = ForwardImpl(ctx, in_data, req, out_data, aux_states));
-  return status;
+  if (!AnyHalf(in_data) && !AnyHalf(out_data)) {
+    DNNL_RETURN_IF_ERROR(status = ForwardImpl(ctx, in_data, req, out_data, aux_states));
+    return status;
+  }
+  staging_.Begin();
+  const std::vector<TBlob> in = StageInputs(in_data);
+  const std::vector<TBlob> out = StageOutputs(out_data, req);
+  DNNL_RETURN_IF_ERROR(status = ForwardImpl(ctx, in, req, out, aux_states));
+  RETURN_IF_ERROR(status);
+  return staging_.Finish();
 }
 
 absl::Status DnnlOperator::Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad,
@@ -192,9 +206,73 @@ absl::Status DnnlOperator::Backward(const OpContext& ctx, const std::vector<TBlo
                                     const std::vector<TBlob>& aux_states) {
   RETURN_IF_ERROR(env_.Init());
   absl::Status status;
-  DNNL_RETURN_IF_ERROR(
-      status = BackwardImpl(ctx, out_grad, in_data, out_data, req, in_grad, aux_states));
-  return status;
+  if (!AnyHalf(out_grad) && !AnyHalf(in_data) && !AnyHalf(in_grad)) {
+    DNNL_RETURN_IF_ERROR(
+        status = BackwardImpl(ctx, out_grad, in_data, out_data, req, in_grad, aux_states));
+    return status;
+  }
+  staging_.Begin();
+  const std::vector<TBlob> og = StageInputs(out_grad), in = StageInputs(in_data),
+                           out = StageInputs(out_data);
+  const std::vector<TBlob> ig = StageOutputs(in_grad, req);
+  DNNL_RETURN_IF_ERROR(status = BackwardImpl(ctx, og, in, out, req, ig, aux_states));
+  RETURN_IF_ERROR(status);
+  return staging_.Finish();
+}
+
+bool DnnlOperator::AnyHalf(const std::vector<TBlob>& blobs) {
+  return std::any_of(blobs.begin(), blobs.end(), [](const TBlob& b) {
+    return b.dtype == DType::kFloat16 || b.dtype == DType::kBFloat16;
+  });
+}
+
+std::vector<TBlob> DnnlOperator::StageInputs(const std::vector<TBlob>& blobs) {
+  std::vector<TBlob> staged;
+  staged.reserve(blobs.size());
+  for (const TBlob& b : blobs) staged.push_back(staging_.Input(b));
+  return staged;
+}
+
+std::vector<TBlob> DnnlOperator::StageOutputs(const std::vector<TBlob>& blobs,
+                                              const std::vector<OpReqType>& req) {
+  std::vector<TBlob> staged;
+  staged.reserve(blobs.size());
+  for (size_t i = 0; i < blobs.size(); ++i) staged.push_back(staging_.Output(blobs[i], req[i]));
+  return staged;
+}
+
+void DnnlOperator::Float32Staging::Begin() {
+  used_ = 0;
+  outputs_.clear();
+}
+
+float* DnnlOperator::Float32Staging::Buffer(size_t elements) {
+  if (used_ == buffers_.size()) buffers_.emplace_back();
+  std::vector<float>& buffer = buffers_[used_++];
+  if (buffer.size() < elements) buffer.resize(elements);
+  return buffer.data();
+}
+
+TBlob DnnlOperator::Float32Staging::Input(const TBlob& blob) {
+  if (blob.dtype == DType::kFloat32 || blob.dptr == nullptr) return blob;
+  const TBlob staged(Buffer(blob.Size()), blob.shape, DType::kFloat32, blob.ctx);
+  // Between float types of one shape a conversion cannot fail.
+  TESSERA_CHECK(math::Cast(blob, staged).ok());
+  return staged;
+}
+
+TBlob DnnlOperator::Float32Staging::Output(const TBlob& blob, OpReqType req) {
+  if (blob.dtype == DType::kFloat32 || blob.dptr == nullptr) return blob;
+  const TBlob staged(Buffer(blob.Size()), blob.shape, DType::kFloat32, blob.ctx);
+  if (req == OpReqType::kAddTo) TESSERA_CHECK(math::Cast(blob, staged).ok());
+  if (req != OpReqType::kNullOp) outputs_.emplace_back(staged, blob);
+  return staged;
+}
+
+absl::Status DnnlOperator::Float32Staging::Finish() {
+  for (const auto& [staged, blob] : outputs_) RETURN_IF_ERROR(math::Cast(staged, blob));
+  outputs_.clear();
+  return absl::OkStatus();
 }
 
 absl::Status CheckCpu(const OperatorProperty& prop, Context ctx) {

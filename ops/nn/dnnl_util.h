@@ -80,10 +80,12 @@ inline dnnl::memory::desc PlainDesc(const Shape& shape) { return PlainDesc(Dims(
 // An attribute with user-managed scratchpad (see the header comment).
 dnnl::primitive_attr UserScratchpadAttr();
 
-// Rejects anything but float32 with an error naming the operator: the oneDNN kernels here
-// are float32 only. Runs the default inference first.
-absl::StatusOr<bool> InferFloat32Type(const OperatorProperty& prop, std::vector<DType>* in_type,
-                                      std::vector<DType>* out_type, std::vector<DType>* aux_type);
+// The default inference (all one type), then an error naming the operator for a type its
+// kernels do not run: float32, and with `half_types` float16 and bfloat16 too (the products
+// mixed precision runs in the low type, graph/amp.h; see DnnlOperator for how).
+absl::StatusOr<bool> InferKernelType(const OperatorProperty& prop, bool half_types,
+                                     std::vector<DType>* in_type, std::vector<DType>* out_type,
+                                     std::vector<DType>* aux_type);
 
 // An operator's primitives, one Entry per key (its input shape, or what the primitives
 // see of it), built on first use.
@@ -155,6 +157,11 @@ void AddScratchpad(const CallBuffers& buffers, int slot, const dnnl::memory::des
 // Forward/Backward run the *Impl functions under DNNL_RETURN_IF_ERROR, so anything a oneDNN
 // call throws that the implementation did not already turn into a Status still comes back
 // as one, naming the failing operator entry point.
+//
+// The *Impl functions see float32 blobs only. float16 / bfloat16 blobs (operators whose
+// property allows them, InferKernelType) are staged: inputs converted to float32, the
+// float32 kernel run, outputs rounded back to their type - the numbers of a tensor-core
+// product (low-precision operands, float32 accumulation, a rounded result), on every CPU.
 class DnnlOperator : public Operator {
  public:
   absl::Status Forward(const OpContext& ctx, const std::vector<TBlob>& in_data,
@@ -196,13 +203,36 @@ class DnnlOperator : public Operator {
                               OpReqType req, float diff_src_scale = 1);
 
  private:
+  // float32 copies of one call's half-precision blobs (see the class comment).
+  class Float32Staging {
+   public:
+    void Begin();  // a new call: every buffer free again
+    // `blob` itself when it is float32 or has no data; else a float32 copy of its values.
+    TBlob Input(const TBlob& blob);
+    // Where the kernel writes output `blob` per `req`: itself when float32, else a float32
+    // buffer (holding blob's values for kAddTo) that Finish rounds back into it.
+    TBlob Output(const TBlob& blob, OpReqType req);
+    absl::Status Finish();
+
+   private:
+    float* Buffer(size_t elements);
+    std::vector<std::vector<float>> buffers_;  // kept between calls: no allocation per call
+    size_t used_ = 0;
+    std::vector<std::pair<TBlob, TBlob>> outputs_;  // (staged float32, the blob)
+  };
+  static bool AnyHalf(const std::vector<TBlob>& blobs);
+  std::vector<TBlob> StageInputs(const std::vector<TBlob>& blobs);
+  std::vector<TBlob> StageOutputs(const std::vector<TBlob>& blobs, const std::vector<OpReqType>& req);
+
   DnnlEnv env_;
+  Float32Staging staging_;
 };
 
 // UNIMPLEMENTED naming the operator and device unless `ctx` is a CPU.
 absl::Status CheckCpu(const OperatorProperty& prop, Context ctx);
 
-// The property side every oneDNN operator shares: float32 only, and one temp-space buffer for
+// The property side every oneDNN operator shares: float32 (RunsHalfTypes: the half types
+// too), and one temp-space buffer for
 // the primitives' scratch in forward and backward. `Derived` adds the shapes, names,
 // dependencies and CreateOperator.
 template <typename Derived, typename Param>
@@ -210,8 +240,10 @@ class DnnlPropertyBase : public PropertyWithParam<Derived, Param> {
  public:
   absl::StatusOr<bool> InferType(std::vector<DType>* in, std::vector<DType>* out,
                                  std::vector<DType>* aux) const override {
-    return InferFloat32Type(*this, in, out, aux);
+    return InferKernelType(*this, RunsHalfTypes(), in, out, aux);
   }
+  // Whether the operator runs on float16 / bfloat16 arrays too (staged, see DnnlOperator).
+  virtual bool RunsHalfTypes() const { return false; }
   std::vector<ResourceRequest> ForwardResource(const std::vector<Shape>&) const override {
     return {ResourceRequest{ResourceRequest::kTempSpace}};
   }

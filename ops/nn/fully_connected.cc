@@ -154,6 +154,8 @@ class FullyConnectedOp : public DnnlOperator {
 class FullyConnectedProp
     : public DnnlProperty<FullyConnectedProp, FullyConnectedParam, FullyConnectedOp> {
  public:
+  // A product mixed precision runs in the low type (graph/amp.h).
+  bool RunsHalfTypes() const override { return true; }
   std::vector<std::string> ListArguments() const override {
     if (param_.no_bias) return {"data", "weight"};
     return {"data", "weight", "bias"};

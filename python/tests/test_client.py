@@ -75,6 +75,15 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertIn("epoch: unknown key", caught.exception.message)
 
+    def test_mixed_precision_is_a_job_field_checked_by_name(self):
+        job = tessera.Job(mlp_job(amp={"dtype": "float16", "loss_scale": "1024"}))
+        self.assertEqual((job.spec.amp.dtype, job.spec.amp.loss_scale), ("float16", "1024"))
+        self.assertEqual(job.spec.version, 5)
+        with self.assertRaises(tessera.TesseraError) as caught:
+            tessera.Job(mlp_job(amp={"dtype": "float8"}))
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("amp.dtype", caught.exception.message)
+
     def test_a_bad_job_is_answered_with_the_daemons_message(self):
         with self.client() as client:
             run = client.submit(tessera.Job(mlp_job(data={"kind": "mnist", "dir": "/etc"})))

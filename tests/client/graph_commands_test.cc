@@ -103,6 +103,25 @@ TEST_F(RunGraphTest, OutputsEqualTheExecutorsWithTheSameParameters) {
   ASSERT_THAT(out_mxnet.status(), IsOk());
   EXPECT_EQ(graph::testing::Values(*out_mxnet), graph::testing::Values((*exec)->outputs()[0]));
 
+  // In mixed precision: float32 outputs, the float32 ones within bfloat16's precision.
+  options.params_path = dir + "/net.params";
+  options.output_dir = dir + "/out_amp";
+  options.amp = DType::kBFloat16;
+  written = RunGraph(rt(), *mlp, options);
+  ASSERT_THAT(written.status(), IsOk());
+  auto out_amp = LoadNpy(rt(), (*written)[0]);
+  ASSERT_THAT(out_amp.status(), IsOk());
+  ASSERT_EQ(out_amp->dtype(), DType::kFloat32);
+  const std::vector<float> want = graph::testing::Values((*exec)->outputs()[0]),
+                           got = graph::testing::Values(*out_amp);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.02) << i;
+  EXPECT_NE(got, want);  // it did run in bfloat16
+  options.amp = DType::kFloat32;
+  EXPECT_THAT(RunGraph(rt(), *mlp, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--amp")));
+  options.amp = DType::kUnknown;
+
   // A parameter missing from the file is named; so is an input the graph lacks.
   params.erase("arg:fc2_bias");
   ASSERT_THAT(SaveArrays(dir + "/partial.params", params), IsOk());
