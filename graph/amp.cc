@@ -153,6 +153,9 @@ class AmpPass {
     if (options_.loss_scale != 1 && Contains(AmpLossOps(), op)) {
       ASSIGN_OR_RETURN(node->op, ScaledLoss(old));
     }
+    if (options_.dynamic_loss_scale && Contains(AmpLossOps(), op)) {
+      ASSIGN_OR_RETURN(inputs[0], LossScaled(old.name, inputs[0]));
+    }
     node->attrs = old.attrs;
     node->inputs = std::move(inputs);
     types_[node.get()] = *std::move(out);
@@ -187,6 +190,18 @@ class AmpPass {
     return std::shared_ptr<const ops::OperatorProperty>(std::move(scaled));
   }
 
+  // `data` through a _amp_loss_scale node reading the shared scale (see AmpOptions).
+  absl::StatusOr<NodeEntry> LossScaled(const std::string& loss, const NodeEntry& data) {
+    if (scale_ == nullptr) {
+      scale_ = std::make_shared<Symbol>(Symbol::Variable(kAmpLossScale));
+      types_[scale_->outputs()[0].node.get()] = {DType::kFloat32};
+    }
+    ASSIGN_OR_RETURN(Symbol scaled, Symbol::Create("_amp_loss_scale", {}, {Symbol({data}), *scale_},
+                                                   absl::StrCat(loss, "_loss_scale")));
+    types_[scaled.outputs()[0].node.get()] = {TypeOf(data)};
+    return scaled.outputs()[0];
+  }
+
   DType TypeOf(const NodeEntry& e) const { return types_.at(e.node.get())[e.index]; }
 
   // `e` as `to`: one amp_cast per (entry, type), shared by all that need it.
@@ -207,6 +222,7 @@ class AmpPass {
   std::vector<std::shared_ptr<Node>> new_nodes_;  // by the old graph's node id
   absl::flat_hash_map<const Node*, std::vector<DType>> types_;
   std::map<std::tuple<const Node*, uint32_t, DType>, NodeEntry> casts_;
+  std::shared_ptr<Symbol> scale_;  // the loss scale's variable, once made
 };
 
 }  // namespace
@@ -216,6 +232,9 @@ absl::StatusOr<Symbol> ConvertToMixedPrecision(const Symbol& symbol, const AmpOp
   if (!IsHalf(options.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("amp: dtype ", DTypeName(options.dtype),
                                                    " is not a mixed-precision type (float16, bfloat16)"));
+  }
+  if (options.dynamic_loss_scale && options.loss_scale != 1) {
+    return absl::InvalidArgumentError("amp: a static loss_scale and dynamic loss scaling together");
   }
   if (!(options.loss_scale > 0) || !std::isfinite(options.loss_scale)) {
     return absl::InvalidArgumentError(

@@ -39,7 +39,14 @@ struct AmpOptions {
   // operators' gradients (their grad_scale) multiplied by this; whoever updates the weights
   // divides it out again (train::Module divides rescale_grad). 1: none.
   double loss_scale = 1;
+  // Dynamic loss scaling instead: a _amp_loss_scale node before each loss operator multiplies
+  // its gradient by the scale in the auxiliary state kAmpLossScale, shared by all of them,
+  // which the optimizer's fused update adjusts (kvstore/fused_update.h).
+  bool dynamic_loss_scale = false;
 };
+
+// The auxiliary state that holds a dynamic loss scale.
+inline constexpr char kAmpLossScale[] = "amp_loss_scale";
 
 // The operators that always compute in float32 under mixed precision.
 const std::vector<std::string>& AmpFloat32Ops();

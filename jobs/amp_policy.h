@@ -12,8 +12,10 @@
 
 namespace tessera::jobs {
 
-// nullopt when the job trains in float32 (no amp field); INVALID_ARGUMENT naming the field
-// for a dtype other than bfloat16 / float16 or a loss_scale that is not a positive number.
+// nullopt when the job trains in float32 (no amp field). loss_scale "dynamic" (float16's
+// default) or a number (static). INVALID_ARGUMENT naming the field for a dtype other than
+// bfloat16 / float16, a loss_scale that is neither, or dynamic scaling where it cannot run
+// (parameter servers, several devices, check_finite).
 absl::StatusOr<std::optional<graph::AmpOptions>> AmpOptionsOf(const JobSpec& spec);
 
 }  // namespace tessera::jobs

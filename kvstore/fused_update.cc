@@ -35,7 +35,7 @@ using internal::UpdateKernel;
 // tensors | chunks], the window right before its rows so one copy writes both.
 struct FusedUpdate::Device {
   NDArray buffer;  // uint8
-  size_t counters_at = 0, window_at = 0, hypers_at = 0, tensors_at = 0, chunks_at = 0;
+  size_t counters_at = 0, window_at = 0, hypers_at = 0, tensors_at = 0, chunks_at = 0, scaler_at = 0;
   size_t hyper_size = 0;     // bytes of one hyperparameter struct
   size_t hyper_capacity = 0; // bytes for rows
   internal::FusedTable table;
@@ -119,6 +119,22 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
                                                      "; one fused update per device"));
     }
   }
+  if (!options.loss_scale.is_none()) {
+    const NDArray& scale = options.loss_scale;
+    if (scale.dtype() != DType::kFloat32 || scale.shape() != Shape({1}) || scale.ctx() != weights[0].ctx()) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": the loss scale must be a (1,) float32 array on ",
+                                                     weights[0].ctx().ToString(), ", got ", DTypeName(scale.dtype()),
+                                                     " ", scale.shape().ToString(), " on ", scale.ctx().ToString()));
+    }
+    if (options.check_finite) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": check_finite with dynamic loss scaling: overflows are expected there, and skipped"));
+    }
+    if (weights[0].ctx().is_gpu()) {
+      return absl::UnimplementedError(absl::StrCat(who, ": dynamic loss scaling on ", weights[0].ctx().ToString(),
+                                                   " is not built yet (the CPU has it)"));
+    }
+  }
   if (!options.names.empty() && options.names.size() != indices.size()) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", options.names.size(), " names for ",
                                                    indices.size(), " indices"));
@@ -147,7 +163,8 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
   device->hypers_at = device->window_at + sizeof(FusedWindow);
   device->tensors_at = AlignUp(device->hypers_at + device->hyper_capacity);
   device->chunks_at = AlignUp(device->tensors_at + f.tensors_.size() * sizeof(FusedTensor));
-  const size_t bytes = device->chunks_at + f.chunks_.size() * sizeof(FusedChunk);
+  device->scaler_at = AlignUp(device->chunks_at + f.chunks_.size() * sizeof(FusedChunk));
+  const size_t bytes = device->scaler_at + sizeof(internal::LossScalerState);
   ASSIGN_OR_RETURN(device->buffer, NDArray::Empty(f.weights_[0].runtime(), Shape({static_cast<int64_t>(bytes)}),
                                                   f.ctx_, DType::kUInt8));
   uint8_t* base = device->buffer.data().data<uint8_t>();
@@ -158,6 +175,10 @@ absl::StatusOr<std::unique_ptr<FusedUpdate>> FusedUpdate::Create(Optimizer* opti
   table.window = reinterpret_cast<const FusedWindow*>(base + device->window_at);
   table.hypers = base + device->hypers_at;
   table.counters = reinterpret_cast<FusedCounters*>(base + device->counters_at);
+  if (!options.loss_scale.is_none()) {
+    table.loss_scale = options.loss_scale.data().data<float>();
+    table.scaler = reinterpret_cast<internal::LossScalerState*>(base + device->scaler_at);
+  }
   if (!f.ctx_.is_gpu()) {
     f.device_ = std::move(device);
     return fused;
@@ -216,11 +237,13 @@ absl::Status FusedUpdate::RefreshLocked() {
   }
   read_vars_.clear();
   mutate_vars_.clear();
+  const bool scaled = !options_.loss_scale.is_none();  // unscaling writes the gradients
   for (size_t i = 0; i < indices_.size(); ++i) {
-    read_vars_.push_back(grads_[i].var());
+    (scaled ? mutate_vars_ : read_vars_).push_back(grads_[i].var());
     mutate_vars_.push_back(weights_[i].var());
     for (const NDArray& state : slots_[i]->states) mutate_vars_.push_back(state.var());
   }
+  if (scaled) mutate_vars_.push_back(options_.loss_scale.var());
   steps_ = slots_.front()->count;
   generation_ = optimizer_->generation_;
   ++refreshes_;
@@ -314,6 +337,11 @@ absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
     p.uploads.emplace_back(device_->chunks_at, std::string(reinterpret_cast<const char*>(chunks_.data()),
                                                            chunks_.size() * sizeof(FusedChunk)));
   }
+  if (made.ok() && scaler_stale_ && device_->table.scaler != nullptr) {
+    std::string scaler;
+    Append(&scaler, internal::LossScalerState{});
+    p.uploads.emplace_back(device_->scaler_at, std::move(scaler));
+  }
   if (!made.ok()) {
     FinishStepLocked(p, made).IgnoreError();
     return made;
@@ -324,6 +352,7 @@ absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
 absl::Status FusedUpdate::FinishStepLocked(const Pending& p, const absl::Status& pushed) {
   if (pushed.ok()) {
     tables_stale_ = false;
+    scaler_stale_ = false;
     if (!p.in_window) {
       window_first_ = steps_;
       window_rows_ = p.rows;
@@ -460,6 +489,21 @@ absl::Status FusedUpdate::Check() const {
                                             counters.missed, ", the host pushed ", steps_));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<FusedUpdate::LossScaling> FusedUpdate::loss_scaling() const {
+  if (options_.loss_scale.is_none()) {
+    return absl::FailedPreconditionError(absl::StrCat(optimizer_->name(), ": fused update without loss scaling"));
+  }
+  ASSIGN_OR_RETURN(std::vector<float> scale, options_.loss_scale.AsVector<float>());
+  ASSIGN_OR_RETURN(NDArray tail, device_->buffer.Slice(device_->scaler_at,
+                                                       device_->scaler_at + sizeof(internal::LossScalerState)));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, tail.AsVector<uint8_t>());
+  internal::LossScalerState state;
+  std::memcpy(&state, bytes.data(), sizeof(state));
+  MutexLock lock(&optimizer_->mu_);
+  // Before the first step the device's state is not written yet.
+  return LossScaling{scale[0], steps_ == 0 ? 0 : state.skipped_steps};
 }
 
 bool FusedUpdate::captured() const { return device_->graph.captured(); }

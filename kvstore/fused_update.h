@@ -60,6 +60,22 @@ class FusedUpdate {
     bool check_finite = false;
     // The parameters' names, per index given to Create, for those messages (optional).
     std::vector<std::string> names;
+    // Dynamic loss scaling (internal/loss_scaler.h): a (1,) float32 array on the weights'
+    // device holding the scale the loss's gradient was multiplied by (graph/amp.h). Each
+    // step divides the gradients by it in place, skips the update when one holds a NaN or an
+    // infinity, and adjusts it. The skipped step still counts as an update for the
+    // optimizer's bookkeeping (the learning-rate schedule, Adam's step), which the host
+    // advances without waiting for the device. Not with check_finite; CPU only so far.
+    NDArray loss_scale;
+  };
+
+  // Where a dynamic loss scale starts (2^16, as MXNet and PyTorch).
+  static constexpr float kInitialLossScale = internal::kInitialLossScale;
+
+  // The loss scale and the steps skipped for an overflow so far (waits for the pushed steps).
+  struct LossScaling {
+    float scale = 0;
+    int64_t skipped_steps = 0;
   };
 
   // weights[i] is updated by grads[i] as parameter indices[i], as Optimizer::Update takes
@@ -92,6 +108,9 @@ class FusedUpdate {
   // than the host; with check_finite, FAILED_PRECONDITION when a gradient held a NaN or an
   // infinity.
   absl::Status Check() const;
+
+  // FAILED_PRECONDITION without Options::loss_scale.
+  absl::StatusOr<LossScaling> loss_scaling() const;
 
   // The same step split for running it inside another engine function (a training step's
   // graph, graph::Executor::TrainStep): Prepare does a step's host side (and pushes what the
@@ -162,6 +181,7 @@ class FusedUpdate {
   int64_t refreshes_ = 0;  // RefreshLocked calls: what the variables and pointers belong to
   int64_t steps_ = 0;  // updates of every index so far
   bool tables_stale_ = true;  // the device's tensors and counters need writing
+  bool scaler_stale_ = true;  // the device's loss scaler state needs zeroing (once)
   // The steps whose rows the device holds, and num_update - steps when computed.
   int64_t window_first_ = 1;
   int64_t window_rows_ = 0;

@@ -107,6 +107,10 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
     std::map<std::string, DType> input_types;
     for (const io::DataDesc& in : inputs) input_types[in.name] = in.dtype;
     ASSIGN_OR_RETURN(net, graph::ConvertToMixedPrecision(symbol_, *options_.amp, input_types));
+    if (options_.amp->dynamic_loss_scale && options_.contexts.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Module::Bind: dynamic loss scaling needs one device, this module has ", options_.contexts.size()));
+    }
     for (const Context& ctx : options_.contexts) {
       if (ctx.is_gpu()) {
         return absl::UnimplementedError(absl::StrCat(
@@ -134,6 +138,10 @@ absl::Status Module::Bind(const std::vector<io::DataDesc>& data, const std::vect
     ASSIGN_OR_RETURN(std::unique_ptr<graph::Executor> exec,
                      graph::Executor::SimpleBind(rt_, net, options_.contexts[d], bind));
     execs_.push_back(std::move(exec));
+  }
+  if (options_.amp.has_value() && options_.amp->dynamic_loss_scale) {
+    // Until its first overflow the scale is MXNet's and PyTorch's starting one.
+    RETURN_IF_ERROR(Fill(LossScale(), kvstore::FusedUpdate::kInitialLossScale));
   }
   trained_.clear();
   for (size_t i = 0; i < param_names_.size(); ++i) {
@@ -236,6 +244,11 @@ absl::Status Module::InitOptimizer(const std::string& kvstore, const std::string
     } else {
       ASSIGN_OR_RETURN(store, kvstore::KVStore::Create(kvstore));
     }
+  }
+  if (options_.amp.has_value() && options_.amp->dynamic_loss_scale && store != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Module::InitOptimizer: dynamic loss scaling needs one device without a store; this module has ",
+        execs_.size(), " devices and kvstore '", kvstore, "'"));
   }
   if (options_.check_finite && store != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -426,11 +439,21 @@ absl::Status Module::MakeFusedUpdate() {
     fused.cuda_graphs = options_.executor.cuda_graphs;
     fused.check_finite = options_.check_finite;
     for (int i : trained_) fused.names.push_back(param_names_[i]);
+    if (options_.amp.has_value() && options_.amp->dynamic_loss_scale) fused.loss_scale = LossScale();
     ASSIGN_OR_RETURN(fused_update_, kvstore::FusedUpdate::Create(optimizer_, trained_, std::move(weights),
                                                                  std::move(grads), fused));
     step_epilogue_ = {};
   }
   return absl::OkStatus();
+}
+
+NDArray Module::LossScale() const { return execs_[0]->aux_dict().at(graph::kAmpLossScale); }
+
+absl::StatusOr<kvstore::FusedUpdate::LossScaling> Module::loss_scaling() const {
+  if (fused_update_ == nullptr || !options_.amp.has_value() || !options_.amp->dynamic_loss_scale) {
+    return absl::FailedPreconditionError("Module::loss_scaling: no dynamic loss scaling in this module's updates");
+  }
+  return fused_update_->loss_scaling();
 }
 
 absl::Status Module::UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad) {

@@ -67,8 +67,10 @@ struct ModuleOptions {
   bool check_finite = false;
   // Mixed-precision training (graph/amp.h): the executors run the network converted by
   // ConvertToMixedPrecision; parameters, gradients, the optimizer, checkpoints and saved
-  // files stay float32, and the symbol saved is the network as given. A loss_scale is
-  // divided out of the gradients again through the optimizer's rescale_grad.
+  // files stay float32, and the symbol saved is the network as given. A static loss_scale
+  // is divided out of the gradients again through the optimizer's rescale_grad; dynamic
+  // loss scaling (one device, no store) runs in the fused update, starting from 2^16 at
+  // every Bind (the scale is not in checkpoints).
   std::optional<graph::AmpOptions> amp;
 };
 
@@ -194,6 +196,9 @@ class Module {
   // Updates `metric` with this batch's labels and the outputs of the last Forward,
   // ignoring `pad` padding rows at the end.
   absl::Status UpdateMetric(EvalMetric* metric, const std::vector<NDArray>& labels, int pad);
+  // With dynamic loss scaling, the scale and the steps skipped so far (waits for the steps
+  // pushed); FAILED_PRECONDITION otherwise, or before the first update.
+  absl::StatusOr<kvstore::FusedUpdate::LossScaling> loss_scaling() const;
 
   absl::Status Fit(io::DataIter* train, io::DataIter* eval, const FitOptions& options);
   // The metric over one pass of `iter` (reset first).
@@ -221,6 +226,8 @@ class Module {
   const std::vector<std::unique_ptr<graph::Executor>>& executors() const { return execs_; }
 
  private:
+  // The dynamic loss scale of the first device's executor (graph::kAmpLossScale).
+  NDArray LossScale() const;
   // [begin, end) rows of the batch for device `d`.
   std::pair<int64_t, int64_t> Slice(size_t d) const;
   // What a complete checkpoint at (epoch, batch) holds: host copies of the parameters, the

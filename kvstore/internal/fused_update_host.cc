@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kvstore/internal/loss_scaler.h"
 #include "kvstore/internal/update_kernel.h"
 
 namespace tessera::kvstore::internal {
@@ -25,8 +26,27 @@ void Check(const FusedTable& table) {
   }
 }
 
+// Dynamic loss scaling: every gradient divided by the scale in place (a power of two: exact),
+// and whether one held a NaN or an infinity (the GPU's FusedUnscaleKernel).
+void Unscale(const FusedTable& table) {
+  const float inverse = 1.0f / *table.loss_scale;
+  bool overflow = false;
+  for (int32_t i = 0; i < table.num_chunks; ++i) {
+    const FusedChunk& chunk = table.chunks[i];
+    const FusedTensor& t = table.tensors[chunk.tensor];
+    float* g = t.grad + chunk.begin;
+    const int64_t n = std::min(kFusedChunkElements, t.n - chunk.begin);
+    for (int64_t k = 0; k < n; ++k) {
+      g[k] *= inverse;
+      overflow |= !std::isfinite(g[k]);
+    }
+  }
+  if (overflow) table.scaler->overflow = 1;
+}
+
 template <typename Kernel>
 void Update(const FusedTable& table) {
+  if (table.scaler != nullptr && table.scaler->overflow != 0) return;  // skipped
   const FusedCounters* c = table.counters;
   const int64_t row = c->steps_done + 1 - table.window->first_step;
   if (row < 0 || row >= table.window->rows) return;
@@ -54,11 +74,13 @@ void Count(const FusedTable& table) {
   } else {
     ++c->steps_done;
   }
+  if (table.scaler != nullptr) AdvanceLossScale(table.scaler, table.loss_scale);
 }
 
 }  // namespace
 
 void FusedUpdateHost(FusedKind kind, const FusedTable& table, bool check_finite) {
+  if (table.loss_scale != nullptr) Unscale(table);
   if (check_finite) Check(table);
   switch (kind) {
     case FusedKind::kSgd: Update<SgdKernel>(table); break;

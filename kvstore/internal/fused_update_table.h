@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kvstore/internal/loss_scaler.h"
+
 namespace tessera::kvstore::internal {
 
 // The update kernels of update_kernels.h, one per (optimizer, variant).
@@ -21,7 +23,7 @@ inline constexpr int kMaxFusedStates = 3;
 inline constexpr int64_t kFusedChunkElements = 4096;
 
 struct FusedTensor {
-  const float* grad = nullptr;
+  float* grad = nullptr;  // written only by dynamic loss scaling's unscaling
   float* weight = nullptr;
   float* state[kMaxFusedStates] = {nullptr, nullptr, nullptr};
   int64_t n = 0;
@@ -61,7 +63,9 @@ struct FusedWindow {
 
 // Device pointers. hypers holds window->rows rows of window->groups hyperparameter structs
 // of the kernel's type (update_kernels.h). A launch updates with the row of update
-// counters->steps_done + 1, then counts it.
+// counters->steps_done + 1, then counts it. With dynamic loss scaling (loss_scale not null,
+// internal/loss_scaler.h) a launch first divides every gradient by *loss_scale in place,
+// skips the update when one held a NaN or an infinity, and then adjusts the scale.
 struct FusedTable {
   const FusedTensor* tensors = nullptr;
   const FusedChunk* chunks = nullptr;
@@ -70,6 +74,8 @@ struct FusedTable {
   const FusedWindow* window = nullptr;
   const void* hypers = nullptr;
   FusedCounters* counters = nullptr;
+  float* loss_scale = nullptr;
+  LossScalerState* scaler = nullptr;
 };
 
 }  // namespace tessera::kvstore::internal

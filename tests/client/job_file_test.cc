@@ -11,6 +11,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "jobs/amp_policy.h"
 #include "jobs/job_spec_check.h"
 
 namespace tessera::client {
@@ -166,6 +167,55 @@ TEST(JobFileTest, CheckFiniteOnOneDeviceWithoutServers) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("check_finite': only for one device without parameter servers; this job has "
                                  "kvstore 'dist_sync'")));
+}
+
+// amp: a dtype (shorthand) or {dtype, loss_scale}; float16 scales dynamically by default,
+// which needs one device without parameter servers. JobSpec version 5.
+TEST(JobFileTest, MixedPrecision) {
+  absl::StatusOr<JobFile> bf16 = Parse(std::string(kMinimal) + "amp: bfloat16\n");
+  ASSERT_THAT(bf16.status(), IsOk());
+  EXPECT_EQ(bf16->spec.amp().dtype(), "bfloat16");
+  EXPECT_EQ(bf16->spec.version(), 5u);
+  EXPECT_THAT(jobs::CheckJobSpec(bf16->spec), IsOk());  // dist_sync: no loss scale needed
+  absl::StatusOr<std::optional<graph::AmpOptions>> options = jobs::AmpOptionsOf(bf16->spec);
+  ASSERT_THAT(options.status(), IsOk());
+  ASSERT_TRUE(options->has_value());
+  EXPECT_EQ((*options)->dtype, DType::kBFloat16);
+  EXPECT_FALSE((*options)->dynamic_loss_scale);
+
+  absl::StatusOr<JobFile> fixed = Parse(std::string(kMinimal) + "amp: {dtype: float16, loss_scale: 1024}\n");
+  ASSERT_THAT(fixed.status(), IsOk());
+  options = jobs::AmpOptionsOf(fixed->spec);
+  ASSERT_THAT(options.status(), IsOk());
+  EXPECT_EQ((*options)->loss_scale, 1024);
+  EXPECT_FALSE((*options)->dynamic_loss_scale);
+
+  absl::StatusOr<JobFile> dist = Parse(std::string(kMinimal) + "amp: {dtype: float16}\n");
+  ASSERT_THAT(dist.status(), IsOk());
+  EXPECT_THAT(jobs::CheckJobSpec(dist->spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("job field 'amp.loss_scale': dynamic loss scaling (float16's default)"),
+                             HasSubstr("kvstore 'dist_sync'"))));
+  absl::StatusOr<JobFile> local =
+      Parse(std::string(kMinimal) + "kvstore: local\ncluster: {workers: 1}\namp: float16\n");
+  ASSERT_THAT(local.status(), IsOk());
+  options = jobs::AmpOptionsOf(local->spec);
+  ASSERT_THAT(options.status(), IsOk());
+  EXPECT_TRUE((*options)->dynamic_loss_scale);
+
+  for (const auto& [field, message] : std::vector<std::pair<std::string, std::string>>{
+           {"amp: float8\n", "job field 'amp.dtype': 'float8' is not bfloat16 or float16"},
+           {"amp: {dtype: float16, loss_scale: -2}\n", "job field 'amp.loss_scale': '-2' is not a positive number"},
+           {"kvstore: local\ncluster: {workers: 1}\ncheck_finite: true\namp: float16\n", "check_finite"}}) {
+    absl::StatusOr<JobFile> job = Parse(std::string(kMinimal) + field);
+    ASSERT_THAT(job.status(), IsOk()) << field;
+    EXPECT_THAT(jobs::CheckJobSpec(job->spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)))
+        << field;
+  }
+  EXPECT_THAT(Parse(std::string(kMinimal) + "amp: {loss_scale: 8}\n").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("amp: needs a dtype")));
+  EXPECT_THAT(Parse(std::string(kMinimal) + "amp: {dtype: float16, scale: 8}\n").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scale")));
 }
 
 TEST(JobFileTest, EveryFieldGiven) {

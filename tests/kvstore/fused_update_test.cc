@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "engine/engine.h"
 #include "kvstore/fused_update.h"
+#include "kvstore/internal/loss_scaler.h"
 #include "kvstore/lr_scheduler.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
@@ -345,6 +346,99 @@ TEST(FusedUpdateGpuTest, CapturedStepsEqualUncapturedOnesBitForBit) {
   EXPECT_TRUE((*f_graph)->captured());
   ExpectSameBits(plain, graph, "captured against uncaptured");
   ExpectSameBits(each, graph, "captured against each parameter");
+}
+
+TEST(LossScalerTest, HalvesOnAnOverflowAndDoublesAfterTheGrowthIntervalWithinItsBounds) {
+  internal::LossScalerState state;
+  float scale = internal::kInitialLossScale;
+  for (int64_t i = 1; i < internal::kLossScaleGrowthInterval; ++i) internal::AdvanceLossScale(&state, &scale);
+  EXPECT_EQ(scale, 65536.0f);
+  internal::AdvanceLossScale(&state, &scale);
+  EXPECT_EQ(scale, 131072.0f);
+  EXPECT_EQ(state.clean_steps, 0);
+  for (int i = 0; i < 1000; ++i) internal::AdvanceLossScale(&state, &scale);
+  state.overflow = 1;
+  internal::AdvanceLossScale(&state, &scale);
+  EXPECT_EQ(scale, 65536.0f);
+  EXPECT_EQ(state.clean_steps, 0);  // an overflow restarts the interval
+  EXPECT_EQ(state.skipped_steps, 1);
+  EXPECT_EQ(state.overflow, 0);
+  for (int i = 0; i < 40; ++i) {
+    state.overflow = 1;
+    internal::AdvanceLossScale(&state, &scale);
+  }
+  EXPECT_EQ(scale, internal::kMinLossScale);
+  scale = internal::kMaxLossScale;
+  for (int64_t i = 0; i < internal::kLossScaleGrowthInterval; ++i) internal::AdvanceLossScale(&state, &scale);
+  EXPECT_EQ(scale, internal::kMaxLossScale);
+}
+
+// Gradients that carry the loss scale update every optimizer's weights as the unscaled ones
+// do through Update, bit for bit (the scale is a power of two); a step whose gradients hold
+// an infinity changes no weight and halves the scale, on the device side of the CPU's push.
+TEST(FusedUpdateLossScalingTest, ScaledGradientsUpdateAsUnscaledOnesAndAnOverflowIsSkipped) {
+  auto owned = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+  const Runtime& rt = owned->get();
+  for (const Config& c : Configs()) {
+    SCOPED_TRACE(c.name);
+    Side each = MakeSide(rt, c, Context::CPU(), true);
+    Side fused = MakeSide(rt, c, Context::CPU(), true);
+    auto scale = FromVector<float>(rt, Shape({1}), std::vector<float>{FusedUpdate::kInitialLossScale});
+    ASSERT_THAT(scale, IsOk());
+    FusedUpdate::Options options;
+    options.lookahead = 3;
+    options.loss_scale = *scale;
+    auto f = FusedUpdate::Create(fused.optimizer.get(), Indices(), fused.weights, fused.grads, options);
+    ASSERT_THAT(f, IsOk());
+    auto scaled_step = [&](int step, bool overflow) {
+      SetGrads(&fused, step);
+      for (size_t i = 0; i < fused.grads.size(); ++i) {
+        auto g = fused.grads[i].AsVector<float>();
+        ASSERT_THAT(g, IsOk());
+        for (float& v : *g) v *= FusedUpdate::kInitialLossScale;
+        if (overflow && i == 2) (*g)[0] = std::numeric_limits<float>::infinity();
+        ASSERT_THAT(fused.grads[i].SyncCopyFromCPU(g->data(), g->size()), IsOk());
+      }
+      ASSERT_THAT((*f)->Step(), IsOk());
+    };
+    for (int step = 0; step < 5; ++step) {
+      StepEach(&each, step);
+      scaled_step(step, false);
+    }
+    ExpectSameBits(each, fused, "scaled against unscaled");
+    auto scaling = (*f)->loss_scaling();
+    ASSERT_THAT(scaling, IsOk());
+    EXPECT_EQ(scaling->scale, FusedUpdate::kInitialLossScale);
+    EXPECT_EQ(scaling->skipped_steps, 0);
+
+    std::vector<std::vector<uint8_t>> before;
+    for (const NDArray& w : fused.weights) before.push_back(Bits(w));
+    scaled_step(5, /*overflow=*/true);
+    for (size_t i = 0; i < fused.weights.size(); ++i) EXPECT_EQ(Bits(fused.weights[i]), before[i]) << i;
+    scaling = (*f)->loss_scaling();
+    ASSERT_THAT(scaling, IsOk());
+    EXPECT_EQ(scaling->scale, FusedUpdate::kInitialLossScale / 2);
+    EXPECT_EQ(scaling->skipped_steps, 1);
+    EXPECT_THAT((*f)->Check(), IsOk());  // the skipped step still counts
+  }
+}
+
+TEST(FusedUpdateLossScalingTest, AScaleOfAnotherShapeOrWithCheckFiniteIsRefused) {
+  auto owned = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+  const Runtime& rt = owned->get();
+  Side side = MakeSide(rt, Configs()[0], Context::CPU(), false);
+  FusedUpdate::Options options;
+  auto two = FromVector<float>(rt, Shape({2}), std::vector<float>{1, 1});
+  ASSERT_THAT(two, IsOk());
+  options.loss_scale = *two;
+  EXPECT_THAT(FusedUpdate::Create(side.optimizer.get(), Indices(), side.weights, side.grads, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(1,) float32")));
+  auto one = FromVector<float>(rt, Shape({1}), std::vector<float>{1});
+  ASSERT_THAT(one, IsOk());
+  options.loss_scale = *one;
+  options.check_finite = true;
+  EXPECT_THAT(FusedUpdate::Create(side.optimizer.get(), Indices(), side.weights, side.grads, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("check_finite")));
 }
 
 }  // namespace

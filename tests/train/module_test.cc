@@ -284,6 +284,47 @@ TEST_F(ModuleTest, CheckFiniteReportsTheUpdateAndTheParameter) {
   }
 }
 
+// Mixed precision learns what float32 learns: bfloat16 without loss scaling, float16 with a
+// static scale and with a dynamic one, whose first steps overflow (2^16 times this network's
+// gradients is beyond float16) and are skipped while the scale halves, on the device.
+TEST_F(ModuleTest, MixedPrecisionLearnsAndADynamicLossScaleSkipsItsOverflows) {
+  struct Case {
+    const char* what;
+    graph::AmpOptions amp;
+  };
+  for (const Case& c : {Case{"bfloat16", {.dtype = DType::kBFloat16}},
+                        Case{"float16, static scale", {.dtype = DType::kFloat16, .loss_scale = 128}},
+                        Case{"float16, dynamic scale", {.dtype = DType::kFloat16, .dynamic_loss_scale = true}}}) {
+    SCOPED_TRACE(c.what);
+    auto train = Data(true);
+    Module mod(rt(), Net(), {.amp = c.amp});
+    ASSERT_THAT(mod.Fit(train.get(), nullptr, Options(25)), IsOk());
+    auto test = Data(false);
+    auto metric = CreateMetric("acc");
+    ASSERT_THAT(metric.status(), IsOk());
+    auto score = mod.Score(test.get(), metric->get());
+    ASSERT_THAT(score.status(), IsOk());
+    EXPECT_GT((*score)[0].second, 0.9);
+    auto params = mod.GetArgParams();
+    ASSERT_THAT(params.status(), IsOk());
+    EXPECT_EQ(params->at("fc1_weight").dtype(), DType::kFloat32);  // the master copy
+    auto scaling = mod.loss_scaling();
+    if (!c.amp.dynamic_loss_scale) {
+      EXPECT_THAT(scaling.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+      continue;
+    }
+    ASSERT_THAT(scaling.status(), IsOk());
+    EXPECT_LT(scaling->scale, kvstore::FusedUpdate::kInitialLossScale);
+    EXPECT_GE(scaling->skipped_steps, 1);
+    EXPECT_LE(scaling->skipped_steps, 12);  // of 250: the halvings from 2^16, no more
+  }
+  Module two(rt(), Net(), {.contexts = {Context::CPU(0), Context::CPU(1)},
+                           .amp = graph::AmpOptions{.dtype = DType::kFloat16, .dynamic_loss_scale = true}});
+  auto train = Data(true);
+  EXPECT_THAT(two.Bind(train->provide_data(), train->provide_label()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dynamic loss scaling needs one device")));
+}
+
 // On a GPU with CUDA graphs Fit runs each batch as one captured step (forward, backward and
 // the fused update: Module::TrainStep); the parameters are the operator-by-operator run's bit
 // for bit (cuBLAS only, no algorithm search).
