@@ -19,7 +19,8 @@
 // training split; the daemons are built beside this program by train_bench.setup), its
 // samples/s summed over the workers' epoch events, against the one-process LeNet figure:
 // lenet_dist_overhead_ratio = one process / cluster (> 1: the cluster is slower in total).
-// --rows picks the rows (mlp, lenet, dist; all by default).
+// --rows picks the rows (mlp, lenet, dist; all by default). --amp=bfloat16 trains the mlp
+// and lenet rows in mixed precision on both sides (graph/amp.h against torch.autocast).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +54,9 @@ ABSL_FLAG(std::string, mnist_dir, ".cache/mnist", "the MNIST IDX files (random d
 ABSL_FLAG(int, batches, 100, "batches of 64 per timed pass");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "the Python that runs the PyTorch peer");
 ABSL_FLAG(std::string, script, "bench/train_bench_pytorch.py", "the PyTorch peer");
+ABSL_FLAG(std::string, amp, "",
+          "bfloat16: both sides train the mlp and lenet rows in mixed precision (ours: graph/amp.h; "
+          "PyTorch: torch.autocast on the CPU); empty: float32");
 ABSL_FLAG(std::vector<std::string>, rows, std::vector<std::string>({"mlp", "lenet", "dist"}),
           "the rows to run: mlp, lenet, dist (dist needs lenet)");
 
@@ -67,6 +71,7 @@ struct Flags {
   std::string python;
   std::string script;
   std::vector<std::string> rows;
+  std::string amp;
   bool Runs(std::string_view row) const { return absl::c_linear_search(rows, row); }
 };
 
@@ -74,7 +79,16 @@ Flags ParseFlags(int argc, char** argv) {
   absl::SetProgramUsageMessage("train_bench: Module training samples/s against PyTorch");
   absl::ParseCommandLine(argc, argv);
   Flags f{absl::GetFlag(FLAGS_mnist_dir), absl::GetFlag(FLAGS_batches), absl::GetFlag(FLAGS_python),
-          absl::GetFlag(FLAGS_script), absl::GetFlag(FLAGS_rows)};
+          absl::GetFlag(FLAGS_script), absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_amp)};
+  if (!f.amp.empty() && f.amp != "bfloat16") {
+    // PyTorch's CPU autocast runs bfloat16 only: no peer for float16 on the CPU.
+    std::fprintf(stderr, "train_bench: --amp: '%s' has no CPU peer (bfloat16 has)\n", f.amp.c_str());
+    std::exit(2);
+  }
+  if (!f.amp.empty() && f.Runs("dist")) {
+    std::fprintf(stderr, "train_bench: --amp: the dist row runs in float32; pick --rows mlp,lenet\n");
+    std::exit(2);
+  }
   for (const std::string& row : f.rows) {
     if (row != "mlp" && row != "lenet" && row != "dist") {
       std::fprintf(stderr, "train_bench: --rows: unknown row '%s' (mlp, lenet, dist)\n",
@@ -132,6 +146,7 @@ PeerResult RunPyTorch(const Flags& f, const std::string& model, int threads) {
   std::string command = absl::StrFormat("%s%s %s --model %s --batch %d --batches %d", threads > 0 ? "OPENBLAS_NUM_THREADS=1 " : "",
                                         f.python, f.script, model, kBatch, f.batches);
   if (threads > 0) absl::StrAppend(&command, " --threads ", threads);
+  if (!f.amp.empty()) absl::StrAppend(&command, " --amp ", f.amp);
   if (HaveMnist(f)) {
     absl::StrAppend(&command, " --images ", f.mnist_dir, "/train-images-idx3-ubyte --labels ", f.mnist_dir,
                     "/train-labels-idx1-ubyte");
@@ -213,8 +228,8 @@ int main(int argc, char** argv) {
   auto mlp = examples::MlpWithWidths({128, 64});
   auto lenet = examples::LeNet();
   TESSERA_CHECK(mlp.ok() && lenet.ok());
-  std::printf("data: %s, %d batches of %d, %d threads\n", HaveMnist(flags) ? flags.mnist_dir.c_str() : "random",
-              flags.batches, kBatch, threads);
+  std::printf("data: %s, %d batches of %d, %d threads, %s\n", HaveMnist(flags) ? flags.mnist_dir.c_str() : "random",
+              flags.batches, kBatch, threads, flags.amp.empty() ? "float32" : flags.amp.c_str());
   std::printf("%-6s %16s %18s %20s %8s %10s\n", "model", "tessera samp/s", "pytorch samp/s", "pytorch default",
               "ratio", "vs best");
   std::string json = "{";
@@ -223,7 +238,9 @@ int main(int argc, char** argv) {
   for (const auto& [name, net, flat] : {std::tuple{"mlp", *mlp, true}, std::tuple{"lenet", *lenet, false}}) {
     if (!flags.Runs(name)) continue;
     const std::vector<io::DataBatch> batches = Batches((*rt)->get(), flags, flat);
-    const double ours = bench::TrainerSamplesPerSecond((*rt)->get(), net, batches);
+    std::optional<graph::AmpOptions> amp;
+    if (!flags.amp.empty()) amp = graph::AmpOptions{.dtype = DType::kBFloat16};
+    const double ours = bench::TrainerSamplesPerSecond((*rt)->get(), net, batches, amp);
     const PeerResult peer = RunPyTorch(flags, name, threads);
     const double torch = peer.samples_per_s;
     const double torch_default = RunPyTorch(flags, name, 0).samples_per_s;
@@ -264,7 +281,7 @@ int main(int argc, char** argv) {
         &json, ", \"lenet_dist_2w1s_samples_per_s\": %.1f, \"lenet_dist_overhead_ratio\": %.3f",
         cluster, overhead);
   }
-  std::printf("%s, \"pytorch_blas\": \"%s\", \"threads\": %d}\n", json.c_str(), peer_blas.c_str(),
-              threads);
+  std::printf("%s, \"pytorch_blas\": \"%s\", \"threads\": %d, \"precision\": \"%s\"}\n", json.c_str(),
+              peer_blas.c_str(), threads, flags.amp.empty() ? "float32" : flags.amp.c_str());
   return 0;
 }

@@ -2,6 +2,7 @@
 """PyTorch peer of bench/train_bench: trains the same MLP (784-128-64-10) or LeNet with SGD
 (lr 0.1, momentum 0.9) and cross-entropy at the given batch size on the given data, and
 prints one JSON line {"model", "samples_per_s", "threads", "torch", "blas", "blas_library"}.
+With --amp bfloat16 the step runs under torch.autocast (bfloat16 products, float32 weights).
 
 "blas" is the BLAS this process really runs (openblas, mkl, blis, or "reference" for Debian's
 reference libblas, a peer too slow to compare with): the library its sgemm_ resolves to.
@@ -88,6 +89,7 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 keeps the default")
     p.add_argument("--images")
     p.add_argument("--labels")
+    p.add_argument("--amp", choices=["bfloat16"], help="mixed precision through torch.autocast")
     a = p.parse_args()
     torch.manual_seed(0)
     if a.threads > 0:
@@ -105,7 +107,9 @@ def main():
     def epoch():
         for xb, yb in batches:
             opt.zero_grad()
-            F.cross_entropy(model(xb), yb).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp is not None):
+                loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
             opt.step()
 
     epoch()  # warm-up

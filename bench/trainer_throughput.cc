@@ -17,7 +17,7 @@ absl::StatusOr<double> MeasureTrainerSamplesPerSecond(const Runtime& rt, const g
                                                       const std::vector<io::DataBatch>& batches,
                                                       const TrainerOptions& options) {
   if (batches.empty()) return absl::InvalidArgumentError("no batches to train on");
-  train::Module mod(rt, net, {.contexts = {options.context}});
+  train::Module mod(rt, net, {.contexts = {options.context}, .amp = options.amp});
   const io::DataBatch& first = batches[0];
   RETURN_IF_ERROR(
       mod.Bind({{"data", first.data[0].shape()}}, {{"softmax_label", first.label[0].shape()}}));
@@ -60,8 +60,9 @@ absl::StatusOr<double> MeasureTrainerSamplesPerSecond(const Runtime& rt, const g
 }
 
 double TrainerSamplesPerSecond(const Runtime& rt, const graph::Symbol& net,
-                               const std::vector<io::DataBatch>& batches) {
-  absl::StatusOr<double> samples = MeasureTrainerSamplesPerSecond(rt, net, batches, {});
+                               const std::vector<io::DataBatch>& batches,
+                               std::optional<graph::AmpOptions> amp) {
+  absl::StatusOr<double> samples = MeasureTrainerSamplesPerSecond(rt, net, batches, {.amp = amp});
   TESSERA_CHECK(samples.ok());
   return *samples;
 }

@@ -5,10 +5,12 @@
 #ifndef TESSERA_BENCH_TRAINER_THROUGHPUT_H_
 #define TESSERA_BENCH_TRAINER_THROUGHPUT_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/context.h"
+#include "graph/amp.h"
 #include "graph/symbol.h"
 #include "io/data_iter.h"
 #include "ndarray/runtime.h"
@@ -29,6 +31,8 @@ struct TrainerOptions {
   // After timing, the first output must hold only finite values (FAILED_PRECONDITION
   // otherwise): a throughput of kernels that compute garbage is no figure.
   bool check_finite = false;
+  // Mixed precision (graph/amp.h), as train::ModuleOptions::amp.
+  std::optional<graph::AmpOptions> amp;
 };
 
 // Samples/s over `batches` (all of one shape), or the first error of binding, initializing
@@ -37,10 +41,11 @@ absl::StatusOr<double> MeasureTrainerSamplesPerSecond(const Runtime& rt, const g
                                                       const std::vector<io::DataBatch>& batches,
                                                       const TrainerOptions& options);
 
-// The same on the CPU with the default options (one warm-up pass, best of three); CHECKs
-// that training works.
+// The same on the CPU with the default options (one warm-up pass, best of three) and `amp`;
+// CHECKs that training works.
 double TrainerSamplesPerSecond(const Runtime& rt, const graph::Symbol& net,
-                               const std::vector<io::DataBatch>& batches);
+                               const std::vector<io::DataBatch>& batches,
+                               std::optional<graph::AmpOptions> amp = std::nullopt);
 
 // `count` batches of seeded uniform [0, 1) data of `data_shape` (batch first) and labels
 // in [0, 10) (integers stored as float), on `ctx`: the speed of training does not depend on

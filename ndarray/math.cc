@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "ndarray/internal/half_convert.h"
 #include "ndarray/internal/math_scalar.h"
 
 namespace tessera::math {
@@ -622,6 +623,23 @@ absl::Status Cast(const TBlob& in, const TBlob& out) {
   }
   if (in.dtype == out.dtype) return Copy(in, OpReqType::kWriteTo, out);
   const int64_t n = in.Size();
+  // Mixed precision's conversions, many values at a time (internal/half_convert.h).
+  if (in.dtype == DType::kFloat32 && out.dtype == DType::kFloat16) {
+    internal::FloatToHalf(static_cast<const float*>(in.dptr), static_cast<Half*>(out.dptr), n);
+    return absl::OkStatus();
+  }
+  if (in.dtype == DType::kFloat16 && out.dtype == DType::kFloat32) {
+    internal::HalfToFloat(static_cast<const Half*>(in.dptr), static_cast<float*>(out.dptr), n);
+    return absl::OkStatus();
+  }
+  if (in.dtype == DType::kFloat32 && out.dtype == DType::kBFloat16) {
+    internal::FloatToBFloat16(static_cast<const float*>(in.dptr), static_cast<BFloat16*>(out.dptr), n);
+    return absl::OkStatus();
+  }
+  if (in.dtype == DType::kBFloat16 && out.dtype == DType::kFloat32) {
+    internal::BFloat16ToFloat(static_cast<const BFloat16*>(in.dptr), static_cast<float*>(out.dptr), n);
+    return absl::OkStatus();
+  }
   absl::Status status = absl::OkStatus();
   TESSERA_TYPE_SWITCH(
       in.dtype, IT,

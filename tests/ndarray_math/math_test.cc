@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -798,6 +799,60 @@ TEST(CopyTest, ReqTypesAndErrors) {
       StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("float32"), HasSubstr("int8"))));
   EXPECT_THAT(Copy(TBlob(a.data(), Shape{6}), OpReqType::kWriteTo, TBlob(a.data(), Shape{2, 3})),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(2,3)")));
+}
+
+// Cast's many-at-a-time conversions between float32 and the 16-bit types (F16C where the CPU
+// has it) give the scalar conversions' bits: every float16 and bfloat16 value, and floats
+// across every exponent, rounding ties, subnormals, the overflow edge and the specials. NaNs
+// only need to stay NaNs (F16C keeps a payload the scalar code drops).
+TEST(CastTest, BulkHalfConversionsEqualTheScalarOnes) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(65536);
+  for (DType type : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(type));
+    ASSERT_THAT(Cast(TBlob(all.data(), Shape{65536}, type), TBlob(wide.data(), Shape{65536}, DType::kFloat32)),
+                tessera::testing::IsOk());
+    for (uint32_t i = 0; i < 65536; ++i) {
+      Half h;
+      BFloat16 b;
+      h.bits = b.bits = static_cast<uint16_t>(i);
+      const float want = type == DType::kFloat16 ? static_cast<float>(h) : static_cast<float>(b);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(wide[i])) << i;
+      } else {
+        ASSERT_EQ(std::memcmp(&want, &wide[i], 4), 0) << i;
+      }
+    }
+  }
+  std::mt19937 rng(5);
+  std::vector<float> floats = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e-8f, 5.96e-8f,
+                               2.98e-8f, 6.1e-5f, std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                               1.00390625f, 1.01171875f, 3.0e38f, -1.5e-40f};
+  while (floats.size() < 200000) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    floats.push_back(f);
+  }
+  const int64_t n = static_cast<int64_t>(floats.size());
+  std::vector<uint16_t> narrow(floats.size());
+  for (DType type : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(type));
+    ASSERT_THAT(Cast(TBlob(floats.data(), Shape{n}, DType::kFloat32), TBlob(narrow.data(), Shape{n}, type)),
+                tessera::testing::IsOk());
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t want = type == DType::kFloat16 ? Half(floats[i]).bits : BFloat16(floats[i]).bits;
+      if (std::isnan(floats[i])) {
+        const bool nan = type == DType::kFloat16 ? (narrow[i] & 0x7c00) == 0x7c00 && (narrow[i] & 0x3ff) != 0
+                                                 : (narrow[i] & 0x7f80) == 0x7f80 && (narrow[i] & 0x7f) != 0;
+        ASSERT_TRUE(nan) << i;
+      } else {
+        ASSERT_EQ(narrow[i], want) << i << ": " << floats[i];
+      }
+    }
+  }
 }
 
 }  // namespace
