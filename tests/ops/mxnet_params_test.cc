@@ -54,6 +54,11 @@ const std::map<std::string, KwArgs>& Mxnet19Params() {
                          {"max_calib_range", "None"}};
     // src/operator/tensor/elemwise_unary_op_basic.cc
     (*t)["BlockGrad"] = none;
+    // src/operator/tensor/elemwise_unary_op_basic.cc (CastParam), src/operator/tensor/amp_cast.h
+    (*t)["Cast"] = {{"dtype", "float16"}};
+    (*t)["amp_cast"] = {{"dtype", "bfloat16"}};
+    // Not MXNet's: Tessera's dynamic loss scaling hook (graph/amp.h), without parameters.
+    (*t)["_amp_loss_scale"] = none;
     // src/operator/nn/concat-inl.h
     (*t)["Concat"] = {{"num_args", "2"}, {"dim", "1"}};
     // src/operator/nn/convolution-inl.h
