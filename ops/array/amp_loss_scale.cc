@@ -75,7 +75,7 @@ class AmpLossScaleProp : public PropertyWithParam<AmpLossScaleProp, NoParam> {
     return {{in_data[0], out_data[0]}};
   }
   absl::StatusOr<std::unique_ptr<Operator>> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // none yet: UNIMPLEMENTED
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // from ops/cuda, when built
     RETURN_IF_ERROR(array_internal::CheckCpu(TypeString(), ctx));
     return std::make_unique<AmpLossScaleOp>();
   }

@@ -1,5 +1,5 @@
-// The array operators' GPU twins (ops/cuda/array_copy_ops.cc, elementwise_sum.cc,
-// embedding.cc, loss_outputs.cc) against their CPU operators (ops/array): every operator,
+// The array operators' GPU twins (ops/cuda/array_copy_ops.cc, cast.cc, amp_loss_scale.cc,
+// elementwise_sum.cc, embedding.cc, loss_outputs.cc) against their CPU operators (ops/array): every operator,
 // every parameter branch, every OpReqType and in-place option (the checker runs them all),
 // in float32, float64, the half types and integer types where the CPU has them.
 //
@@ -67,6 +67,12 @@ ArrayCase Make(std::string name, std::string op, KwArgs kwargs, std::vector<Shap
   return ArrayCase{std::move(name), std::move(c)};
 }
 
+// `a` with its first input of `type` (its outputs keep the case's dtype).
+ArrayCase WithInputType(ArrayCase a, DType type) {
+  a.c.input_dtypes[0] = type;
+  return a;
+}
+
 // Embedding of `dtype` weights looked up by indices of `index_dtype` in [0, input_dim).
 ArrayCase MakeEmbedding(std::string name, int input_dim, int output_dim, Shape data, DType dtype,
                         DType index_dtype) {
@@ -97,6 +103,13 @@ std::vector<ArrayCase> CopyCases() {
       Make("Reshape64", "Reshape", {{"shape", "(0,-1)"}}, {{2, 3, 4}}, kF64),
       Make("ReshapeInt32", "Reshape", {{"shape", "(-1,)"}}, {{3, 5}}, kI32),
       Make("ReshapeF16", "Reshape", {{"shape", "(3,-1)"}}, {{2, 3, 3}}, kF16),
+      // Cast / amp_cast: a conversion each way (the input's type is the case's other one).
+      WithInputType(Make("CastToF16", "Cast", {{"dtype", "float16"}}, {{3, 5}}, kF16), kF32),
+      WithInputType(Make("CastFromBF16", "Cast", {{"dtype", "float32"}}, {{4, 3}}, kF32), kBF16),
+      WithInputType(Make("AmpCastToBF16", "amp_cast", {{"dtype", "bfloat16"}}, {{2, 7}}, kBF16), kF32),
+      Make("CastSameType", "Cast", {{"dtype", "float32"}}, {{5}}),
+      // _amp_loss_scale: identity forward, the gradient times the (1,) scale (aux state).
+      Make("AmpLossScale", "_amp_loss_scale", {}, {{4, 6}}),
       // BlockGrad: identity forward, zero gradient.
       Make("BlockGrad", "BlockGrad", {}, {{4, 5}}),
       Make("BlockGrad64", "BlockGrad", {}, {{3, 2, 2}}, kF64),
