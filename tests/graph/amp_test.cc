@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/status_matchers.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "graph/executor.h"
 #include "graph/indexed_graph.h"
@@ -180,6 +181,57 @@ TEST_F(AmpExecutorTest, ALowPrecisionProductMatchesTheReferenceOfItsType) {
         // One rounding step of the type apart at most (the sums' order differs).
         const float ulp = std::abs(want) * (type == DType::kBFloat16 ? 0x1p-7f : 0x1p-10f) + 1e-6f;
         EXPECT_NEAR(y[r * 7 + c], want, ulp) << "row " << r << " col " << c;
+      }
+    }
+  }
+}
+
+// Every product the pass makes 16-bit (on the CPU: staged through the float32 kernels) gives
+// bit for bit the float32 operator's results on operands rounded to the type, rounded once:
+// forward, and the gradients of data and weight (float32 master copies: the rounded gradient
+// cast back) for a 16-bit head gradient.
+TEST_F(AmpExecutorTest, StagedProductsEqualFloat32OnRoundedOperandsBitForBit) {
+  struct Case {
+    std::string op;
+    ops::KwArgs params;
+    Shape data;
+  };
+  const std::vector<Case> cases = {
+      {"FullyConnected", {{"num_hidden", "9"}}, Shape{6, 21}},
+      {"Convolution", {{"num_filter", "4"}, {"kernel", "(3,3)"}, {"pad", "(1,1)"}}, Shape{2, 3, 7, 6}},
+      {"Deconvolution", {{"num_filter", "3"}, {"kernel", "(2,2)"}, {"stride", "(2,2)"}}, Shape{2, 5, 4, 4}},
+  };
+  for (DType type : {DType::kBFloat16, DType::kFloat16}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(c.op, " in ", DTypeName(type)));
+      Symbol net = Op(c.op, c.params, {Symbol::Variable("data")}, "op");
+      ASSERT_OK_AND_ASSIGN(Symbol amp, ConvertToMixedPrecision(net, {.dtype = type}));
+      auto mixed = Bind(amp, {{"data", c.data}}), plain = Bind(net, {{"data", c.data}});
+      std::mt19937 rng(17);
+      for (size_t i = 0; i < plain->arg_arrays().size(); ++i) {
+        std::vector<float> v = RandomValues(plain->arg_arrays()[i].Size(), &rng);
+        NDArray m = mixed->arg_arrays()[i], p = plain->arg_arrays()[i];
+        ASSERT_OK(m.SyncCopyFromCPU(v.data(), v.size()));
+        for (float& x : v) x = RoundTo(type, x);  // the reference sees the rounded operands
+        ASSERT_OK(p.SyncCopyFromCPU(v.data(), v.size()));
+      }
+      ASSERT_OK(mixed->Forward(true));
+      ASSERT_OK(plain->Forward(true));
+      const Shape out_shape = plain->outputs()[0].shape();
+      std::vector<float> head = RandomValues(out_shape.Size(), &rng);
+      for (float& x : head) x = RoundTo(type, x);
+      ASSERT_OK_AND_ASSIGN(NDArray head_f32, FromVector<float>(rt(), out_shape, head));
+      ASSERT_OK_AND_ASSIGN(NDArray head_low, Cast(head_f32, type));
+      ASSERT_OK(mixed->Backward({head_low}));
+      ASSERT_OK(plain->Backward({head_f32}));
+      ASSERT_OK_AND_ASSIGN(NDArray out, Cast(mixed->outputs()[0], DType::kFloat32));
+      std::vector<float> want = Values(plain->outputs()[0]);
+      for (float& x : want) x = RoundTo(type, x);
+      EXPECT_EQ(Values(out), want) << "forward";
+      for (size_t i = 0; i < plain->grad_arrays().size(); ++i) {
+        std::vector<float> grad = Values(plain->grad_arrays()[i]);
+        for (float& x : grad) x = RoundTo(type, x);
+        EXPECT_EQ(Values(mixed->grad_arrays()[i]), grad) << "gradient " << i;
       }
     }
   }
