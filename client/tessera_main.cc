@@ -29,6 +29,7 @@
 #include "client/cluster_command.h"
 #include "client/graph_commands.h"
 #include "client/job_file.h"
+#include "jobs/job_spec_check.h"
 #include "client/jobs_command.h"
 #include "client/train_command.h"
 #include "core/file.h"
@@ -298,6 +299,12 @@ int RunJobSpec(int argc, char** argv) {
     absl::StatusOr<std::string> text = tessera::ReadFileToString(path);
     if (!text.ok()) return fail(text.status());
     job = tessera::client::ParseJobFile(*text, base_dir, path);
+    // What LoadJobFile checks too: the coordinator's and the workers' checks, before anything starts.
+    if (job.ok()) {
+      if (absl::Status checked = tessera::jobs::CheckJobSpec(job->spec); !checked.ok()) {
+        job = absl::Status(checked.code(), absl::StrCat(path, ": ", checked.message()));
+      }
+    }
   }
   if (!job.ok()) return fail(job.status());
   std::string bytes;
