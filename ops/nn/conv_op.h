@@ -88,7 +88,7 @@ class ConvOp : public DnnlOperator {
                            const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[kConvData].shape, ctx.run_ctx.cpu_threads, &e));
+    RETURN_IF_ERROR(GetEntry(in[kConvData], ctx.run_ctx.cpu_threads, &e));
     engine::ScopedOmpThreads threads(e->threads);  // the reorders' too
     saved_.entry = nullptr;  // whatever it held belongs to an earlier call
     const bool save_src = ctx.is_train && e->src_in.needed;
@@ -128,7 +128,7 @@ class ConvOp : public DnnlOperator {
                             const std::vector<TBlob>&) override {
     if (AllNull(req)) return absl::OkStatus();
     Entry* e;
-    RETURN_IF_ERROR(GetEntry(in[kConvData].shape, ctx.run_ctx.cpu_threads, &e));
+    RETURN_IF_ERROR(GetEntry(in[kConvData], ctx.run_ctx.cpu_threads, &e));
     engine::ScopedOmpThreads threads(e->threads);
     RETURN_IF_ERROR(EnsureBackward(e));
     const bool want_data = req[kConvData] != OpReqType::kNullOp;
@@ -242,8 +242,24 @@ class ConvOp : public DnnlOperator {
     r.prim.execute(stream(), staged, user);
   }
 
+  // bfloat16 convolutions run natively where that is fast (mixed precision's products):
+  // every tensor bfloat16, the primitives accumulating in float32. Not with kAddTo outputs
+  // (CallBuffers adds float32) nor for deconvolutions (not measured): those are staged.
+  bool RunsNatively(DType type, const std::vector<OpReqType>& req) const override {
+    return type == DType::kBFloat16 && alg_ == dnnl::algorithm::convolution_direct &&
+           NativeBFloat16Products() &&
+           std::none_of(req.begin(), req.end(), [](OpReqType r) { return r == OpReqType::kAddTo; });
+  }
+
   static dnnl::memory::desc WithTag(const dnnl::memory::desc& md, dnnl::memory::format_tag tag) {
-    return dnnl::memory::desc(md.dims(), dnnl::memory::data_type::f32, tag);
+    return dnnl::memory::desc(md.dims(), md.data_type(), tag);
+  }
+  // `md` holding elements of `type` (float32 or bfloat16), in the same layout.
+  static dnnl::memory::desc WithType(const dnnl::memory::desc& md, dnnl::memory::data_type type) {
+    if (md.is_zero()) return md;  // no bias
+    dnnl::memory::desc typed = md;
+    typed.data.data_type = static_cast<dnnl_data_type_t>(type);
+    return typed;
   }
   static dnnl::memory::desc Any(const dnnl::memory::desc& md) {
     return WithTag(md, dnnl::memory::format_tag::any);
@@ -332,12 +348,17 @@ class ConvOp : public DnnlOperator {
     return 2 * elements * weights / static_cast<double>(std::max<int64_t>(1, per.dims()[1]));
   }
 
-  // The entry for `data` on a function that may use `cpu_threads` (RunContext); created,
-  // with its forward primitive, under the threads its work repays.
-  absl::Status GetEntry(const Shape& data, int cpu_threads, Entry** out) {
-    const std::string key = absl::StrCat(data.ToString(), "/", cpu_threads);
+  // The entry for blob `data`'s shape and type on a function that may use `cpu_threads`
+  // (RunContext); created, with its forward primitive, under the threads its work repays.
+  absl::Status GetEntry(const TBlob& data, int cpu_threads, Entry** out) {
+    const std::string key = absl::StrCat(data.shape.ToString(), "/", cpu_threads, "/", DTypeName(data.dtype));
     return cache_.Get(key, out, [&](Entry* e) -> absl::Status {
-      ASSIGN_OR_RETURN(e->d, descs_(data));
+      ASSIGN_OR_RETURN(e->d, descs_(data.shape));
+      if (data.dtype == DType::kBFloat16) {  // RunsNatively
+        for (dnnl::memory::desc* md : {&e->d.src, &e->d.weights, &e->d.bias, &e->d.dst}) {
+          *md = WithType(*md, dnnl::memory::data_type::bf16);
+        }
+      }
       const ConvDescs& d = e->d;
       e->threads = engine::ThreadsForWork(Flops(d), cpu_threads);
       engine::ScopedOmpThreads threads(e->threads);

@@ -186,7 +186,9 @@ absl::Status DnnlOperator::Forward(const OpContext& ctx, const std::vector<TBlob
                                    const std::vector<TBlob>& aux_states) {
   RETURN_IF_ERROR(env_.Init());
   absl::Status status;
-  if (!AnyHalf(in_data) && !AnyHalf(out_data)) {
+  DType half = HalfType(in_data);
+  if (half == DType::kUnknown) half = HalfType(out_data);
+  if (half == DType::kUnknown || RunsNatively(half, req)) {
     DNNL_RETURN_IF_ERROR(status = ForwardImpl(ctx, in_data, req, out_data, aux_states));
     return status;
   }
@@ -206,7 +208,10 @@ absl::Status DnnlOperator::Backward(const OpContext& ctx, const std::vector<TBlo
                                     const std::vector<TBlob>& aux_states) {
   RETURN_IF_ERROR(env_.Init());
   absl::Status status;
-  if (!AnyHalf(out_grad) && !AnyHalf(in_data) && !AnyHalf(in_grad)) {
+  DType half = HalfType(in_data);
+  if (half == DType::kUnknown) half = HalfType(out_grad);
+  if (half == DType::kUnknown) half = HalfType(in_grad);
+  if (half == DType::kUnknown || RunsNatively(half, req)) {
     DNNL_RETURN_IF_ERROR(
         status = BackwardImpl(ctx, out_grad, in_data, out_data, req, in_grad, aux_states));
     return status;
@@ -220,10 +225,16 @@ absl::Status DnnlOperator::Backward(const OpContext& ctx, const std::vector<TBlo
   return staging_.Finish();
 }
 
-bool DnnlOperator::AnyHalf(const std::vector<TBlob>& blobs) {
-  return std::any_of(blobs.begin(), blobs.end(), [](const TBlob& b) {
-    return b.dtype == DType::kFloat16 || b.dtype == DType::kBFloat16;
-  });
+DType DnnlOperator::HalfType(const std::vector<TBlob>& blobs) {
+  for (const TBlob& b : blobs) {
+    if (b.dtype == DType::kFloat16 || b.dtype == DType::kBFloat16) return b.dtype;
+  }
+  return DType::kUnknown;
+}
+
+bool NativeBFloat16Products() {
+  static const bool native = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return native;
 }
 
 std::vector<TBlob> DnnlOperator::StageInputs(const std::vector<TBlob>& blobs) {

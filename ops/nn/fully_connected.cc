@@ -2,8 +2,10 @@
 // (flatten=true: (N, rest); false: (all but last, last)). CPU kernel: three oneDNN sgemm
 // calls (see FullyConnectedOp).
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,15 +53,25 @@ std::pair<int64_t, int64_t> Flat(const Shape& data, bool flatten) {
 //   forward          Y^T = W X^T           then Y (+)= (Y^T)^T + bias
 //   backward data    dX (+)= dY W
 //   backward weight  dW (+)= dY^T X,   dbias (+)= column sums of dY
+//
+// bfloat16 where the CPU runs it natively (NativeBFloat16Products: AMX) goes through
+// oneDNN matmul primitives on the bfloat16 blobs instead (LeNet's fc1 at batch 64: 0.14 ms
+// against sgemm's 0.63), accumulating in float32; the bias gradient sums in float32.
 class FullyConnectedOp : public DnnlOperator {
  public:
   explicit FullyConnectedOp(FullyConnectedParam param) : param_(param) {}
 
  protected:
+  bool RunsNatively(DType type, const std::vector<OpReqType>& req) const override {
+    return type == DType::kBFloat16 && NativeBFloat16Products() &&
+           std::none_of(req.begin(), req.end(), [](OpReqType r) { return r == OpReqType::kAddTo; });
+  }
+
   absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
                            const std::vector<OpReqType>& req, const std::vector<TBlob>& out,
                            const std::vector<TBlob>&) override {
     if (req[0] == OpReqType::kNullOp) return absl::OkStatus();
+    if (in[kData].dtype == DType::kBFloat16) return NativeForward(ctx, in, out[0]);
     const auto [m, k] = Flat(in[kData].shape, param_.flatten);
     const int64_t n = param_.num_hidden;
     engine::ScopedOmpThreads threads(ThreadsFor(ctx, m, n, k));
@@ -77,6 +89,7 @@ class FullyConnectedOp : public DnnlOperator {
                             const std::vector<TBlob>& in, const std::vector<TBlob>&,
                             const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                             const std::vector<TBlob>&) override {
+    if (in[kData].dtype == DType::kBFloat16) return NativeBackward(ctx, out_grad[0], in, req, in_grad);
     const auto [m, k] = Flat(in[kData].shape, param_.flatten);
     const int64_t n = param_.num_hidden;
     engine::ScopedOmpThreads threads(ThreadsFor(ctx, m, n, k));
@@ -148,7 +161,100 @@ class FullyConnectedOp : public DnnlOperator {
     }
   }
 
+  // The native bfloat16 products of one (m, n, k) and thread count, as matmul primitives over
+  // row-major blobs (a transposed operand is the same memory with swapped strides, "ba").
+  struct Native {
+    int threads = 1;
+    dnnl::matmul::primitive_desc fwd_pd, bwd_data_pd, bwd_weights_pd;
+    dnnl::matmul fwd, bwd_data, bwd_weights;
+  };
+
+  absl::Status GetNative(const OpContext& ctx, int64_t m, int64_t n, int64_t k, Native** out) {
+    const int threads = ThreadsFor(ctx, m, n, k);
+    return native_.Get({m, n, k, threads}, out, [&](Native* e) -> absl::Status {
+      using tag = dnnl::memory::format_tag;
+      const auto bf16 = dnnl::memory::data_type::bf16;
+      auto md = [&](int64_t rows, int64_t cols, tag t) { return dnnl::memory::desc({rows, cols}, bf16, t); };
+      e->threads = threads;
+      engine::ScopedOmpThreads scoped(threads);
+      // Y (m, n) = X (m, k) W^T (k, n) + bias (1, n)
+      DNNL_RETURN_IF_ERROR(e->fwd_pd = dnnl::matmul::primitive_desc(
+                               dnnl::matmul::desc(md(m, k, tag::ab), md(k, n, tag::ba),
+                                                  param_.no_bias ? dnnl::memory::desc() : md(1, n, tag::ab),
+                                                  md(m, n, tag::ab)),
+                               UserScratchpadAttr(), engine()));
+      // dX (m, k) = dY (m, n) W (n, k)
+      DNNL_RETURN_IF_ERROR(e->bwd_data_pd = dnnl::matmul::primitive_desc(
+                               dnnl::matmul::desc(md(m, n, tag::ab), md(n, k, tag::ab), md(m, k, tag::ab)),
+                               UserScratchpadAttr(), engine()));
+      // dW (n, k) = dY^T (n, m) X (m, k)
+      DNNL_RETURN_IF_ERROR(e->bwd_weights_pd = dnnl::matmul::primitive_desc(
+                               dnnl::matmul::desc(md(n, m, tag::ba), md(m, k, tag::ab), md(n, k, tag::ab)),
+                               UserScratchpadAttr(), engine()));
+      DNNL_RETURN_IF_ERROR(e->fwd = dnnl::matmul(e->fwd_pd));
+      DNNL_RETURN_IF_ERROR(e->bwd_data = dnnl::matmul(e->bwd_data_pd));
+      DNNL_RETURN_IF_ERROR(e->bwd_weights = dnnl::matmul(e->bwd_weights_pd));
+      return absl::OkStatus();
+    });
+  }
+
+  // Runs `prim` over (src, weights[, bias]) into dst, with its scratchpad in temp space.
+  absl::Status RunMatmul(const OpContext& ctx, const dnnl::matmul& prim,
+                         const dnnl::matmul::primitive_desc& pd, void* src, void* weights, void* bias,
+                         void* dst) {
+    CallBuffers buf;
+    const int sp = buf.Scratch(pd.scratchpad_desc().get_size());
+    RETURN_IF_ERROR(buf.Allocate(ctx));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(pd.src_desc(), engine(), src)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(pd.weights_desc(), engine(), weights)},
+        {DNNL_ARG_DST, dnnl::memory(pd.dst_desc(), engine(), dst)}};
+    if (bias != nullptr) args.insert({DNNL_ARG_BIAS, dnnl::memory(pd.bias_desc(), engine(), bias)});
+    AddScratchpad(buf, sp, pd.scratchpad_desc(), engine(), &args);
+    DNNL_RETURN_IF_ERROR(prim.execute(stream(), args));
+    DNNL_RETURN_IF_ERROR(stream().wait());
+    return absl::OkStatus();
+  }
+
+  absl::Status NativeForward(const OpContext& ctx, const std::vector<TBlob>& in, const TBlob& out) {
+    const auto [m, k] = Flat(in[kData].shape, param_.flatten);
+    Native* e;
+    RETURN_IF_ERROR(GetNative(ctx, m, param_.num_hidden, k, &e));
+    engine::ScopedOmpThreads threads(e->threads);
+    return RunMatmul(ctx, e->fwd, e->fwd_pd, in[kData].dptr, in[kWeight].dptr,
+                     param_.no_bias ? nullptr : in[kBias].dptr, out.dptr);
+  }
+
+  absl::Status NativeBackward(const OpContext& ctx, const TBlob& dy, const std::vector<TBlob>& in,
+                              const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad) {
+    const auto [m, k] = Flat(in[kData].shape, param_.flatten);
+    const int64_t n = param_.num_hidden;
+    Native* e;
+    RETURN_IF_ERROR(GetNative(ctx, m, n, k, &e));
+    engine::ScopedOmpThreads threads(e->threads);
+    if (!param_.no_bias && req[kBias] != OpReqType::kNullOp) {
+      // Column sums of dY in float32, rounded once.
+      const BFloat16* g = static_cast<const BFloat16*>(dy.dptr);
+      std::vector<float> sums(static_cast<size_t>(n), 0.0f);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) sums[c] += static_cast<float>(g[r * n + c]);
+      }
+      BFloat16* db = static_cast<BFloat16*>(in_grad[kBias].dptr);
+      for (int64_t c = 0; c < n; ++c) db[c] = BFloat16(sums[c]);
+    }
+    if (req[kWeight] != OpReqType::kNullOp) {
+      RETURN_IF_ERROR(RunMatmul(ctx, e->bwd_weights, e->bwd_weights_pd, dy.dptr, in[kData].dptr, nullptr,
+                                in_grad[kWeight].dptr));
+    }
+    if (req[kData] != OpReqType::kNullOp) {
+      RETURN_IF_ERROR(RunMatmul(ctx, e->bwd_data, e->bwd_data_pd, dy.dptr, in[kWeight].dptr, nullptr,
+                                in_grad[kData].dptr));
+    }
+    return absl::OkStatus();
+  }
+
   const FullyConnectedParam param_;
+  PrimitiveCache<std::array<int64_t, 4>, Native> native_;
 };
 
 class FullyConnectedProp
