@@ -794,7 +794,8 @@ bool IsLocalKVStore(const std::string& kvstore) {
   return !kind.ok() || !kind->dist;
 }
 
-absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster) {
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster,
+                                    const std::string& base_dir) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::Status(absl::ErrnoToStatusCode(errno),
@@ -803,10 +804,14 @@ absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverri
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading job file '", path, "'"));
-  std::error_code ec;
-  fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
-  if (ec) dir = fs::path(path).parent_path();
-  ASSIGN_OR_RETURN(JobFile job, ParseJobFile(text.str(), dir.lexically_normal().string(), path, cluster));
+  std::string dir = base_dir;
+  if (dir.empty()) {
+    std::error_code ec;
+    fs::path folder = fs::absolute(fs::path(path), ec).parent_path();
+    if (ec) folder = fs::path(path).parent_path();
+    dir = folder.lexically_normal().string();
+  }
+  ASSIGN_OR_RETURN(JobFile job, ParseJobFile(text.str(), dir, path, cluster));
   // What the coordinator and the workers will check, before anything starts.
   if (absl::Status checked = jobs::CheckJobSpec(job.spec); !checked.ok()) {
     return absl::Status(checked.code(), absl::StrCat(path, ": ", checked.message()));

@@ -125,8 +125,10 @@ absl::StatusOr<JobFile> ParseJobFile(const std::string& yaml_text, const std::st
                                      const std::string& file_name_for_errors,
                                      const ClusterOverride& cluster = {});
 
-// Reads `path` and parses it with base_dir = its folder, made absolute.
-absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster = {});
+// Reads `path` and parses it with `base_dir` (empty: the file's folder, made absolute), then
+// applies the checks the coordinator and the workers apply (jobs::CheckJobSpec).
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path, const ClusterOverride& cluster = {},
+                                    const std::string& base_dir = "");
 
 // Whether a job with this KVStore type trains on one worker without servers: every type but
 // dist_sync and dist_async (local, local_update_cpu, local_allreduce_*, device, nccl).

@@ -29,7 +29,6 @@
 #include "client/cluster_command.h"
 #include "client/graph_commands.h"
 #include "client/job_file.h"
-#include "jobs/job_spec_check.h"
 #include "client/jobs_command.h"
 #include "client/train_command.h"
 #include "core/file.h"
@@ -292,20 +291,7 @@ int RunJobSpec(int argc, char** argv) {
   std::string output, base_dir;
   for (const auto& [name, value] : *flags) (name == "output" ? output : base_dir) = value;
   if (output.empty()) return fail(absl::InvalidArgumentError("--output FILE is required"));
-  absl::StatusOr<tessera::client::JobFile> job;
-  if (base_dir.empty()) {
-    job = tessera::client::LoadJobFile(path);
-  } else {
-    absl::StatusOr<std::string> text = tessera::ReadFileToString(path);
-    if (!text.ok()) return fail(text.status());
-    job = tessera::client::ParseJobFile(*text, base_dir, path);
-    // What LoadJobFile checks too: the coordinator's and the workers' checks, before anything starts.
-    if (job.ok()) {
-      if (absl::Status checked = tessera::jobs::CheckJobSpec(job->spec); !checked.ok()) {
-        job = absl::Status(checked.code(), absl::StrCat(path, ": ", checked.message()));
-      }
-    }
-  }
+  absl::StatusOr<tessera::client::JobFile> job = tessera::client::LoadJobFile(path, {}, base_dir);
   if (!job.ok()) return fail(job.status());
   std::string bytes;
   if (!job->spec.SerializeToString(&bytes)) {

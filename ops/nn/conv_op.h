@@ -246,9 +246,7 @@ class ConvOp : public DnnlOperator {
   // every tensor bfloat16, the primitives accumulating in float32. Not with kAddTo outputs
   // (CallBuffers adds float32) nor for deconvolutions (not measured): those are staged.
   bool RunsNatively(DType type, const std::vector<OpReqType>& req) const override {
-    return type == DType::kBFloat16 && alg_ == dnnl::algorithm::convolution_direct &&
-           NativeBFloat16Products() &&
-           std::none_of(req.begin(), req.end(), [](OpReqType r) { return r == OpReqType::kAddTo; });
+    return alg_ == dnnl::algorithm::convolution_direct && NativeBFloat16Call(type, req);
   }
 
   static dnnl::memory::desc WithTag(const dnnl::memory::desc& md, dnnl::memory::format_tag tag) {

@@ -237,6 +237,11 @@ bool NativeBFloat16Products() {
   return native;
 }
 
+bool NativeBFloat16Call(DType type, const std::vector<OpReqType>& req) {
+  return type == DType::kBFloat16 && NativeBFloat16Products() &&
+         std::none_of(req.begin(), req.end(), [](OpReqType r) { return r == OpReqType::kAddTo; });
+}
+
 std::vector<TBlob> DnnlOperator::StageInputs(const std::vector<TBlob>& blobs) {
   std::vector<TBlob> staged;
   staged.reserve(blobs.size());

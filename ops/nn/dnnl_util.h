@@ -241,6 +241,9 @@ class DnnlOperator : public Operator {
 // AMX the convolution took 8.3 ms, so there the products stay staged. ONEDNN_MAX_CPU_ISA
 // caps it.
 bool NativeBFloat16Products();
+// Whether a call of 16-bit `type` with output requests `req` may run natively: bfloat16 on
+// such a CPU, and no output added to (CallBuffers adds in float32).
+bool NativeBFloat16Call(DType type, const std::vector<OpReqType>& req);
 
 // UNIMPLEMENTED naming the operator and device unless `ctx` is a CPU.
 absl::Status CheckCpu(const OperatorProperty& prop, Context ctx);

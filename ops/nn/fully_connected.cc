@@ -63,8 +63,7 @@ class FullyConnectedOp : public DnnlOperator {
 
  protected:
   bool RunsNatively(DType type, const std::vector<OpReqType>& req) const override {
-    return type == DType::kBFloat16 && NativeBFloat16Products() &&
-           std::none_of(req.begin(), req.end(), [](OpReqType r) { return r == OpReqType::kAddTo; });
+    return NativeBFloat16Call(type, req);
   }
 
   absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
