@@ -53,6 +53,10 @@ void RunPrinter::OnEvent(int rank, const JobEvent& event) {
                  r.resumed() ? "from its newest complete checkpoint" : "from the start");
     std::fflush(out_);
   }
+  if (event.has_finished()) {
+    const auto& counters = event.finished().round_counters();
+    round_counters_.assign(counters.begin(), counters.end());
+  }
   if (event.has_epoch()) {
     const JobEvent::Epoch& e = event.epoch();
     EpochRow row{e.epoch() + 1, {e.train().begin(), e.train().end()}, {e.eval().begin(), e.eval().end()},
@@ -69,8 +73,11 @@ void RunPrinter::OnEvent(int rank, const JobEvent& event) {
 }
 
 absl::Status RunPrinter::WriteReport(const std::string& run_dir, const std::string& title) const {
-  if (rows_.empty()) return absl::OkStatus();
   const std::filesystem::path dir(run_dir);
+  if (!round_counters_.empty()) {
+    RETURN_IF_ERROR(WriteRoundCounters((dir / "round_counters.json").string(), round_counters_));
+  }
+  if (rows_.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(WriteMetricsCsv((dir / "metrics.csv").string(), rows_));
   return WritePlotSvg((dir / "plot.svg").string(), rows_, title);
 }

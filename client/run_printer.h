@@ -31,7 +31,8 @@ class RunPrinter {
   std::map<std::string, double> last_train() const {
     return rows_.empty() ? std::map<std::string, double>{} : rows_.back().train;
   }
-  // RUN_DIR/metrics.csv and RUN_DIR/plot.svg, when an epoch ended.
+  // RUN_DIR/metrics.csv and RUN_DIR/plot.svg, when an epoch ended; RUN_DIR/round_counters.json
+  // when worker 0 finished with the servers' counters.
   absl::Status WriteReport(const std::string& run_dir, const std::string& title) const;
 
  private:
@@ -40,6 +41,7 @@ class RunPrinter {
   const int num_epochs_;
   int64_t batches_per_epoch_ = 0;  // from worker 0's Started event
   std::vector<EpochRow> rows_;
+  std::vector<KeyCounters> round_counters_;  // worker 0's Finished event's
 };
 
 // "name value, ..." with 4 decimals.

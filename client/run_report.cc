@@ -17,6 +17,7 @@
 #include "engine/create_engine.h"
 #include "ndarray/runtime.h"
 #include "ndarray/serialization.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::client {
 namespace {
@@ -271,6 +272,18 @@ absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& 
   }
   svg += "</g>\n</svg>\n";
   return WriteFileAtomically(path, svg);
+}
+
+absl::Status WriteRoundCounters(const std::string& path, const std::vector<KeyCounters>& counters) {
+  nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+  for (const KeyCounters& c : counters) {
+    parts.push_back({{"server_index", c.server_index()},
+                     {"key", c.key()},
+                     {"version", c.version()},
+                     {"pushes", c.pushes()},
+                     {"taken", std::vector<uint64_t>(c.taken().begin(), c.taken().end())}});
+  }
+  return WriteFileAtomically(path, parts.dump(1) + "\n");
 }
 
 absl::Status WriteParams(const std::string& path, const GetParamsReply& params,

@@ -1,6 +1,6 @@
 // The run report `tessera train` leaves in a job's run folder: metrics.csv (one row per
 // epoch) and plot.svg (the metrics per epoch as line plots), written from the workers'
-// epoch events, and the final parameters. Plain functions, no state; thread-safe as long as two calls do not write
+// epoch events, the parameter servers' round counters, and the final parameters. Plain functions, no state; thread-safe as long as two calls do not write
 // the same path.
 #ifndef TESSERA_CLIENT_RUN_REPORT_H_
 #define TESSERA_CLIENT_RUN_REPORT_H_
@@ -39,6 +39,12 @@ absl::Status WriteMetricsCsv(const std::string& path, const std::vector<EpochRow
 // No rows, or rows without metrics: a valid SVG saying so. Errors name the path.
 absl::Status WritePlotSvg(const std::string& path, const std::vector<EpochRow>& rows,
                           const std::string& title);
+
+// round_counters.json: the parameter servers' counters of every key part at the job's end
+// (JobEvent.Finished.round_counters), one object per part with the fields of KeyCounters
+// ("server_index", "key", "version", "pushes", "taken"), in the given order. Errors name the
+// path.
+absl::Status WriteRoundCounters(const std::string& path, const std::vector<KeyCounters>& counters);
 
 // The parameters a job ended with (worker 0's GetParams), with MXNet's "arg:NAME" /
 // "aux:NAME" keys in a parameter file of `format` (ndarray/params_file.h), so they land on

@@ -72,6 +72,11 @@ absl::Status KVStore::LoadOptimizerStates(const Runtime& rt, const std::string& 
   return opt->LoadState(rt, bytes);
 }
 
+absl::StatusOr<std::vector<KeyCounters>> KVStore::RoundCounters() {
+  return absl::UnimplementedError(
+      absl::StrCat("KVStore \"", type_, "\" has no parameter servers to count rounds"));
+}
+
 absl::StatusOr<KVStore::RejoinPoint> KVStore::Rejoin(const std::vector<int>&, int) {
   return absl::FailedPreconditionError(
       absl::StrCat("KVStore \"", type_, "\" replaces no lost worker"));

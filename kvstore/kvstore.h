@@ -57,6 +57,7 @@
 #include "absl/strings/string_view.h"
 #include "kvstore/optimizer.h"
 #include "ndarray/ndarray.h"
+#include "proto/kvstore.pb.h"
 
 namespace tessera::kvstore {
 
@@ -114,6 +115,11 @@ class KVStore {
   // FAILED_PRECONDITION without an optimizer.
   virtual absl::StatusOr<std::string> SaveOptimizerStates();
   virtual absl::Status LoadOptimizerStates(const Runtime& rt, const std::string& bytes);
+
+  // The parameter servers' counters of every key part of the job, by server index and key:
+  // what they applied (docs/replication.md, "Proof under faults"). UNIMPLEMENTED for a store
+  // without servers.
+  virtual absl::StatusOr<std::vector<KeyCounters>> RoundCounters();
 
   // Waits until every worker reaches the barrier; one worker locally, so it returns at once.
   virtual absl::Status Barrier() { return absl::OkStatus(); }

@@ -193,6 +193,7 @@ absl::StatusOr<std::unique_ptr<ServerStore>> ServerStore::TakeOver(
     key.value = std::move(part.value);
     ASSIGN_OR_RETURN(key.merged, NDArray::Empty(rt, key.shape));
     key.version = static_cast<int64_t>(part.version);
+    key.pushes = part.pushes;
     if (handover.mode == SYNC_MODE_SYNC) key.round.Restore(key.version);
     for (int r = 0; r < store->options_.num_workers && r < static_cast<int>(part.taken.size());
          ++r) {
@@ -313,6 +314,7 @@ ReplicaMessage ServerStore::ReplicaUpdate(int key_id, const Key& key, int64_t ro
                                           bool snapshot) const {
   ReplicaMessage update = ReplicaHeader();
   update.set_version(static_cast<uint64_t>(key.version));
+  update.set_pushes(key.pushes);
   update.set_snapshot(snapshot);
   ArrayChunk& value = *update.mutable_value();
   value.set_key(key_id);
@@ -667,12 +669,14 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     const uint64_t taken = key.taken[rank];
     if (header.seq() > 0) key.taken[rank] = header.seq();  // taken once applied
     ++key.version;
+    ++key.pushes;
     std::optional<NDArray> fresh = LendMerged(header.key(), key, 0);
     absl::Status applied = Apply(header.key(), key, key.merged);
     if (fresh.has_value()) key.merged = *std::move(fresh);  // the lent one is the link's now
     if (!applied.ok()) {
       key.taken[rank] = taken;
       --key.version;
+      --key.pushes;
       Diverged(header.key(), applied);
       return fail(applied);
     }
@@ -780,6 +784,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     return absl::OkStatus();
   }
   ++key.version;
+  key.pushes += static_cast<uint64_t>(key.round.pushed_count());
   if (members_.replaces_workers()) {
     const char* value = static_cast<const char*>(key.value.data().dptr);
     key.previous.assign(value, value + key.shape.Size() * sizeof(float));
@@ -791,6 +796,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
   if (!applied.ok()) {
     // The value is unchanged; the round's pulls learn why.
     --key.version;
+    key.pushes -= static_cast<uint64_t>(key.round.pushed_count());
     Diverged(key_id, applied);
     key.round.Abandon();
     applied = absl::InternalError(absl::StrCat("update of key ", key_id, " on server ",
@@ -1154,6 +1160,19 @@ absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request)
       // The backup's copy has no updates to replay into that state: it gets every key whole.
       for (auto& [key_id, key] : keys_) {
         Replicate(key_id, key, key.value, key.round.rounds_done(), /*snapshot=*/true);
+      }
+      return reply;
+    }
+    case CommandRequest::kRoundCounters: {
+      ReaderLock lock(&mu_);
+      for (auto& [key_id, key] : keys_) {
+        MutexLock key_lock(&key.mu);
+        KeyCounters& counters = *reply.add_counters();
+        counters.set_server_index(options_.server_index);
+        counters.set_key(key_id);
+        counters.set_version(static_cast<uint64_t>(key.version));
+        counters.set_pushes(key.pushes);
+        counters.mutable_taken()->Add(key.taken.begin(), key.taken.end());
       }
       return reply;
     }

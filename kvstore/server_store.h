@@ -324,6 +324,7 @@ class ServerStore {
     // newest the backup acknowledged (-1: not even the Init).
     int64_t version = 0;
     int64_t replicated = -1;
+    uint64_t pushes = 0;  // the workers' pushes summed into the value (KeyCounters.pushes)
     absl::Time round_opened;  // when the open round's first push came
     std::optional<KeySlots> shared;  // for same-host workers
     // dist_sync, in a job that replaces lost workers: the value before the newest round was

@@ -8,7 +8,11 @@ and checks what must survive:
   - its final parameters equal the fault-free run's, byte for byte (CPU, fixed threads);
   - metrics.csv holds every epoch once;
   - every checkpoint folder left has its manifest (a kill mid-write leaves none behind that
-    a later checkpoint does not replace, and none is loaded).
+    a later checkpoint does not replace, and none is loaded);
+  - a parameter-server job that never rolled back: the servers' per-key counters at the end
+    (RUN_DIR/round_counters.json: the rounds and pushes each key part applied, and each
+    worker's pushes in it) equal the fault-free run's, so no round was lost or applied twice,
+    and in both every push taken was summed exactly once.
 
 Kinds of kill (--kill, comma-separated): worker (a random worker daemon), ps (a random
 parameter server), client (the `tessera train` process: its daemons stop with it, and the
@@ -134,6 +138,34 @@ def write_job(original, job, run_dir, suffix):
     path = original.with_name(f".{original.stem}.chaos-{suffix}.yaml")
     path.write_text(yaml.safe_dump(changed))
     return path
+
+
+def round_counters(run_dir):
+    """The servers' counters at the end of a run, by (server index, key), or None."""
+    path = run_dir / "round_counters.json"
+    if not path.exists():
+        return None
+    return {(c["server_index"], c["key"]): c for c in json.loads(path.read_text())}
+
+
+def compare_counters(clean, faulted):
+    """What the faulted run's servers applied against the fault-free run's, over every key
+    part: rounds and pushes lost or applied twice, and parts whose pushes are not each taken
+    push once (in either run)."""
+    lost = twice = pushes_lost = pushes_twice = 0
+    for part, c in clean.items():
+        f = faulted.get(part, {"version": 0, "pushes": 0, "taken": []})
+        lost += max(0, c["version"] - f["version"])
+        twice += max(0, f["version"] - c["version"])
+        pushes_lost += max(0, c["pushes"] - f["pushes"])
+        pushes_twice += max(0, f["pushes"] - c["pushes"])
+    extra = [part for part in faulted if part not in clean]
+    twice += sum(faulted[part]["version"] for part in extra)
+    not_once = sorted(f"{i}/{k}" for run in (clean, faulted) for (i, k), c in run.items()
+                      if c["pushes"] != sum(c["taken"]))
+    return {"key_parts": len(clean), "rounds": sum(c["version"] for c in clean.values()),
+            "rounds_lost": lost, "rounds_applied_twice": twice, "pushes_lost": pushes_lost,
+            "pushes_applied_twice": pushes_twice, "parts_not_summing_each_push_once": not_once}
 
 
 def train(tessera, job_file, log, resume=False):
@@ -284,9 +316,21 @@ def run_chaos(job_path, kinds, times, seed, tessera, out=None, balanced=False,
                 report[f"{kind}_recovery_p99_s"] = times[min(len(times) - 1, int(0.99 * len(times)))]
         report["rollbacks"] = restarts_said(out / "faulted.log")
         report["replacements"] = replacements_said(out / "faulted.log")
+        # A rerun's or a resumed client's servers count from its checkpoint: comparable only
+        # when the servers went on counting the run they started.
+        clean_counters, faulted_counters = round_counters(clean_dir), round_counters(faulted_dir)
+        counters_ok = True
+        if (clean_counters is not None and report["rollbacks"] == 0 and
+                not any(k["kind"] == "client" for k in report["kills"])):
+            counts = compare_counters(clean_counters, faulted_counters or {})
+            report["round_counters"] = counts
+            counters_ok = (faulted_counters is not None and counts["rounds_lost"] == 0 and
+                           counts["rounds_applied_twice"] == 0 and counts["pushes_lost"] == 0 and
+                           counts["pushes_applied_twice"] == 0 and
+                           not counts["parts_not_summing_each_push_once"])
         report["passed"] = (report["finished"] and report["params_identical"] and
                             report["epochs_once"] and not report["half_written_left"] and
-                            (not no_rollback or report["rollbacks"] == 0))
+                            counters_ok and (not no_rollback or report["rollbacks"] == 0))
     finally:
         clean_job.unlink(missing_ok=True)
         faulted_job.unlink(missing_ok=True)

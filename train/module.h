@@ -184,6 +184,8 @@ class Module {
                              std::optional<bool> update_on_kvstore = std::nullopt,
                              const FitOptions* fit = nullptr);
   kvstore::Optimizer* optimizer() { return optimizer_; }
+  // The store InitOptimizer made (kept until the module goes), or null: none.
+  kvstore::KVStore* kvstore() { return kvstore_.get(); }
 
   absl::Status Forward(const io::DataBatch& batch, bool is_train);
   absl::Status Backward();

@@ -530,6 +530,16 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
   result.eval = last_eval;
   JobEvent event;
   for (const auto& [name, value] : last_eval) (*event.mutable_finished()->mutable_eval())[name] = value;
+  // After the last epoch's barrier every worker's pushes are applied: what the servers counted.
+  if (dist && spec.rank() == 0 && module.kvstore() != nullptr) {
+    absl::StatusOr<std::vector<KeyCounters>> counters = module.kvstore()->RoundCounters();
+    if (counters.ok()) {
+      event.mutable_finished()->mutable_round_counters()->Add(counters->begin(), counters->end());
+    } else {
+      spdlog::warn("job '{}': the servers' round counters: {}", spec.name(),
+                   counters.status().ToString());
+    }
+  }
   event.mutable_finished()->set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
   emit(event);
   return result;

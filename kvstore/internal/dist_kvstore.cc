@@ -125,6 +125,7 @@ class DistKVStore : public KVStore {
   }
   absl::StatusOr<std::string> SaveOptimizerStates() override;
   absl::Status LoadOptimizerStates(const Runtime& rt, const std::string& bytes) override;
+  absl::StatusOr<std::vector<KeyCounters>> RoundCounters() override;
   absl::Status Barrier() override;
   bool rejoining() const override { return options_.rejoin; }
   absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys, int setup_barriers) override;
@@ -783,6 +784,18 @@ absl::StatusOr<std::string> DistKVStore::SaveOptimizerStates() {
     out.append(r.state());
   }
   return out;
+}
+
+absl::StatusOr<std::vector<KeyCounters>> DistKVStore::RoundCounters() {
+  CommandRequest request;
+  request.set_round_counters(true);
+  std::vector<CommandReply> replies;
+  RETURN_IF_ERROR(CommandAll(request, &replies));
+  std::vector<KeyCounters> counters;
+  for (CommandReply& reply : replies) {
+    for (KeyCounters& c : *reply.mutable_counters()) counters.push_back(std::move(c));
+  }
+  return counters;
 }
 
 absl::Status DistKVStore::LoadOptimizerStates(const Runtime&, const std::string& bytes) {

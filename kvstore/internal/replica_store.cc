@@ -115,6 +115,7 @@ absl::StatusOr<ReplicaStore::Copy> ReplicaStore::Find(int key) const {
   copy.value.resize(static_cast<size_t>(part.shape.Size()) * sizeof(float));
   RETURN_IF_ERROR(part.value.SyncCopyToCPU(copy.value.data(), part.shape.Size()));
   copy.version = part.version;
+  copy.pushes = part.pushes;
   copy.taken = part.taken;
   if (optimizer_ != nullptr) {
     ASSIGN_OR_RETURN(copy.optimizer_slot, optimizer_->SaveSlot(key));
@@ -152,7 +153,7 @@ absl::StatusOr<ReplicaStore::Handover> ReplicaStore::TakeOver(const std::string&
   h.view = view;
   for (auto& [key, part] : parts_) {
     h.parts[key] = {std::move(part.shape), std::move(part.value), part.version,
-                    std::move(part.taken)};
+                    std::move(part.taken), part.pushes};
   }
   h.optimizer = std::move(optimizer_);
   h.optimizer_spec = std::move(optimizer_spec_);
@@ -318,6 +319,7 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
   }
   view_ = update.view();
   held->version = update.version();
+  held->pushes = update.pushes();
   held->taken.assign(update.taken().begin(), update.taken().end());
   if (update.snapshot()) complete_ = false;  // until the resync's caught_up
   return absl::OkStatus();

@@ -81,6 +81,7 @@ class ReplicaStore {
     std::vector<int64_t> shape;
     std::string value;  // float32, shape's size
     uint64_t version = 0;
+    uint64_t pushes = 0;
     std::vector<uint64_t> taken;  // per rank
     std::string optimizer_slot;   // Optimizer::SaveSlot; "" without an optimizer
   };
@@ -106,6 +107,7 @@ class ReplicaStore {
       NDArray value;
       uint64_t version = 0;
       std::vector<uint64_t> taken;  // per rank
+      uint64_t pushes = 0;
     };
     std::map<int, Part> parts;
     std::unique_ptr<Optimizer> optimizer;  // null: the primary had none
@@ -129,6 +131,7 @@ class ReplicaStore {
     NDArray value;  // float32 CPU
     uint64_t version = 0;
     std::vector<uint64_t> taken;
+    uint64_t pushes = 0;
   };
   // The checks every update passes; `another_job` says whether it starts a new job's copy.
   absl::Status Check(const ReplicaMessage& update, const std::string& what,

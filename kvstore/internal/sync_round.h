@@ -45,6 +45,7 @@ class SyncRound {
   bool open() const { return pushed_count_ > 0; }
   // Per rank: whether it pushed into the open round.
   const std::vector<char>& pushed() const { return pushed_; }
+  int pushed_count() const { return pushed_count_; }
   bool pushed(int rank) const { return pushed_[rank] != 0; }
   // The rounds `rank` has pushed into (or joined): its pulls wait until rounds_done() reaches it.
   int64_t rounds_of(int rank) const { return rounds_of_[rank]; }

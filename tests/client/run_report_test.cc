@@ -324,6 +324,25 @@ TEST(RunReportTest, UnwritablePathIsAnErrorNamingIt) {
   EXPECT_TRUE(fs::is_directory(folder));
 }
 
+TEST(RoundCountersTest, OneObjectPerKeyPartInOrder) {
+  std::vector<KeyCounters> counters(2);
+  counters[0].set_server_index(0);
+  counters[0].set_key(3);
+  counters[0].set_version(12);
+  counters[0].set_pushes(24);
+  counters[0].add_taken(12);
+  counters[0].add_taken(12);
+  counters[1].set_server_index(1);
+  counters[1].set_key(3);
+  const std::string path = TempDir() + "/round_counters.json";
+  ASSERT_THAT(WriteRoundCounters(path, counters), IsOk());
+  EXPECT_EQ(Read(path),
+            "[\n {\n  \"server_index\": 0,\n  \"key\": 3,\n  \"version\": 12,\n  \"pushes\": 24,\n"
+            "  \"taken\": [\n   12,\n   12\n  ]\n },\n {\n  \"server_index\": 1,\n  \"key\": 3,\n"
+            "  \"version\": 0,\n  \"pushes\": 0,\n  \"taken\": []\n }\n]\n");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
 TEST(WriteParamsTest, WritesMXNetKeysThatLoadBack) {
   auto rt = OwnedRuntime::Create(0);
   ASSERT_THAT(rt, IsOk());

@@ -723,7 +723,8 @@ TEST_F(JobTest, AFrozenParameterServerIsFailedOverAndTheJobEndsBitIdentical) {
 // job's servers and workers (worker 0 also while it writes a checkpoint) SIGKILLed at random
 // batches, each restarted by the supervisor - a server brought up to date before the next
 // kill, a worker's replacement rejoining the run: the job never rolls back to a checkpoint,
-// and ends with the parameters of the run without faults.
+// and ends with the parameters of the run without faults and, on every server, the counters
+// of its key parts: no round lost, none applied twice.
 TEST_F(JobTest, ChaosKillingServersAndWorkersNeverRollsTheJobBack) {
   const std::string job = WriteJob(
       {.name = "chaos-ps", .epochs = 4, .servers = 2,
@@ -747,6 +748,15 @@ TEST_F(JobTest, ChaosKillingServersAndWorkersNeverRollsTheJobBack) {
   EXPECT_GE(report["kills"].size(), 1u) << c.lines.back();
   EXPECT_EQ(report["rollbacks"], 0);
   EXPECT_EQ(report["params_identical"], true);
+  const nlohmann::json& counters = report["round_counters"];
+  // The MLP's 4 arrays on 2 servers; 4 epochs of rounds on each.
+  EXPECT_GE(counters["key_parts"], 4) << counters;
+  EXPECT_GE(counters["rounds"], 16) << counters;
+  EXPECT_EQ(counters["rounds_lost"], 0) << counters;
+  EXPECT_EQ(counters["rounds_applied_twice"], 0) << counters;
+  EXPECT_EQ(counters["pushes_lost"], 0) << counters;
+  EXPECT_EQ(counters["pushes_applied_twice"], 0) << counters;
+  EXPECT_TRUE(counters["parts_not_summing_each_push_once"].empty()) << counters;
   EXPECT_EQ(report["passed"], true);
 }
 

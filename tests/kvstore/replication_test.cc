@@ -369,6 +369,20 @@ TEST_F(ReplicationTest, ATakeoverFencesTheOldPrimaryAndFinishesItsRoundOnce) {
   EXPECT_EQ(moved[0]->ValueOf(a), expected);
   EXPECT_EQ(moved[1]->ValueOf(b), expected);
   EXPECT_EQ(moved[0]->hello().view(), 1u);
+
+  // The key's counters went over with the copy: two rounds of two pushes, each push once -
+  // as the server without a failover counts them.
+  CommandRequest count;
+  count.set_round_counters(true);
+  ASSERT_OK_AND_ASSIGN(const CommandReply counted, (*taker)->Command(count));
+  ASSERT_OK_AND_ASSIGN(const CommandReply without_failover, reference.Command(count));
+  ASSERT_EQ(counted.counters_size(), 1);
+  const KeyCounters& c = counted.counters(0);
+  EXPECT_EQ(c.key(), 4);
+  EXPECT_EQ(c.version(), 2u);
+  EXPECT_EQ(c.pushes(), 4u);
+  EXPECT_THAT(c.taken(), ::testing::ElementsAre(2u, 2u));
+  EXPECT_EQ(c.SerializeAsString(), without_failover.counters(0).SerializeAsString());
 }
 
 // A backup lost for some rounds, then back: the primary sends it every key whole (value,
