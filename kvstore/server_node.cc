@@ -15,24 +15,37 @@ ServerNode::ServerNode(const Runtime& rt, ServerStoreOptions options,
     : rt_(rt),
       options_(options),
       links_(std::move(links)),
-      own_(std::make_unique<ServerStore>(rt, std::move(options), std::move(backup))) {}
+      own_(std::make_shared<ServerStore>(rt, std::move(options), std::move(backup))) {}
 
-absl::StatusOr<ServerStore*> ServerNode::StoreFor(const Hello& hello) {
+absl::StatusOr<std::shared_ptr<ServerStore>> ServerNode::StoreFor(const Hello& hello) {
   const int own = options_.server_index;
   const int index = hello.has_serve_index() ? hello.serve_index() : own;
+  std::vector<std::shared_ptr<ServerStore>> finished;  // destroyed after the lock is let go
+  MutexLock lock(&mu_);
+  for (auto it = serving_.begin(); it != serving_.end();) {
+    if (it->first.first != hello.job_id() && it->second->connected_workers() == 0) {
+      spdlog::info("server {}: lets go of server {}'s keys of job '{}' (taken over in view {}): "
+                   "another job came and none of its workers is connected",
+                   own, it->first.second, it->first.first, it->second->options().view);
+      if (newest_ == it->second.get()) newest_ = nullptr;
+      finished.push_back(std::move(it->second));
+      it = serving_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(asked_, [&](const auto& entry) { return std::get<0>(entry.first) != hello.job_id(); });
   if (hello.rejoin()) {
     // A lost worker's replacement looks for where the index is served now, in whatever view
     // (the store refuses it unless it runs the job): never a vote for a takeover.
-    MutexLock lock(&mu_);
     if (auto it = serving_.find({hello.job_id(), index}); it != serving_.end()) return it->second;
-    if (index == own) return own_.get();
+    if (index == own) return own_;
     return absl::NotFoundError(absl::StrCat("server ", own, " does not serve server ", index,
                                             "'s keys for job '", hello.job_id(), "'"));
   }
-  if (index == own && hello.view() == 0) return own_.get();
-  MutexLock lock(&mu_);
+  if (index == own && hello.view() == 0) return own_;
   if (auto it = serving_.find({hello.job_id(), index}); it != serving_.end()) {
-    ServerStore* store = it->second;
+    const std::shared_ptr<ServerStore>& store = it->second;
     if (hello.view() != store->options().view) {
       return absl::FailedPreconditionError(absl::StrCat(
           "worker ", hello.rank(), " asks for server ", index, "'s keys in view ", hello.view(),
@@ -65,24 +78,24 @@ absl::StatusOr<ServerStore*> ServerNode::StoreFor(const Hello& hello) {
   const int backup = BackupOf(index, own, options_.num_servers);
   std::unique_ptr<ReplicaLink> link =
       links_ != nullptr && backup != own ? links_(backup) : nullptr;
-  ASSIGN_OR_RETURN(std::unique_ptr<ServerStore> store,
+  ASSIGN_OR_RETURN(std::shared_ptr<ServerStore> store,
                    ServerStore::TakeOver(rt_, std::move(taker), std::move(handover),
                                          std::move(link)));
   spdlog::warn("server {}: {} of {} workers lost server {}; serving its keys from here on (view "
                "{}){}",
                own, count, options_.num_workers, index, hello.view(),
                links_ != nullptr ? absl::StrCat(", their copy to go to server ", backup) : "");
-  taken_.push_back(std::move(store));
-  serving_[{hello.job_id(), index}] = taken_.back().get();
+  newest_ = store.get();
+  serving_[{hello.job_id(), index}] = store;
   std::erase_if(asked_, [&](const auto& entry) { return std::get<2>(entry.first) == index; });
-  return taken_.back().get();
+  return store;
 }
 
-absl::StatusOr<ServerStore*> ServerNode::StoreFor(const CommandRequest& request) {
+absl::StatusOr<std::shared_ptr<ServerStore>> ServerNode::StoreFor(const CommandRequest& request) {
   if (!request.has_serve_index() || request.serve_index() == options_.server_index) {
     MutexLock lock(&mu_);
     auto it = serving_.find({request.job_id(), options_.server_index});
-    return it != serving_.end() ? it->second : own_.get();
+    return it != serving_.end() ? it->second : own_;
   }
   MutexLock lock(&mu_);
   auto it = serving_.find({request.job_id(), request.serve_index()});
@@ -96,11 +109,14 @@ absl::StatusOr<ServerStore*> ServerNode::StoreFor(const CommandRequest& request)
 
 const ServerStore* ServerNode::taken_over(int index) const {
   MutexLock lock(&mu_);
-  if (index < 0) return taken_.empty() ? nullptr : taken_.back().get();
-  for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) {
-    if ((*it)->options().server_index == index) return it->get();
+  if (index < 0) return newest_;
+  const ServerStore* found = newest_ != nullptr && newest_->options().server_index == index
+                                 ? newest_
+                                 : nullptr;
+  for (const auto& [job_index, store] : serving_) {
+    if (found == nullptr && job_index.second == index) found = store.get();
   }
-  return nullptr;
+  return found;
 }
 
 }  // namespace tessera::kvstore

@@ -16,6 +16,10 @@
 // or Kubernetes); an index served by its own server again (a second failover), on the next.
 // BackupOf says it; workers fail over to the same server (ServerRoute).
 //
+// Lifetime: a store that took an index over serves its job only. It is let go when a Hello of
+// another job comes and none of its job's workers is connected to it any more; sessions and
+// commands hold the stores they use (shared ownership), so it goes once the last of them ends.
+//
 // Thread safety: every method may be called from any thread.
 #ifndef TESSERA_KVSTORE_SERVER_NODE_H_
 #define TESSERA_KVSTORE_SERVER_NODE_H_
@@ -54,30 +58,35 @@ class ServerNode {
 
   ServerStore& own() { return *own_; }
   const ServerStore& own() const { return *own_; }
+  std::shared_ptr<ServerStore> shared_own() { return own_; }
 
   // The store that serves the index `hello` asks for: the own one, or one that took an index
   // over from this server's copy (made once a majority of the workers asked in the Hello's
   // view). UNAVAILABLE while the majority is not there; FAILED_PRECONDITION naming the index
-  // when this server holds no copy of it.
-  absl::StatusOr<ServerStore*> StoreFor(const Hello& hello) ABSL_LOCKS_EXCLUDED(mu_);
+  // when this server holds no copy of it. Lets go of the takers of other jobs that serve no
+  // worker.
+  absl::StatusOr<std::shared_ptr<ServerStore>> StoreFor(const Hello& hello)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The store a command is for (CommandRequest.serve_index); NOT_FOUND naming the index when
   // this server does not serve it.
-  absl::StatusOr<ServerStore*> StoreFor(const CommandRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
-  // The store serving index `index` after a takeover here (-1: the newest); null: none.
+  absl::StatusOr<std::shared_ptr<ServerStore>> StoreFor(const CommandRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The store serving index `index` after a takeover here (-1: the newest of those serving);
+  // null: none.
   const ServerStore* taken_over(int index = -1) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const Runtime rt_;
   const ServerStoreOptions options_;
   const LinkFactory links_;
-  const std::unique_ptr<ServerStore> own_;
+  const std::shared_ptr<ServerStore> own_;
   mutable Mutex mu_;
   // Per (job, view, index): the ranks that asked for the index.
   std::map<std::tuple<std::string, uint64_t, int>, std::set<int>> asked_ ABSL_GUARDED_BY(mu_);
-  // Every store made by a takeover (sessions may point into an older job's), the newest last.
-  std::vector<std::unique_ptr<ServerStore>> taken_ ABSL_GUARDED_BY(mu_);
-  // The current takers: per (job, index).
-  std::map<std::pair<std::string, int>, ServerStore*> serving_ ABSL_GUARDED_BY(mu_);
+  // The stores made by takeovers that serve: per (job, index).
+  std::map<std::pair<std::string, int>, std::shared_ptr<ServerStore>> serving_
+      ABSL_GUARDED_BY(mu_);
+  const ServerStore* newest_ ABSL_GUARDED_BY(mu_) = nullptr;  // in serving_, or null
 };
 
 }  // namespace tessera::kvstore

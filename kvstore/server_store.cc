@@ -1108,6 +1108,11 @@ void ServerStore::FailOverdueBarrier(absl::Time now) {
                    MissingRanks(members_.InBarrier(), options_.round_timeout))));
 }
 
+int ServerStore::connected_workers() const {
+  ReaderLock lock(&mu_);
+  return members_.connected_count();
+}
+
 absl::StatusOr<CommandReply> ServerStore::Command(const CommandRequest& request) {
   CommandReply reply;
   {

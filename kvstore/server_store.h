@@ -267,6 +267,8 @@ class ServerStore {
   absl::StatusOr<CommandReply> Command(const CommandRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerStoreOptions& options() const { return options_; }
+  // The job's workers connected now (sessions that said Hello and have not ended).
+  int connected_workers() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Fails the waiters of rounds and barriers open longer than round_timeout, as of
   // options().clock. The deadline thread calls it; with watch_deadlines off, the owner does.

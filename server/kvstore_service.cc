@@ -94,6 +94,7 @@ class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> 
 
   void OnDone() override {
     session_.reset();
+    store_.reset();
     delete this;
   }
 
@@ -105,14 +106,15 @@ class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> 
       return;
     }
     if (session_ == nullptr) {
-      absl::StatusOr<kvstore::ServerStore*> store =
-          message.has_hello() ? node_->StoreFor(message.hello()) : &node_->own();
+      absl::StatusOr<std::shared_ptr<kvstore::ServerStore>> store =
+          message.has_hello() ? node_->StoreFor(message.hello()) : node_->shared_own();
       if (!store.ok()) {
         // Not opened: the worker may say Hello again (a takeover waiting for a majority).
         Enqueue({kvstore::EncodeServerMessage(kvstore::ErrorReply(message.id(), store.status()))});
         return;
       }
-      session_ = (*store)->Open([this](std::vector<ServerMessage> replies) {
+      store_ = *std::move(store);
+      session_ = store_->Open([this](std::vector<ServerMessage> replies) {
         std::vector<grpc::ByteBuffer> encoded;
         encoded.reserve(replies.size());
         for (ServerMessage& r : replies) {
@@ -130,7 +132,9 @@ class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> 
 
   kvstore::ServerNode* const node_;  // not owned
   const std::string peer_;
-  // Touched by the read callbacks only (they never overlap) and OnDone after them.
+  // Touched by the read callbacks only (they never overlap) and OnDone after them. The
+  // session's store lives at least as long as the session.
+  std::shared_ptr<kvstore::ServerStore> store_;
   std::unique_ptr<kvstore::ServerStore::Session> session_;
 };
 
@@ -176,7 +180,7 @@ grpc::ServerUnaryReactor* KVStoreServiceImpl::Command(grpc::CallbackServerContex
     on_stop_();
     return reactor;
   }
-  absl::StatusOr<kvstore::ServerStore*> store = node_->StoreFor(*request);
+  absl::StatusOr<std::shared_ptr<kvstore::ServerStore>> store = node_->StoreFor(*request);
   absl::StatusOr<CommandReply> result =
       store.ok() ? (*store)->Command(*request) : absl::StatusOr<CommandReply>(store.status());
   if (result.ok()) *reply = std::move(*result);

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/internal/replica_store.h"
+#include "tests/kvstore/store_worker.h"
 #include "tests/ndarray/test_util.h"
 
 namespace tessera::kvstore {
@@ -76,23 +77,23 @@ TEST_F(ServerNodeTest, AMajorityOfTheWorkersMovesTheKeysToTheBackup) {
   EXPECT_THAT(node_->StoreFor(AskFor(0, 0, 1)).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("1 did")));
   EXPECT_EQ(node_->taken_over(), nullptr);
-  absl::StatusOr<ServerStore*> taker = node_->StoreFor(AskFor(2, 0, 1));
+  absl::StatusOr<std::shared_ptr<ServerStore>> taker = node_->StoreFor(AskFor(2, 0, 1));
   ASSERT_THAT(taker.status(), IsOk());
   EXPECT_EQ((*taker)->options().server_index, 0);
   EXPECT_EQ((*taker)->options().view, 1u);
-  EXPECT_EQ(node_->taken_over(), *taker);
+  EXPECT_EQ(node_->taken_over(), taker->get());
   // The third worker finds it; a Hello of another view does not.
-  EXPECT_EQ(*node_->StoreFor(AskFor(1, 0, 1)), *taker);
+  EXPECT_EQ(node_->StoreFor(AskFor(1, 0, 1))->get(), taker->get());
   EXPECT_THAT(node_->StoreFor(AskFor(1, 0, 2)).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("took them over in view 1")));
   // Its own index stays its own.
-  EXPECT_EQ(*node_->StoreFor(AskFor(1, 1, 0)), &node_->own());
+  EXPECT_EQ(node_->StoreFor(AskFor(1, 1, 0))->get(), &node_->own());
   // Commands go by the index they name.
   CommandRequest command;
   command.set_job_id("job");
-  EXPECT_EQ(*node_->StoreFor(command), &node_->own());
+  EXPECT_EQ(node_->StoreFor(command)->get(), &node_->own());
   command.set_serve_index(0);
-  EXPECT_EQ(*node_->StoreFor(command), *taker);
+  EXPECT_EQ(node_->StoreFor(command)->get(), taker->get());
   command.set_job_id("another");
   EXPECT_THAT(node_->StoreFor(command).status(), StatusIs(absl::StatusCode::kNotFound));
   // The old primary's updates are refused from now on: it is fenced.
@@ -115,6 +116,44 @@ TEST_F(ServerNodeTest, AMajorityOfTheWorkersMovesTheKeysToTheBackup) {
   EXPECT_EQ(ack->code(), static_cast<int>(absl::StatusCode::kAborted)) << ack->message();
 }
 
+// A store that took an index over serves its job only: when another job comes and none of
+// the old job's workers is connected to it, the node lets go of it, and it is freed once the
+// last session holding it ends.
+TEST_F(ServerNodeTest, ATakenOverStoreOfAFinishedJobGoesWhenTheNextJobComes) {
+  ASSERT_THAT(node_->StoreFor(AskFor(0, 0, 1)).status(), StatusIs(absl::StatusCode::kUnavailable));
+  absl::StatusOr<std::shared_ptr<ServerStore>> taker = node_->StoreFor(AskFor(1, 0, 1));
+  ASSERT_THAT(taker.status(), IsOk());
+  const std::weak_ptr<ServerStore> held = *taker;
+  auto worker = std::make_unique<StoreWorker>(**taker, 1, kWorkers, SYNC_MODE_SYNC, /*view=*/1,
+                                              [](Hello& hello) {
+                                                hello.set_job_id("job");
+                                                hello.set_serve_index(0);
+                                              });
+  ASSERT_EQ(worker->hello().view(), 1u);
+  taker->reset();
+
+  // A worker of the job is still connected: the store stays, whatever other job says Hello.
+  Hello next = AskFor(0, 1, 0, "next");
+  next.clear_serve_index();
+  ASSERT_THAT(node_->StoreFor(next).status(), IsOk());
+  EXPECT_NE(node_->taken_over(0), nullptr);
+  EXPECT_FALSE(held.expired());
+  // Its job's own Hellos find it whatever happened.
+  EXPECT_EQ(node_->StoreFor(AskFor(2, 0, 1))->get(), held.lock().get());
+
+  // The last worker gone, the next job's Hello lets go of it; its session held it until then.
+  worker.reset();
+  EXPECT_FALSE(held.expired()) << "let go before another job came";
+  ASSERT_THAT(node_->StoreFor(next).status(), IsOk());
+  EXPECT_EQ(node_->taken_over(0), nullptr);
+  EXPECT_EQ(node_->taken_over(), nullptr);
+  EXPECT_TRUE(held.expired());
+  CommandRequest command;
+  command.set_job_id("job");
+  command.set_serve_index(0);
+  EXPECT_THAT(node_->StoreFor(command).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
 // A lost worker's replacement looks for where an index is served now: its Hello is routed to
 // the store serving it (any view) and never counts as a vote for a takeover.
 TEST_F(ServerNodeTest, AReplacementsHelloFindsTheServingStoreAndNeverVotes) {
@@ -127,16 +166,16 @@ TEST_F(ServerNodeTest, AReplacementsHelloFindsTheServingStoreAndNeverVotes) {
   }
   EXPECT_EQ(node_->taken_over(), nullptr);
   ASSERT_THAT(node_->StoreFor(AskFor(0, 0, 1)).status(), StatusIs(absl::StatusCode::kUnavailable));
-  absl::StatusOr<ServerStore*> taker = node_->StoreFor(AskFor(1, 0, 1));
+  absl::StatusOr<std::shared_ptr<ServerStore>> taker = node_->StoreFor(AskFor(1, 0, 1));
   ASSERT_THAT(taker.status(), IsOk());
-  absl::StatusOr<ServerStore*> found = node_->StoreFor(rejoin);
+  absl::StatusOr<std::shared_ptr<ServerStore>> found = node_->StoreFor(rejoin);
   ASSERT_THAT(found.status(), IsOk());
-  EXPECT_EQ(*found, *taker);
+  EXPECT_EQ(found->get(), taker->get());
   Hello own = AskFor(2, 1, 0);
   own.set_rejoin(true);
   found = node_->StoreFor(own);
   ASSERT_THAT(found.status(), IsOk());
-  EXPECT_EQ(*found, &node_->own());
+  EXPECT_EQ(found->get(), &node_->own());
 }
 
 TEST_F(ServerNodeTest, KeysWithoutACopyHereAreRefusedNamingThem) {
