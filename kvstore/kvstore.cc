@@ -77,6 +77,11 @@ absl::StatusOr<std::vector<KeyCounters>> KVStore::RoundCounters() {
       absl::StrCat("KVStore \"", type_, "\" has no parameter servers to count rounds"));
 }
 
+absl::Status KVStore::RestoreWorkerState(const std::vector<NDArray>&) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("KVStore \"", type_, "\" replaces no lost worker"));
+}
+
 absl::StatusOr<KVStore::RejoinPoint> KVStore::Rejoin(const std::vector<int>&, int) {
   return absl::FailedPreconditionError(
       absl::StrCat("KVStore \"", type_, "\" replaces no lost worker"));

@@ -135,6 +135,20 @@ class KVStore {
   };
   // Whether this store replaces a lost worker.
   virtual bool rejoining() const { return false; }
+  // This worker's state that no key holds (a network's auxiliary states, BatchNorm's running
+  // statistics; float32), as of the batch whose pushes come next: a replacement of this
+  // worker starts from it (RestoreWorkerState). The arrays are read once the engine's writes
+  // to them are done, and the pushes issued after this call wait until the servers hold the
+  // state, so it is there for every batch the servers took all pushes of. A store whose job
+  // does not replace lost workers keeps nothing (OK).
+  virtual absl::Status StashWorkerState(const std::vector<NDArray>& arrays) {
+    return absl::OkStatus();
+  }
+  // A replacement, after Rejoin: fills `arrays` (as its predecessor stashed them) with the
+  // predecessor's state after the last batch the servers took every push of. NOT_FOUND when
+  // the servers hold none (the predecessor stashed nothing by then, or the server keeping it
+  // failed over since); FAILED_PRECONDITION for a store that does not replace a worker.
+  virtual absl::Status RestoreWorkerState(const std::vector<NDArray>& arrays);
   // After Init of `keys` (every key the trainer pushes in each batch): where the predecessor
   // was. The next Pull of each key answers what the predecessor pulled after its push
   // number `pushes` - the weights its next batch was (or would have been) computed from.

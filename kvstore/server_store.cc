@@ -68,6 +68,15 @@ void ServerStore::Session::Handle(WorkerMessage message) {
       store_->MapKey(this, id, message.map_key());
       break;
     case WorkerMessage::kLeave: leaving_ = true; break;
+    case WorkerMessage::kStash:
+      if (message.stash().in_shared_memory()) {
+        send_({ErrorReply(id, absl::InvalidArgumentError(absl::StrCat(
+                                  "stash ", id, ": a stash travels on the stream")))});
+        break;
+      }
+      staged(*message.mutable_stash(), &ServerStore::Stash);
+      break;
+    case WorkerMessage::kUnstash: store_->Unstash(this, id, message.unstash()); break;
     default:
       send_({ErrorReply(
           id, absl::InvalidArgumentError(absl::StrCat("request ", id, " carries no request")))});
@@ -91,6 +100,7 @@ ServerStore::ServerStore(const Runtime& rt, ServerStoreOptions options,
       has_backup_(backup_ != nullptr),
       backup_peer_(backup_ != nullptr ? backup_->peer() : "") {
   sessions_.assign(options_.num_workers, nullptr);
+  stashes_.assign(options_.num_workers, {});
   if (options_.watch_deadlines) watchdog_ = std::thread([this] { WatchDeadlines(); });
 }
 
@@ -470,6 +480,7 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
       (void)key.merged.WaitToWrite();
     }
     keys_.clear();
+    stashes_.assign(options_.num_workers, {});
     slot_budget_.Reset();
     optimizer_.reset();
     optimizer_spec_.Clear();
@@ -587,6 +598,45 @@ void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) 
   reply.mutable_slot()->set_offset(key.shared->offset(s->rank_));
   reply.mutable_slot()->set_size(static_cast<uint64_t>(key.shape.Size()) * sizeof(float));
   s->send_({std::move(reply)});
+}
+
+void ServerStore::Stash(Session* s, uint64_t id, const ArrayChunk& header,
+                        std::vector<std::string> pieces) {
+  std::string bytes;
+  for (const std::string& piece : pieces) bytes += piece;
+  WriterLock lock(&mu_);
+  if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
+  if (!members_.replaces_workers()) {
+    return s->send_({ErrorReply(id, absl::FailedPreconditionError(absl::StrCat(
+        "stash of worker ", s->rank_, "'s batch ", header.seq(), ": job '", members_.job_id(),
+        "' does not replace lost workers, so server ", options_.server_index,
+        " keeps no worker state")))});
+  }
+  std::deque<Stashed>& stashed = stashes_[s->rank_];
+  // A replacement stashes the batch its predecessor may have stashed already.
+  std::erase_if(stashed, [&](const Stashed& st) { return st.batch >= header.seq(); });
+  stashed.push_back({header.seq(), std::move(bytes)});
+  while (stashed.size() > 2) stashed.pop_front();
+  s->send_({OkReply(id)});
+}
+
+void ServerStore::Unstash(Session* s, uint64_t id, const UnstashRequest& request) {
+  ReaderLock lock(&mu_);
+  if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
+  const std::deque<Stashed>& stashed = stashes_[s->rank_];
+  for (const Stashed& st : stashed) {
+    if (st.batch != request.batch()) continue;
+    ArrayChunk header;
+    header.set_dtype(DT_FLOAT32);
+    header.add_shape(static_cast<int64_t>(st.bytes.size() / sizeof(float)));
+    return s->send_(ChunkedReply(id, header, st.bytes.data(), st.bytes.size()));
+  }
+  std::vector<std::string> held;
+  for (const Stashed& st : stashed) held.push_back(absl::StrCat(st.batch));
+  s->send_({ErrorReply(id, absl::NotFoundError(absl::StrCat(
+      "unstash of worker ", s->rank_, "'s state after batch ", request.batch(), ": server ",
+      options_.server_index, " holds ",
+      held.empty() ? std::string("none of its states") : absl::StrCat("its batches ", absl::StrJoin(held, ", ")))))});
 }
 
 absl::Status ServerStore::Apply(int key_id, Key& key, const NDArray& grad) {
@@ -867,6 +917,11 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
     reply.mutable_pull()->set_in_shared_memory(true);
     return {std::move(reply)};
   }
+  return ChunkedReply(id, header, data, total);
+}
+
+std::vector<ServerMessage> ServerStore::ChunkedReply(uint64_t id, const ArrayChunk& header,
+                                                     const char* data, uint64_t total) const {
   std::vector<ServerMessage> replies;
   uint64_t offset = 0;
   do {

@@ -349,6 +349,11 @@ class ServerStore {
                   std::vector<std::string> pieces, bool then_pull) ABSL_LOCKS_EXCLUDED(mu_);
   void Pull(Session* s, uint64_t id, const PullRequest& pull) ABSL_LOCKS_EXCLUDED(mu_);
   void MapKey(Session* s, uint64_t id, const MapKeyRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // A worker's state after one of its batches (WorkerMessage.stash), and its return to the
+  // rank's replacement.
+  void Stash(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Unstash(Session* s, uint64_t id, const UnstashRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   void Barrier(Session* s, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Answers the barrier's waiters with `status` (OK: it opened); they leave it.
   void AnswerBarrier(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -395,6 +400,9 @@ class ServerStore {
   std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key, int rank,
                                        bool shared, const char* data)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Replies of request `id` carrying `total` bytes of `data` as chunks of `header`.
+  std::vector<ServerMessage> ChunkedReply(uint64_t id, const ArrayChunk& header, const char* data,
+                                          uint64_t total) const;
   // The answer to a replacement's pull `p` (before_round > 0) once Ready: the value before
   // that round, or FAILED_PRECONDITION when it is gone.
   std::vector<ServerMessage> RejoinPullReply(int key_id, const Key& key, const PendingPull& p)
@@ -500,6 +508,12 @@ class ServerStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
   SlotBudget slot_budget_ ABSL_GUARDED_BY(mu_);
+  // Per rank, its newest two stashed states (WorkerMessage.stash) by batch, oldest first.
+  struct Stashed {
+    uint64_t batch = 0;
+    std::string bytes;
+  };
+  std::vector<std::deque<Stashed>> stashes_ ABSL_GUARDED_BY(mu_);
   // Counts the jobs served, so that an acknowledgement of the last job's update is ignored.
   uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Set at construction, destroyed first at destruction (its threads call OnReplicaAck, which

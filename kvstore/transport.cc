@@ -72,7 +72,8 @@ grpc::Slice LentSlice(const char* data, size_t size, std::shared_ptr<const void>
                      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);
 }
 
-// The field number of a WorkerMessage's array chunk (init, push or push_pull), 0 for none.
+// The field number of a WorkerMessage's array chunk (init, push, push_pull or stash), 0 for
+// none.
 int ChunkField(const WorkerMessage& message) {
   switch (message.body_case()) {
     case WorkerMessage::kInit:
@@ -81,17 +82,22 @@ int ChunkField(const WorkerMessage& message) {
       return WorkerMessage::kPushFieldNumber;
     case WorkerMessage::kPushPull:
       return WorkerMessage::kPushPullFieldNumber;
+    case WorkerMessage::kStash:
+      return WorkerMessage::kStashFieldNumber;
     default:
       return 0;
   }
 }
 
+// The array chunk of a message whose ChunkField is not 0.
 ArrayChunk* MutableChunk(WorkerMessage& message) {
   switch (message.body_case()) {
     case WorkerMessage::kInit:
       return message.mutable_init();
     case WorkerMessage::kPush:
       return message.mutable_push();
+    case WorkerMessage::kStash:
+      return message.mutable_stash();
     default:
       return message.mutable_push_pull();
   }

@@ -15,6 +15,7 @@
 #include "graph/symbol_json.h"
 #include "ndarray/arithmetic.h"
 #include "ndarray/serialization.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera::train {
 namespace {
@@ -396,9 +397,19 @@ absl::Status Module::Backward() {
   return absl::OkStatus();
 }
 
+std::vector<NDArray> Module::AuxArrays() const {
+  std::vector<NDArray> aux;
+  for (const auto& exec : execs_) aux.insert(aux.end(), exec->aux_arrays().begin(), exec->aux_arrays().end());
+  return aux;
+}
+
 absl::Status Module::Update() {
   if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module::Update: call InitOptimizer first");
   if (kvstore_ == nullptr) return UpdateInPlace();
+  // What a replacement of this worker needs besides the weights: the auxiliary states as this
+  // batch's forward pass left them (a store whose job replaces workers keeps them; its pushes
+  // below wait until it does).
+  RETURN_IF_ERROR(kvstore_->StashWorkerState(AuxArrays()));
   // Later parameters first and with higher priority: Backward produces their gradients first.
   for (auto it = trained_.rbegin(); it != trained_.rend(); ++it) {
     const int i = *it;
@@ -552,6 +563,16 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
   const int run_start_epoch = start.epoch;
   if (rejoined) {
     ASSIGN_OR_RETURN(start, RejoinPosition(start, train->num_batches()));
+    // The auxiliary states as the predecessor's last batch the servers took left them.
+    if (const std::vector<NDArray> aux = AuxArrays(); !aux.empty() && rejoin_->pushes > 0) {
+      if (absl::Status restored = kvstore_->RestoreWorkerState(aux); !restored.ok()) {
+        spdlog::warn("worker {}: its auxiliary states start from where this run started them: {}",
+                     kvstore_->rank(), restored.ToString());
+      } else {
+        spdlog::info("worker {} continues its predecessor's auxiliary states after its batch {}",
+                     kvstore_->rank(), rejoin_->pushes);
+      }
+    }
     rejoin_.reset();
   }
   const int begin_epoch = start.epoch;

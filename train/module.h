@@ -253,6 +253,8 @@ class Module {
   // `contents`.
   absl::Status WriteEpochFiles(const std::string& prefix, int epoch,
                                const CheckpointContents& contents) const;
+  // Every executor's auxiliary states, executor by executor.
+  std::vector<NDArray> AuxArrays() const;
 
   Runtime rt_;
   graph::Symbol symbol_;

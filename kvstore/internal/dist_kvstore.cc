@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <map>
@@ -100,6 +102,10 @@ class DistKVStore : public KVStore {
         (void)key.engine->DeleteVariable(nullptr, Context::CPU(), key.var);
       }
       keys_.clear();
+      if (stash_.has_value()) {
+        (void)stash_->engine->WaitForVar(stash_->var);
+        (void)stash_->engine->DeleteVariable(nullptr, Context::CPU(), stash_->var);
+      }
     }
     cancelled_.reset();  // before the servers go
     servers_.clear();  // closes the streams: this worker leaves on purpose (LeaveRequest)
@@ -128,6 +134,8 @@ class DistKVStore : public KVStore {
   absl::StatusOr<std::vector<KeyCounters>> RoundCounters() override;
   absl::Status Barrier() override;
   bool rejoining() const override { return options_.rejoin; }
+  absl::Status StashWorkerState(const std::vector<NDArray>& arrays) override;
+  absl::Status RestoreWorkerState(const std::vector<NDArray>& arrays) override;
   absl::StatusOr<RejoinPoint> Rejoin(const std::vector<int>& keys, int setup_barriers) override;
   int rank() const override { return options_.cluster.index; }
   int num_workers() const override { return options_.cluster.num_workers(); }
@@ -163,7 +171,7 @@ class DistKVStore : public KVStore {
   std::vector<Part> Place(int key, int64_t size) const;
   // Maps this worker's slot of every part of `keys` whose server shares it (MapKeyRequest).
   void MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed);
-  enum class ChunkKind { kInit, kPush, kPushPull };
+  enum class ChunkKind { kInit, kPush, kPushPull, kStash };
   // Sends `part` of the key's `data` as chunks of `kind` whose payloads point into `data`
   // (kept alive by `owner`), or, for a push into a part with a slot, copies it there and
   // sends the header; `on_reply` hears the replies.
@@ -215,6 +223,19 @@ class DistKVStore : public KVStore {
   // Per server: the barriers a replacement's predecessor passed there, which its Barrier
   // calls skip (one server may have opened one more than another when it was lost).
   std::vector<uint64_t> barriers_to_skip_ ABSL_GUARDED_BY(mu_);
+  // The worker state stashed with server index 0 (StashWorkerState): gathered into `host`,
+  // then sent as a request numbered like a key's pushes (part.pushes counts the batches);
+  // `var` orders the sends, and the pushes issued after one wait for it.
+  struct Stash {
+    Part part;
+    engine::Engine* engine = nullptr;
+    engine::VarHandle var;
+    NDArray host;                   // float32, every array's elements in turn
+    std::map<size_t, NDArray> staged;  // host copies of device arrays, by position
+  };
+  std::optional<Stash> stash_ ABSL_GUARDED_BY(mu_);
+  // A replacement's predecessor's batches (Rejoin): where its stashes continue.
+  uint64_t rejoined_batches_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Cancellation::Registration> cancelled_;  // aborts servers_
   std::once_flag unmappable_;  // warned that a server's shared memory cannot be mapped here
 };
@@ -251,6 +272,7 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
     auto body = [kind](WorkerMessage& m) {
       return kind == ChunkKind::kInit   ? m.mutable_init()
              : kind == ChunkKind::kPush ? m.mutable_push()
+             : kind == ChunkKind::kStash ? m.mutable_stash()
                                         : m.mutable_push_pull();
     };
     if (slot != nullptr && kind != ChunkKind::kInit && !moved) {
@@ -489,6 +511,7 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
     key.pull_after_push = done;
   }
   point.pushes = static_cast<int64_t>(done);
+  rejoined_batches_ = done;
   // The finished epochs' barriers are not called again: skipped are the setup's still to
   // come, and the one a server passed beyond the others.
   const uint64_t epochs = static_cast<uint64_t>(std::max<int64_t>(0, point.barriers - setup_barriers));
@@ -612,7 +635,9 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
                  [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); });
       }
     };
-    RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), {source.var()}, {key.var},
+    std::vector<engine::VarHandle> read = {source.var()};
+    if (stash_.has_value()) read.push_back(stash_->var);  // the state of its batch is held first
+    RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), read, {key.var},
                                           engine::FnProperty::kNormal, priority, "kvstore_push"));
   }
   return absl::OkStatus();
@@ -695,6 +720,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
     };
     std::vector<engine::VarHandle> read;
     if (source.var() != target.var()) read.push_back(source.var());
+    if (stash_.has_value()) read.push_back(stash_->var);  // the state of its batch is held first
     RETURN_IF_ERROR(key.engine->PushAsync(exchange, Context::CPU(), read, {key.var, target.var()},
                                           engine::FnProperty::kNormal, priority,
                                           "kvstore_pushpull"));
@@ -796,6 +822,124 @@ absl::StatusOr<std::vector<KeyCounters>> DistKVStore::RoundCounters() {
     for (KeyCounters& c : *reply.mutable_counters()) counters.push_back(std::move(c));
   }
   return counters;
+}
+
+absl::Status DistKVStore::StashWorkerState(const std::vector<NDArray>& arrays) {
+  if (!options_.replace_workers || arrays.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(broken());
+  int64_t total = 0;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (arrays[i].dtype() != DType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker state to stash: array ", i, " is ", DTypeName(arrays[i].dtype()),
+          "; the stashed state is float32"));
+    }
+    total += arrays[i].Size();
+  }
+  MutexLock lock(&mu_);
+  if (!stash_.has_value()) {
+    Stash& stash = stash_.emplace();
+    stash.part = Part{0, 0, total};
+    stash.part.pushes->store(rejoined_batches_);
+    stash.engine = arrays[0].runtime().engine;
+    stash.var = stash.engine->NewVariable();
+    ASSIGN_OR_RETURN(stash.host, NDArray::Empty(arrays[0].runtime(), Shape{total}, Context::CPU()));
+  }
+  Stash& stash = *stash_;
+  if (stash.part.size != total) {
+    return absl::InvalidArgumentError(absl::StrCat("worker state to stash: ", total,
+                                                   " floats, but its first stash had ",
+                                                   stash.part.size));
+  }
+  std::vector<NDArray> sources;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (OnHost(arrays[i])) {
+      sources.push_back(arrays[i]);
+      continue;
+    }
+    NDArray& stage = stash.staged[i];
+    if (stage.is_none()) {
+      ASSIGN_OR_RETURN(stage, NDArray::Empty(arrays[i].runtime(), arrays[i].shape(),
+                                             Context::CPUPinned(0)));
+    }
+    RETURN_IF_ERROR(Copy(arrays[i], stage, 0));
+    sources.push_back(stage);
+  }
+  // Gathered at once, so the next forward pass that writes the arrays waits only for a copy.
+  std::vector<engine::VarHandle> read;
+  for (const NDArray& s : sources) read.push_back(s.var());
+  auto gather = [sources, host = stash.host](engine::RunContext,
+                                             engine::CallbackOnComplete on_complete) {
+    char* out = static_cast<char*>(host.data().dptr);
+    for (const NDArray& s : sources) {
+      const size_t bytes = static_cast<size_t>(s.Size()) * sizeof(float);
+      std::memcpy(out, s.data().dptr, bytes);
+      out += bytes;
+    }
+    on_complete();
+  };
+  RETURN_IF_ERROR(stash.engine->PushAsync(gather, Context::CPU(), read, {stash.host.var()},
+                                          engine::FnProperty::kNormal, 0, "kvstore_stash_gather"));
+  auto send = [this, part = stash.part, host = stash.host](engine::RunContext,
+                                                          engine::CallbackOnComplete on_complete) {
+    std::shared_ptr<Completion> done = EngineCompletion(
+        1, 0, 0, on_complete);  // not a push: the traffic metrics leave it out
+    SendPart(0, Shape{part.size}, part, static_cast<const char*>(host.data().dptr),
+             ChunkKind::kStash, std::make_shared<NDArray>(host), 0,
+             [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); });
+  };
+  return stash.engine->PushAsync(send, Context::CPU(), {stash.host.var()}, {stash.var},
+                                 engine::FnProperty::kNormal, 0, "kvstore_stash");
+}
+
+absl::Status DistKVStore::RestoreWorkerState(const std::vector<NDArray>& arrays) {
+  if (!options_.rejoin) return KVStore::RestoreWorkerState(arrays);
+  uint64_t batch = 0;
+  {
+    MutexLock lock(&mu_);
+    batch = rejoined_batches_;
+  }
+  WorkerMessage message;
+  message.mutable_unstash()->set_batch(batch);
+  struct Received {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    absl::Status status;
+    std::string bytes;
+  };
+  auto received = std::make_shared<Received>();
+  SendMessage(0, std::move(message), 0, [received](const ServerMessage& reply, bool last) {
+    std::lock_guard<std::mutex> lock(received->mu);
+    if (reply.code() != 0) {
+      received->status = ReplyStatus(reply);
+    } else {
+      received->bytes += reply.pull().data();
+    }
+    if (last || reply.code() != 0) {
+      received->done = true;
+      received->cv.notify_all();
+    }
+  });
+  std::unique_lock<std::mutex> lock(received->mu);
+  if (!received->cv.wait_for(lock, std::chrono::seconds(60), [&] { return received->done; })) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker ", rank(), ": server 0 did not answer for its predecessor's state in 60 s"));
+  }
+  RETURN_IF_ERROR(received->status);
+  int64_t total = 0;
+  for (const NDArray& a : arrays) total += a.Size();
+  if (received->bytes.size() != static_cast<size_t>(total) * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(
+        "worker ", rank(), "'s predecessor's state after batch ", batch, " has ",
+        received->bytes.size(), " bytes; its arrays take ", total * sizeof(float)));
+  }
+  const char* in = received->bytes.data();
+  for (NDArray a : arrays) {  // a handle: the copy fills the caller's array
+    RETURN_IF_ERROR(a.SyncCopyFromCPU(reinterpret_cast<const float*>(in), a.Size()));
+    in += a.Size() * sizeof(float);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DistKVStore::LoadOptimizerStates(const Runtime&, const std::string& bytes) {

@@ -46,6 +46,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "graph/symbol.h"
+#include "graph/symbol_json.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/worker/synthetic_digits.h"
 
@@ -71,6 +73,7 @@ std::string RunDir(const std::string& name) { return TmpDir() + "/runs/" + name;
 struct Job {
   std::string name;
   std::string model = "mlp";
+  std::string symbol_file;  // instead of `model`
   int epochs = 2;
   int workers = 2, servers = 1;
   int replicas = 0;  // 0: the file leaves it to the default
@@ -84,7 +87,10 @@ std::string WriteJob(const Job& job) {
   const std::string d = DataDir();
   const std::string path = absl::StrCat(TmpDir(), "/", job.name, ".yaml");
   std::ofstream(path) << "name: " << job.name << "\n"
-                      << "network: {model: " << job.model << "}\n"
+                      << "network: {"
+                      << (job.symbol_file.empty() ? "model: " + job.model
+                                                  : "symbol_file: " + job.symbol_file)
+                      << "}\n"
                       << "data:\n  kind: mnist\n"
                       << "  train_images: " << d << "/train-images\n"
                       << "  train_labels: " << d << "/train-labels\n"
@@ -586,20 +592,23 @@ TEST_F(JobTest, AJobThatLosesItsServerAWorkerAndItsClientResumesAndEndsBitIdenti
 // so there is no rerun and no rollback, and the job ends with the parameters of the same job
 // run without a fault, byte for byte (no batch skipped or trained twice); metrics.csv holds
 // every epoch once. The kills wait for checkpoints (conditions, not times).
-TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) {
+// `symbol_file`: the network (empty: the MLP).
+void KillWorkersAndCompare(const std::string& name, const std::string& symbol_file) {
   const std::string policy = "checkpoint: {every_batches: 1, keep: 2}\n";
-  const Command whole = Tessera(
-      {"train", WriteJob({.name = "replace", .epochs = 3, .extra = policy, .run_dir = RunDir("replace-whole")}),
-       "--json"});
+  const Command whole = Tessera({"train",
+                                 WriteJob({.name = name, .symbol_file = symbol_file, .epochs = 3,
+                                           .extra = policy, .run_dir = RunDir(name + "-whole")}),
+                                 "--json"});
   ASSERT_EQ(whole.code, 0) << whole.err;
-  const std::string run = RunDir("replace-faulted");
-  const std::string job = WriteJob({.name = "replace", .epochs = 3, .extra = policy, .run_dir = run});
-  const std::string out = TmpDir() + "/replace.out";
+  const std::string run = RunDir(name + "-faulted");
+  const std::string job = WriteJob(
+      {.name = name, .symbol_file = symbol_file, .epochs = 3, .extra = policy, .run_dir = run});
+  const std::string out = TmpDir() + "/" + name + ".out";
   auto train = Subprocess::Start({.argv = {RunfilePath("client/tessera"), "train", job, "--json"},
                                   .stdout_path = out,
                                   .stderr_path = out});
   ASSERT_THAT(train.status(), IsOk());
-  const std::string checkpoints = run + "/replace-checkpoints";
+  const std::string checkpoints = run + "/" + name + "-checkpoints";
   // Waits until the client said `times` times that a replacement rejoins the run.
   auto replaced = [&](int times) {
     for (const absl::Time deadline = absl::Now() + kJobTimeout; absl::Now() < deadline;) {
@@ -624,16 +633,43 @@ TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) 
   const std::string text = ReadFileToString(out).value_or("");
   EXPECT_TRUE(exit->exited && exit->code == 0) << text << Logs(run);
   EXPECT_THAT(text, AllOf(Not(HasSubstr("restart 1,")),
-                          HasSubstr("job 'replace': worker 1 (unix:"),
-                          HasSubstr("job 'replace': worker 0 (unix:")));
-  EXPECT_EQ(ReadFileToString(run + "/replace-final.params").value_or("faulted"),
-            ReadFileToString(RunDir("replace-whole") + "/replace-final.params").value_or("whole"));
-  EXPECT_THAT(ReadFileToString(run + "/logs/worker-0.log").value_or(""),
-              HasSubstr("worker 0 rejoins its job after"));
+                          HasSubstr(absl::StrCat("job '", name, "': worker 1 (unix:")),
+                          HasSubstr(absl::StrCat("job '", name, "': worker 0 (unix:"))));
+  // Compared whole, not printed: they are binary.
+  EXPECT_TRUE(ReadFileToString(absl::StrCat(run, "/", name, "-final.params")).value_or("faulted") ==
+              ReadFileToString(absl::StrCat(RunDir(name + "-whole"), "/", name, "-final.params"))
+                  .value_or("whole"))
+      << "the final parameters (auxiliary states included) differ from the run without faults";
+  const std::string replaced_log = ReadFileToString(run + "/logs/worker-0.log").value_or("");
+  EXPECT_THAT(replaced_log, HasSubstr("worker 0 rejoins its job after"));
+  EXPECT_THAT(replaced_log, Not(HasSubstr("auxiliary states start from")));
+  if (!symbol_file.empty()) {
+    EXPECT_THAT(replaced_log, HasSubstr("continues its predecessor's auxiliary states"));
+  }
   const std::string csv = ReadFileToString(run + "/metrics.csv").value_or("");
   const std::vector<std::string> rows = absl::StrSplit(csv, '\n', absl::SkipEmpty());
   ASSERT_EQ(rows.size(), 4u) << csv;  // the header and 3 epochs
   for (int epoch = 1; epoch <= 3; ++epoch) EXPECT_TRUE(absl::StartsWith(rows[epoch], absl::StrCat(epoch, ",")));
+}
+
+TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) {
+  KillWorkersAndCompare("replace", "");
+}
+
+// The same with BatchNorm, whose running statistics are no key's: each worker stashes them
+// with the servers every batch, and rank 0's replacement (whose are saved) starts from its
+// predecessor's, so the saved auxiliary states are byte-identical too.
+TEST_F(JobTest, AReplacedWorkerContinuesItsBatchNormStatistics) {
+  graph::Symbol x = graph::Symbol::Variable("data");
+  ASSERT_OK_AND_ASSIGN(x, graph::Symbol::Create("FullyConnected", {{"num_hidden", "32"}}, {x}, "fc1"));
+  ASSERT_OK_AND_ASSIGN(x, graph::Symbol::Create("BatchNorm", {{"fix_gamma", "false"}, {"momentum", "0.9"}},
+                                                {x}, "bn1"));
+  ASSERT_OK_AND_ASSIGN(x, graph::Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, "relu1"));
+  ASSERT_OK_AND_ASSIGN(x, graph::Symbol::Create("FullyConnected", {{"num_hidden", "10"}}, {x}, "fc2"));
+  ASSERT_OK_AND_ASSIGN(x, graph::Symbol::Create("SoftmaxOutput", {}, {x}, "softmax"));
+  const std::string symbol = TmpDir() + "/bn-mlp-symbol.json";
+  ASSERT_OK(graph::SaveSymbolFile(x, symbol));
+  KillWorkersAndCompare("replace-bn", symbol);
 }
 
 // With two replicated servers, a SIGKILLed parameter server is failed over, not restarted

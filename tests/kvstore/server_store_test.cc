@@ -561,6 +561,57 @@ TEST_F(ServerStoreTest, AReplacedWorkerRejoinsWhereItsPredecessorWasLost) {
   EXPECT_THAT(failed.message(), HasSubstr("worker 1 left server 0 (it left the job)"));
 }
 
+// A worker's state after its batches (auxiliary states): the store keeps each rank's newest
+// two, so a replacement that resumes after batch n finds it whether or not its predecessor
+// stashed batch n + 1 too; a replacement's own stash of a batch replaces its predecessor's.
+// A job that does not replace workers keeps none.
+TEST_F(ServerStoreTest, AWorkersStashedStateIsKeptForItsReplacement) {
+  const auto replace = [](Hello& hello) { hello.set_replace_workers(true); };
+  Start(2, SYNC_MODE_SYNC, /*max_chunk_bytes=*/8, absl::Seconds(120), nullptr, replace);
+  auto stash = [&](int w, uint64_t batch, const std::vector<float>& state) {
+    workers_[w]->SendAs(&WorkerMessage::mutable_stash, 0, state, /*chunk=*/2, batch);
+    return workers_[w]->Next();
+  };
+  auto unstash = [&](int w, uint64_t batch) {
+    WorkerMessage m;
+    m.set_id(1000 + batch);
+    m.mutable_unstash()->set_batch(batch);
+    workers_[w]->Handle(m);
+    return m.id();
+  };
+  for (uint64_t batch = 1; batch <= 3; ++batch) {
+    ASSERT_EQ(stash(1, batch, {1.f * batch, 2, 3, 4, 5}).code(), 0);
+  }
+  ASSERT_EQ(stash(0, 1, {7}).code(), 0);
+  workers_[1]->Close();
+  const auto rejoin = [](Hello& hello) {
+    hello.set_replace_workers(true);
+    hello.set_rejoin(true);
+  };
+  workers_[1] = std::make_unique<StoreWorker>(*store_, 1, 2, SYNC_MODE_SYNC, 0, rejoin);
+  // Batches 2 and 3 are kept (in chunks of two floats), batch 1 is not; rank 0's are its own.
+  EXPECT_EQ(workers_[1]->ValueOf(unstash(1, 2)), std::vector<float>({2, 2, 3, 4, 5}));
+  EXPECT_EQ(workers_[1]->ValueOf(unstash(1, 3)), std::vector<float>({3, 2, 3, 4, 5}));
+  unstash(1, 1);
+  const ServerMessage gone = workers_[1]->Next();
+  EXPECT_EQ(gone.code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(gone.message(), AllOf(HasSubstr("worker 1's state after batch 1"),
+                                    HasSubstr("holds its batches 2, 3")));
+  EXPECT_EQ(workers_[0]->ValueOf(unstash(0, 1)), std::vector<float>({7}));
+  // The replacement resumes after batch 2: its batch 3 replaces the predecessor's.
+  ASSERT_EQ(stash(1, 3, {30}).code(), 0);
+  EXPECT_EQ(workers_[1]->ValueOf(unstash(1, 3)), std::vector<float>({30}));
+  EXPECT_EQ(workers_[1]->ValueOf(unstash(1, 2)), std::vector<float>({2, 2, 3, 4, 5}));
+}
+
+TEST_F(ServerStoreTest, AJobThatDoesNotReplaceWorkersKeepsNoStashedState) {
+  Start(1, SYNC_MODE_SYNC);
+  workers_[0]->SendAs(&WorkerMessage::mutable_stash, 0, {1, 2}, 1 << 20, 1);
+  const ServerMessage refused = workers_[0]->Next();
+  EXPECT_EQ(refused.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(refused.message(), HasSubstr("does not replace lost workers"));
+}
+
 TEST_F(ServerStoreTest, RoundsAndBarriersWaitingOnSilentRanksFailAfterTheTimeout) {
   // The store reads the test's clock, and the test checks the deadlines: no sleeps.
   auto now_ms = std::make_shared<std::atomic<int64_t>>(0);
