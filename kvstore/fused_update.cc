@@ -339,7 +339,7 @@ absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
   }
   if (made.ok() && scaler_stale_ && device_->table.scaler != nullptr) {
     std::string scaler;
-    Append(&scaler, internal::LossScalerState{});
+    Append(&scaler, scaler_start_);
     p.uploads.emplace_back(device_->scaler_at, std::move(scaler));
   }
   if (!made.ok()) {
@@ -502,8 +502,35 @@ absl::StatusOr<FusedUpdate::LossScaling> FusedUpdate::loss_scaling() const {
   internal::LossScalerState state;
   std::memcpy(&state, bytes.data(), sizeof(state));
   MutexLock lock(&optimizer_->mu_);
-  // Before the first step the device's state is not written yet.
-  return LossScaling{scale[0], steps_ == 0 ? 0 : state.skipped_steps};
+  // Until the next step writes it, the device's state is the one it will write.
+  if (scaler_stale_) state = scaler_start_;
+  return LossScaling{scale[0], state.skipped_steps, state.clean_steps};
+}
+
+absl::Status FusedUpdate::RestoreLossScaling(const LossScaling& state) {
+  if (options_.loss_scale.is_none()) {
+    return absl::FailedPreconditionError(absl::StrCat(optimizer_->name(), ": fused update without loss scaling"));
+  }
+  int exponent = 0;
+  if (!(state.scale >= internal::kMinLossScale && state.scale <= internal::kMaxLossScale) ||
+      std::frexp(state.scale, &exponent) != 0.5f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss scaling: scale ", state.scale, " is not a power of two in [",
+        internal::kMinLossScale, ", ", internal::kMaxLossScale, "]"));
+  }
+  if (state.clean_steps < 0 || state.clean_steps >= internal::kLossScaleGrowthInterval ||
+      state.skipped_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss scaling: clean_steps ", state.clean_steps, " (must be in [0, ",
+        internal::kLossScaleGrowthInterval, ")) or skipped_steps ", state.skipped_steps,
+        " (must be >= 0) out of range"));
+  }
+  NDArray scale = options_.loss_scale;
+  RETURN_IF_ERROR(scale.SyncCopyFromCPU(&state.scale, 1));
+  MutexLock lock(&optimizer_->mu_);
+  scaler_start_ = {.clean_steps = state.clean_steps, .skipped_steps = state.skipped_steps};
+  scaler_stale_ = true;
+  return absl::OkStatus();
 }
 
 bool FusedUpdate::captured() const { return device_->graph.captured(); }

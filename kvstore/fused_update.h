@@ -72,10 +72,12 @@ class FusedUpdate {
   // Where a dynamic loss scale starts (2^16, as MXNet and PyTorch).
   static constexpr float kInitialLossScale = internal::kInitialLossScale;
 
-  // The loss scale and the steps skipped for an overflow so far (waits for the pushed steps).
+  // The loss scale, the steps skipped for an overflow so far, and the clean steps since the
+  // scale last changed (waits for the pushed steps).
   struct LossScaling {
     float scale = 0;
     int64_t skipped_steps = 0;
+    int64_t clean_steps = 0;
   };
 
   // weights[i] is updated by grads[i] as parameter indices[i], as Optimizer::Update takes
@@ -111,6 +113,11 @@ class FusedUpdate {
 
   // FAILED_PRECONDITION without Options::loss_scale.
   absl::StatusOr<LossScaling> loss_scaling() const;
+  // Continues from `state` (a checkpoint's loss_scaling()): the scale into Options::loss_scale
+  // now, the counts with the next step. INVALID_ARGUMENT naming the field for a scale that is
+  // not a power of two in [1, 2^24] or counts out of range; FAILED_PRECONDITION without
+  // Options::loss_scale.
+  absl::Status RestoreLossScaling(const LossScaling& state);
 
   // The same step split for running it inside another engine function (a training step's
   // graph, graph::Executor::TrainStep): Prepare does a step's host side (and pushes what the
@@ -181,7 +188,8 @@ class FusedUpdate {
   int64_t refreshes_ = 0;  // RefreshLocked calls: what the variables and pointers belong to
   int64_t steps_ = 0;  // updates of every index so far
   bool tables_stale_ = true;  // the device's tensors and counters need writing
-  bool scaler_stale_ = true;  // the device's loss scaler state needs zeroing (once)
+  bool scaler_stale_ = true;  // the device's loss scaler state needs writing
+  internal::LossScalerState scaler_start_;  // what it is written with
   // The steps whose rows the device holds, and num_update - steps when computed.
   int64_t window_first_ = 1;
   int64_t window_rows_ = 0;

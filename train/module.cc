@@ -582,6 +582,16 @@ absl::Status Module::Fit(io::DataIter* train, io::DataIter* eval, const FitOptio
     history.assign(resume->manifest.history().begin(), resume->manifest.history().end());
     RETURN_IF_ERROR(Annotate(LoadOptimizerStateBytes(resume->optimizer_state),
                              absl::StrCat(resume->path, ": optimizer.states")));
+    // The loss scale goes on as the checkpoint left it (a checkpoint without one: from 2^16).
+    if (resume->manifest.has_loss_scaler() && options_.amp.has_value() &&
+        options_.amp->dynamic_loss_scale) {
+      const CheckpointManifest::LossScaler& scaler = resume->manifest.loss_scaler();
+      RETURN_IF_ERROR(MakeFusedUpdate());
+      RETURN_IF_ERROR(Annotate(fused_update_->RestoreLossScaling({.scale = scaler.scale(),
+                                                                  .skipped_steps = scaler.skipped_steps(),
+                                                                  .clean_steps = scaler.clean_steps()}),
+                               absl::StrCat(resume->path, ": manifest's loss_scaler")));
+    }
   }
   // A replacement of the worker that writes the checkpoints carries on its predecessor's
   // record from the newest one: the finished epochs' metrics, and the running epoch's metric
@@ -898,6 +908,13 @@ absl::StatusOr<CheckpointContents> Module::CheckpointAt(
     }
   }
   manifest.mutable_history()->Assign(history.begin(), history.end());
+  if (fused_update_ != nullptr && options_.amp.has_value() && options_.amp->dynamic_loss_scale) {
+    ASSIGN_OR_RETURN(const kvstore::FusedUpdate::LossScaling scaling, fused_update_->loss_scaling());
+    CheckpointManifest::LossScaler& scaler = *manifest.mutable_loss_scaler();
+    scaler.set_scale(scaling.scale);
+    scaler.set_clean_steps(scaling.clean_steps);
+    scaler.set_skipped_steps(scaling.skipped_steps);
+  }
   manifest.set_job(options.checkpoint_job);
   manifest.set_created_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   return contents;

@@ -327,6 +327,59 @@ TEST_F(ModuleTest, MixedPrecisionLearnsAndADynamicLossScaleSkipsItsOverflows) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dynamic loss scaling needs one device")));
 }
 
+// A float16 run with dynamic loss scaling resumed from a checkpoint mid-run goes on with the
+// scale and its counts as the checkpoint left them: the parameters and the loss scaling at
+// the end are the uninterrupted run's bit for bit. Without them the resumed run would start
+// again from 2^16 and skip its overflows again: the test can fail.
+TEST_F(ModuleTest, ADynamicLossScaleResumesWhereItsCheckpointLeftIt) {
+  const graph::AmpOptions amp{.dtype = DType::kFloat16, .dynamic_loss_scale = true};
+  const std::string dir = TempPrefix("amp-checkpoints");
+  FitOptions options = Options(3);
+  options.checkpoint_dir = dir;
+  options.checkpoint_policy = {.every_batches = 1, .keep = 0};
+  auto train = Data(true);
+  Module full(rt(), Net(), {.amp = amp});
+  ASSERT_OK(full.Fit(train.get(), nullptr, options));
+  ASSERT_OK_AND_ASSIGN(const kvstore::FusedUpdate::LossScaling want, full.loss_scaling());
+  ASSERT_OK_AND_ASSIGN(const LoadedCheckpoint checkpoint,
+                       ReadCheckpoint(rt(), dir + "/" + CheckpointName(0, 5)));
+  ASSERT_TRUE(checkpoint.manifest.has_loss_scaler());
+  EXPECT_LT(checkpoint.manifest.loss_scaler().scale(), kvstore::FusedUpdate::kInitialLossScale);
+  EXPECT_GE(checkpoint.manifest.loss_scaler().skipped_steps(), 1);
+
+  auto resume = [&](const LoadedCheckpoint& from) {
+    auto data = Data(true);
+    auto resumed = std::make_unique<Module>(rt(), Net(), ModuleOptions{.amp = amp});
+    EXPECT_THAT(resumed->Bind(data->provide_data(), data->provide_label()), IsOk());
+    EXPECT_THAT(resumed->InitParams(Xavier(), from.arg_params, from.aux_params), IsOk());
+    FitOptions rest = Options(3);
+    rest.resume = &from;
+    EXPECT_THAT(resumed->Fit(data.get(), nullptr, rest), IsOk());
+    return resumed;
+  };
+  std::unique_ptr<Module> resumed = resume(checkpoint);
+  EXPECT_EQ(Values(*resumed), Values(full)) << "bit-for-bit equality";
+  ASSERT_OK_AND_ASSIGN(const kvstore::FusedUpdate::LossScaling got, resumed->loss_scaling());
+  EXPECT_EQ(got.scale, want.scale);
+  EXPECT_EQ(got.skipped_steps, want.skipped_steps);
+  EXPECT_EQ(got.clean_steps, want.clean_steps);
+
+  LoadedCheckpoint without = checkpoint;
+  without.manifest.clear_loss_scaler();
+  EXPECT_NE(Values(*resume(without)), Values(full));
+
+  LoadedCheckpoint damaged = checkpoint;
+  damaged.manifest.mutable_loss_scaler()->set_scale(3);
+  auto data = Data(true);
+  Module refused(rt(), Net(), {.amp = amp});
+  ASSERT_OK(refused.Bind(data->provide_data(), data->provide_label()));
+  FitOptions rest = Options(3);
+  rest.resume = &damaged;
+  EXPECT_THAT(refused.Fit(data.get(), nullptr, rest),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("loss_scaler"), HasSubstr("scale 3 is not a power of two"))));
+}
+
 // On a GPU with CUDA graphs Fit runs each batch as one captured step (forward, backward and
 // the fused update: Module::TrainStep); the parameters are the operator-by-operator run's bit
 // for bit (cuBLAS only, no algorithm search).
