@@ -8,7 +8,9 @@
 //   fc4096       FullyConnected 4096->4096, batch 64
 //   bn           BatchNorm (training) on 32x64x56x56
 //
-// plus dnnl_sgemm at 1024^3 as the machine's practical peak. Ours: one PushSync for
+// plus dnnl_sgemm at 1024^3 as the machine's practical peak. The convolutions run twice on our
+// side: with the layout rule (the default) and with layouts chosen by timing
+// (TESSERA_CONV_AUTOTUNE=1, ops/nn/conv_autotune.h; `_autotuned`). Ours: one PushSync for
 // Forward and one for Backward per iteration, with the variables of every buffer, the
 // operator and its temp space, then WaitForAll. Bare: the same primitives executed on a
 // stream with every tensor kept in the layout its primitive wants (no reorders), the
@@ -346,6 +348,7 @@ struct Row {
   // Convolutions: the fastest bare run over the layouts Tessera chooses among, and which.
   double best_bare_s = 0;
   std::string best_layout;
+  double autotuned_s = 0;  // ours with TESSERA_CONV_AUTOTUNE=1 (layouts chosen by timing)
 };
 
 }  // namespace
@@ -391,17 +394,21 @@ int main(int argc, char** argv) {
         {"any", {tag::any, tag::any}},
         {"nhwc", {tag::nhwc, tag::nhwc}},
         {"nchw_src", {tag::nchw, tag::any}}};
-    std::vector<Timed> cases = {TesseraCase(
-        rt, "Convolution", {{"kernel", ks}, {"pad", ps}, {"num_filter", std::to_string(o)}},
-        Shape{n, c, h, h})};
+    const ops::KwArgs kwargs = {{"kernel", ks}, {"pad", ps}, {"num_filter", std::to_string(o)}};
+    std::vector<Timed> cases = {TesseraCase(rt, "Convolution", kwargs, Shape{n, c, h, h})};
+    // The same operator made with layouts chosen by timing (it reads the variable when made).
+    setenv("TESSERA_CONV_AUTOTUNE", "1", 1);
+    cases.push_back(TesseraCase(rt, "Convolution", kwargs, Shape{n, c, h, h}));
+    unsetenv("TESSERA_CONV_AUTOTUNE");
     for (const auto& [layout, tags] : layouts) {
       cases.push_back(BareConvCase(n, c, h, o, k, pad, tags.first, tags.second));
     }
     const std::vector<double> t = BestSeconds(repeats, cases);
-    Row row{name, t[0], t[1], conv_flops(n, c, h + 2 * pad - k + 1, o, k)};
-    const size_t best = std::min_element(t.begin() + 1, t.end()) - t.begin();
+    Row row{name, t[0], t[2], conv_flops(n, c, h + 2 * pad - k + 1, o, k)};
+    row.autotuned_s = t[1];
+    const size_t best = std::min_element(t.begin() + 2, t.end()) - t.begin();
     row.best_bare_s = t[best];
-    row.best_layout = layouts[best - 1].first;
+    row.best_layout = layouts[best - 2].first;
     rows.push_back(row);
   };
   auto pair = [&](const char* name, Timed ours, Timed bare, double flops) {
@@ -421,16 +428,16 @@ int main(int argc, char** argv) {
        BareBnCase(32, 64, 56), 0);
   const double sgemm = std::max(sgemm_before, SgemmGflops(repeats));
 
-  std::printf("%-12s %10s %10s %7s %8s %14s %7s\n", "kernel", "tessera ms", "oneDNN ms", "ratio",
-              "GFLOP/s", "best layout ms", "ratio");
+  std::printf("%-12s %10s %10s %7s %8s %14s %7s %10s %7s\n", "kernel", "tessera ms", "oneDNN ms",
+              "ratio", "GFLOP/s", "best layout ms", "ratio", "timed ms", "ratio");
   std::string json = "{";
   for (const Row& r : rows) {
     const double gflops = r.flops > 0 ? r.flops / r.ours_s / 1e9 : 0;
     std::printf("%-12s %10.3f %10.3f %7.3f %8.1f", r.name.c_str(), r.ours_s * 1e3, r.bare_s * 1e3,
                 r.ours_s / r.bare_s, gflops);
     if (r.best_bare_s > 0) {
-      std::printf(" %8.3f %-5s %7.3f", r.best_bare_s * 1e3, r.best_layout.c_str(),
-                  r.ours_s / r.best_bare_s);
+      std::printf(" %8.3f %-5s %7.3f %10.3f %7.3f", r.best_bare_s * 1e3, r.best_layout.c_str(),
+                  r.ours_s / r.best_bare_s, r.autotuned_s * 1e3, r.autotuned_s / r.best_bare_s);
     }
     std::printf("\n");
     json +=
@@ -441,6 +448,8 @@ int main(int argc, char** argv) {
           R"("%s_onednn_best_layout": "%s", "%s_onednn_best_layout_ms": %.3f, )"
           R"("%s_vs_onednn_best_layout": %.3f, )",
           r.name, r.best_layout, r.name, r.best_bare_s * 1e3, r.name, r.ours_s / r.best_bare_s);
+      json += absl::StrFormat(R"("%s_autotuned_ms": %.3f, "%s_autotuned_vs_onednn_best_layout": %.3f, )",
+                              r.name, r.autotuned_s * 1e3, r.name, r.autotuned_s / r.best_bare_s);
     }
     if (r.name == "conv64" || r.name == "fc4096") {
       json += absl::StrFormat(R"("%s_gflops": %.1f, "%s_of_sgemm": %.3f, )", r.name, gflops, r.name,

@@ -8,6 +8,7 @@
 #define TESSERA_OPS_NN_CONV_OP_H_
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,11 +20,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "dnnl.hpp"
 #include "engine/omp_threads.h"
+#include "ops/nn/conv_autotune.h"
 #include "ops/nn/dnnl_util.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera::ops::nn {
 
@@ -33,11 +38,14 @@ enum class ConvLayoutPolicy {
   // runs about twice as fast as on plain NCHW.
   kOneDnn,
   // oneDNN's choice unless that pads the channels of the source or destination (blocks of
-  // 16 over 20 or 50 channels move 1.3-1.6x the bytes, over 1-4 channels up to 16x): then
-  // NHWC, or where NHWC lacks a jit kernel and the input has at most 4 channels, a plain
-  // NCHW source (oneDNN's first-layer kernels read it directly). NHWC wins for first layers
-  // too because their weight gradient has a jit kernel there, where a plain source gets the
-  // gemm one (LeNet's 1->20: 0.8 ms against 4.4). README's table has the measurements.
+  // 16 over 20 or 50 channels move 1.3-1.6x the bytes, over 1-4 channels up to 16x): then,
+  // for a float32 input of at most 4 channels (a first layer), a plain NCHW source where
+  // oneDNN's forward and weight-gradient kernels read it directly (AVX-512: LeNet's 1->20
+  // step 2.4 ms against NHWC's 4.8); else NHWC, or where NHWC lacks a jit kernel and the
+  // input has few channels, the plain source all the same. On AVX2 the plain source's weight
+  // gradient is the gemm one (LeNet's 1->20: 4.4 ms against NHWC's 0.8), so NHWC is chosen
+  // there. A rule of the kernels a machine has, so every run of one machine chooses alike
+  // (timing is opt-in: conv_autotune.h). README's table has the measurements.
   kAvoidChannelPadding,
 };
 
@@ -80,7 +88,11 @@ class ConvOp : public DnnlOperator {
   // The descriptors for a data shape; an error for a shape the parameters cannot take.
   using DescFn = std::function<absl::StatusOr<ConvDescs>(const Shape& data)>;
   ConvOp(dnnl::algorithm alg, bool no_bias, ConvLayoutPolicy policy, DescFn descs)
-      : alg_(alg), no_bias_(no_bias), policy_(policy), descs_(std::move(descs)) {}
+      : alg_(alg),
+        no_bias_(no_bias),
+        policy_(policy),
+        by_timing_(ConvAutotuneByTiming()),
+        descs_(std::move(descs)) {}
 
  protected:
   absl::Status ForwardImpl(const OpContext& ctx, const std::vector<TBlob>& in,
@@ -294,11 +306,17 @@ class ConvOp : public DnnlOperator {
   static bool IsReference(const PrimitiveDesc& pd) {
     return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
   }
+  // oneDNN's convolutions through an im2col copy and a matrix product ("x64:gemm:jit").
+  template <typename PrimitiveDesc>
+  static bool IsGemm(const PrimitiveDesc& pd) {
+    return std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
+  }
 
-  // Whether every direction has a jit kernel with src / dst in `src_md` / `dst_md`; if so,
-  // e->fwd_pd and e->src_md / dst_md become those. Throws nothing.
-  bool TryLayouts(Entry* e, const dnnl::memory::desc& src_md,
-                  const dnnl::memory::desc& dst_md) const {
+  // Whether every direction has a jit kernel with src / dst in `src_md` / `dst_md` (and, with
+  // `without_gemm`, the forward and the weight gradient a direct one, not oneDNN's gemm-based
+  // one); if so, e->fwd_pd and e->src_md / dst_md become those. Throws nothing.
+  bool TryLayouts(Entry* e, const dnnl::memory::desc& src_md, const dnnl::memory::desc& dst_md,
+                  bool without_gemm = false) const {
     Entry candidate;
     candidate.d = e->d;
     candidate.src_md = src_md;
@@ -306,10 +324,12 @@ class ConvOp : public DnnlOperator {
     try {
       candidate.fwd_pd = ForwardDesc(e->d, src_md, dst_md);
       // The backward primitives are built later, in EnsureBackward, from the same layouts.
+      const auto weights_pd = BackwardWeightsDesc(candidate);
       if (IsReference(candidate.fwd_pd) || IsReference(BackwardDataDesc(candidate)) ||
-          IsReference(BackwardWeightsDesc(candidate))) {
+          IsReference(weights_pd)) {
         return false;
       }
+      if (without_gemm && (IsGemm(candidate.fwd_pd) || IsGemm(weights_pd))) return false;
     } catch (const dnnl::error&) {
       return false;  // no kernel for these layouts here
     }
@@ -330,8 +350,13 @@ class ConvOp : public DnnlOperator {
     if (policy_ != ConvLayoutPolicy::kAvoidChannelPadding || d.weights.dims().size() != 4) return;
     if (!PadsChannels(e->fwd_pd.src_desc()) && !PadsChannels(e->fwd_pd.dst_desc())) return;
     using tag = dnnl::memory::format_tag;
+    const bool few_inputs = d.src.dims()[1] <= kFewInputChannels;
+    if (few_inputs && d.src.data_type() == dnnl::memory::data_type::f32 &&
+        TryLayouts(e, d.src, Any(d.dst), /*without_gemm=*/true)) {
+      return;
+    }
     if (TryLayouts(e, WithTag(d.src, tag::nhwc), WithTag(d.dst, tag::nhwc))) return;
-    if (d.src.dims()[1] <= kFewInputChannels) TryLayouts(e, d.src, Any(d.dst));
+    if (few_inputs) TryLayouts(e, d.src, Any(d.dst));
   }
 
   // The floating-point operations of one forward call, 2 per multiply-add (each backward
@@ -360,13 +385,148 @@ class ConvOp : public DnnlOperator {
       const ConvDescs& d = e->d;
       e->threads = engine::ThreadsForWork(Flops(d), cpu_threads);
       engine::ScopedOmpThreads threads(e->threads);
+      if (by_timing_ && d.src.data_type() == dnnl::memory::data_type::f32) {
+        RETURN_IF_ERROR(ChooseLayoutsByTiming(e));
+        if (e->fwd) return absl::OkStatus();
+      }
       DNNL_RETURN_IF_ERROR(ChooseLayouts(e));
-      DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
-      DNNL_RETURN_IF_ERROR(e->src_in = MakeReorder(d.src, e->fwd_pd.src_desc(), engine()));
-      DNNL_RETURN_IF_ERROR(e->wei_in = MakeReorder(d.weights, e->fwd_pd.weights_desc(), engine()));
-      DNNL_RETURN_IF_ERROR(e->dst_out = MakeReorder(e->fwd_pd.dst_desc(), d.dst, engine()));
-      return absl::OkStatus();
+      return BuildForward(e);
     });
+  }
+
+  // The forward primitive and its reorders, for e->fwd_pd.
+  absl::Status BuildForward(Entry* e) const {
+    const ConvDescs& d = e->d;
+    DNNL_RETURN_IF_ERROR(e->fwd = Fwd(e->fwd_pd));
+    DNNL_RETURN_IF_ERROR(e->src_in = MakeReorder(d.src, e->fwd_pd.src_desc(), engine()));
+    DNNL_RETURN_IF_ERROR(e->wei_in = MakeReorder(d.weights, e->fwd_pd.weights_desc(), engine()));
+    DNNL_RETURN_IF_ERROR(e->dst_out = MakeReorder(e->fwd_pd.dst_desc(), d.dst, engine()));
+    return absl::OkStatus();
+  }
+
+  // conv_autotune.h: the layouts whose whole step (forward and both backward directions, with
+  // the reorders from and to the plain tensors) is fastest, of oneDNN's choice, NHWC and, for
+  // few input channels, a plain NCHW source; each with a jit kernel in every direction is
+  // timed once per shape and thread count in this process. Leaves e->fwd empty when none
+  // qualifies (the rule then chooses).
+  absl::Status ChooseLayoutsByTiming(Entry* e) {
+    const ConvDescs d = e->d;
+    using tag = dnnl::memory::format_tag;
+    struct Candidate {
+      const char* name;
+      dnnl::memory::desc src, dst;
+    };
+    std::vector<Candidate> candidates = {{"onednn", Any(d.src), Any(d.dst)}};
+    if (d.weights.dims().size() == 4) {  // grouped convolutions keep oneDNN's choice
+      candidates.push_back({"nhwc", WithTag(d.src, tag::nhwc), WithTag(d.dst, tag::nhwc)});
+      if (d.src.dims()[1] <= kFewInputChannels) candidates.push_back({"nchw_src", d.src, Any(d.dst)});
+    }
+    const std::string key = LayoutKey(*e);
+    const std::optional<std::string> cached = CachedConvLayouts(key);
+    std::vector<std::string> timings;
+    std::string chosen_name;
+    double best = 0;
+    for (const Candidate& c : candidates) {
+      if (cached.has_value() && *cached != c.name) continue;
+      Entry trial;
+      trial.d = d;
+      trial.threads = e->threads;
+      if (!TryLayouts(&trial, c.src, c.dst)) continue;
+      RETURN_IF_ERROR(BuildForward(&trial));
+      RETURN_IF_ERROR(EnsureBackward(&trial));
+      double seconds = 0;
+      if (!cached.has_value()) {
+        ASSIGN_OR_RETURN(seconds, TimeStep(trial));
+        timings.push_back(absl::StrFormat("%s %.3f ms", c.name, seconds * 1e3));
+      }
+      if (chosen_name.empty() || seconds < best) {
+        best = seconds;
+        chosen_name = c.name;
+        *e = std::move(trial);
+      }
+    }
+    if (!chosen_name.empty() && !cached.has_value()) {
+      CacheConvLayouts(key, chosen_name);
+      spdlog::info("{} {}: layouts by timing (TESSERA_CONV_AUTOTUNE): {}; chose {}",
+                   alg_ == dnnl::algorithm::deconvolution_direct ? "Deconvolution" : "Convolution",
+                   key, absl::StrJoin(timings, ", "), chosen_name);
+    }
+    return absl::OkStatus();
+  }
+
+  // What a layout choice depends on: the operation, its shapes and geometry, the type and
+  // the threads.
+  std::string LayoutKey(const Entry& e) const {
+    const ConvDescs& d = e.d;
+    auto dims = [](const dnnl::memory::dims& v) { return absl::StrJoin(v, "x"); };
+    return absl::StrCat(alg_ == dnnl::algorithm::deconvolution_direct ? "deconv" : "conv",
+                        " src ", dims(d.src.dims()), " weights ", dims(d.weights.dims()),
+                        no_bias_ ? " no_bias" : "", " stride ", dims(d.strides), " dilate ",
+                        dims(d.dilates), " pad ", dims(d.pad_l), "/", dims(d.pad_r), " threads ",
+                        e.threads);
+  }
+
+  // One training step of `t` on scratch tensors (zeros): the reorders from the plain
+  // tensors, forward, backward data, backward weights, the reorders back; the best of three.
+  absl::StatusOr<double> TimeStep(Entry& t) {
+    try {
+      const dnnl::engine& eng = engine();
+      auto zeros = [&](const dnnl::memory::desc& md) {
+        dnnl::memory m(md, eng);
+        if (md.get_size() > 0) std::memset(m.get_data_handle(), 0, md.get_size());
+        return m;
+      };
+      const ConvDescs& d = t.d;
+      dnnl::memory src = zeros(d.src), wei = zeros(d.weights), dst = zeros(d.dst),
+                   dsrc = zeros(d.src), dwei = zeros(d.weights);
+      dnnl::memory bias = no_bias_ ? dnnl::memory() : zeros(d.bias);
+      dnnl::memory dbias = no_bias_ ? dnnl::memory() : zeros(d.bias);
+      auto side = [&](const Reorder& r, const dnnl::memory& user, bool into) {
+        return r.needed ? zeros(into ? r.to : r.from) : user;
+      };
+      dnnl::memory src_f = side(t.src_in, src, true), wei_f = side(t.wei_in, wei, true),
+                   dst_f = side(t.dst_out, dst, false);
+      dnnl::memory ddst_d = side(t.ddst_in_d, dst, true), wei_d = side(t.wei_in_d, wei, true),
+                   dsrc_b = side(t.dsrc_out, dsrc, false);
+      dnnl::memory src_w = side(t.src_in_w, src, true), ddst_w = side(t.ddst_in_w, dst, true),
+                   dwei_b = side(t.dwei_out, dwei, false);
+      dnnl::memory sp_f = zeros(t.fwd_pd.scratchpad_desc()),
+                   sp_d = zeros(t.bwd_data_pd.scratchpad_desc()),
+                   sp_w = zeros(t.bwd_weights_pd.scratchpad_desc());
+      auto reorder = [&](const Reorder& r, dnnl::memory& from, dnnl::memory& to) {
+        if (r.needed) r.prim.execute(stream(), from, to);
+      };
+      auto step = [&] {
+        reorder(t.src_in, src, src_f);
+        reorder(t.wei_in, wei, wei_f);
+        std::unordered_map<int, dnnl::memory> fwd = {
+            {DNNL_ARG_SRC, src_f}, {DNNL_ARG_WEIGHTS, wei_f}, {DNNL_ARG_DST, dst_f},
+            {DNNL_ARG_SCRATCHPAD, sp_f}};
+        if (!no_bias_) fwd.insert({DNNL_ARG_BIAS, bias});
+        t.fwd.execute(stream(), fwd);
+        reorder(t.dst_out, dst_f, dst);
+        reorder(t.ddst_in_d, dst, ddst_d);
+        reorder(t.wei_in_d, wei, wei_d);
+        t.bwd_data.execute(stream(), {{DNNL_ARG_DIFF_DST, ddst_d}, {DNNL_ARG_WEIGHTS, wei_d},
+                                      {DNNL_ARG_DIFF_SRC, dsrc_b}, {DNNL_ARG_SCRATCHPAD, sp_d}});
+        reorder(t.dsrc_out, dsrc_b, dsrc);
+        // The weight gradient reads the source the forward reordered, when the layouts agree
+        // (SavedSource), and shares the data gradient's diff_dst when those agree.
+        const bool saved = t.src_in_w.needed && t.src_in.needed && t.src_in_w.to == t.src_in.to;
+        if (!saved) reorder(t.src_in_w, src, src_w);
+        const bool shared = t.ddst_in_d.needed && t.ddst_in_w.needed && t.ddst_in_d.to == t.ddst_in_w.to;
+        if (!shared) reorder(t.ddst_in_w, dst, ddst_w);
+        std::unordered_map<int, dnnl::memory> bwd = {
+            {DNNL_ARG_DIFF_DST, shared ? ddst_d : ddst_w}, {DNNL_ARG_SRC, saved ? src_f : src_w},
+            {DNNL_ARG_DIFF_WEIGHTS, dwei_b}, {DNNL_ARG_SCRATCHPAD, sp_w}};
+        if (!no_bias_) bwd.insert({DNNL_ARG_DIFF_BIAS, dbias});
+        t.bwd_weights.execute(stream(), bwd);
+        reorder(t.dwei_out, dwei_b, dwei);
+      };
+      return BestSeconds(step, stream(), 3);
+    } catch (const dnnl::error& e) {
+      return absl::InternalError(absl::StrCat("timing a convolution's layouts: oneDNN: ", e.what()));
+    }
   }
 
   absl::Status EnsureBackward(Entry* e) {
@@ -397,6 +557,7 @@ class ConvOp : public DnnlOperator {
   const dnnl::algorithm alg_;
   const bool no_bias_;
   const ConvLayoutPolicy policy_;
+  const bool by_timing_;  // TESSERA_CONV_AUTOTUNE when the operator was made
   const DescFn descs_;
   PrimitiveCache<std::string, Entry> cache_;
   SavedSource saved_;

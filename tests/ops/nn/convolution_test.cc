@@ -252,6 +252,18 @@ TEST(ConvolutionTest, ChannelsInWholeBlocks) {
       {.n = 2, .c = 16, .h = 4, .w = 5, .filters = 16, .kh = 3, .kw = 2, .stride = 2, .pad = 1});
 }
 
+// With TESSERA_CONV_AUTOTUNE=1 each shape runs the fastest of its layouts as timed once
+// (oneDNN's choice, NHWC, a plain source for a first layer; ops/nn/conv_autotune.h): the
+// same values, within the reference's tolerance, whichever wins.
+TEST(ConvolutionTest, LayoutsChosenByTimingComputeTheSame) {
+  setenv("TESSERA_CONV_AUTOTUNE", "1", 1);
+  CheckConv({.n = 4, .c = 1, .h = 12, .w = 12, .filters = 20, .kh = 5, .kw = 5});
+  CheckConv({.n = 2, .c = 3, .h = 8, .w = 7, .filters = 5, .kh = 3, .kw = 3, .stride = 2, .pad = 1});
+  CheckConv({.n = 2, .c = 20, .h = 5, .w = 4, .filters = 6, .kh = 3, .kw = 3, .pad = 1});
+  CheckConv({.n = 2, .c = 16, .h = 4, .w = 5, .filters = 16, .kh = 3, .kw = 2, .stride = 2, .pad = 1});
+  unsetenv("TESSERA_CONV_AUTOTUNE");
+}
+
 // Drives one Convolution operator directly, to check which input its weight gradient reads.
 // Big enough (10.6 MFLOP forward) for two OpenMP threads where the call allows them
 // (set_cpu_threads: RunContext::cpu_threads).
