@@ -259,7 +259,7 @@ class Parser {
                          {"name", "network", "data", "batch_size", "epochs", "optimizer",
                           "initializer", "eval_metric", "kvstore", "cluster", "devices", "seed",
                           "checkpoint", "checkpoint_format", "run_dir", "recovery", "check_finite",
-                          "amp"}));
+                          "amp", "compression_params"}));
     JobFile job;
     JobSpec& spec = job.spec;
     spec.set_version(1);
@@ -411,6 +411,10 @@ class Parser {
       RETURN_IF_ERROR(ParseAmpPolicy(it->second, spec.mutable_amp()));
       spec.set_version(std::max<uint32_t>(spec.version(), 5));
     }
+    if (auto it = top.find("compression_params"); it != top.end()) {
+      RETURN_IF_ERROR(ParseCompression(it->second, spec.mutable_compression()));
+      spec.set_version(std::max<uint32_t>(spec.version(), 6));
+    }
     if (auto it = top.find("checkpoint_format"); it != top.end()) {
       ASSIGN_OR_RETURN(std::string format, String(it->second, "checkpoint_format"));
       if (absl::Status known = ParseParamsFormat(format).status(); !known.ok()) {
@@ -458,6 +462,26 @@ class Parser {
     if (auto it = entries.find("loss_scale"); it != entries.end()) {
       ASSIGN_OR_RETURN(std::string scale, String(it->second, "amp.loss_scale"));
       amp->set_loss_scale(scale);
+    }
+    return absl::OkStatus();
+  }
+
+  // compression_params: {type: 2bit, threshold: T} (MXNet's kvstore compression_params);
+  // the threshold defaults to MXNet's 0.5. CheckJobSpec checks the values.
+  absl::Status ParseCompression(const Entry& e, GradientCompression* compression) const {
+    ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "compression_params", {"type", "threshold"}));
+    auto type = entries.find("type");
+    if (type == entries.end()) return Error(e, "compression_params", "needs a type (2bit)");
+    ASSIGN_OR_RETURN(std::string name, String(type->second, "compression_params.type"));
+    compression->set_type(name);
+    compression->set_threshold(0.5f);
+    if (auto it = entries.find("threshold"); it != entries.end()) {
+      double threshold = 0;
+      if (!it->second.value.IsScalar() || !absl::SimpleAtod(it->second.value.Scalar(), &threshold)) {
+        return Error(it->second, "compression_params.threshold",
+                     absl::StrCat("expected a number, got ", Describe(it->second.value)));
+      }
+      compression->set_threshold(static_cast<float>(threshold));
     }
     return absl::OkStatus();
   }

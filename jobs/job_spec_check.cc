@@ -1,8 +1,10 @@
 #include "jobs/job_spec_check.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "io/create_data_iter.h"
@@ -72,6 +74,24 @@ absl::Status CheckJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.train_iter", d.train_iter(), false));
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.test_iter", d.test_iter(), true));
   RETURN_IF_ERROR(AmpOptionsOf(spec).status());
+  if (const GradientCompression& c = spec.compression(); !c.type().empty()) {
+    if (c.type() != "2bit") {
+      return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params.type",
+                           absl::StrCat("'", c.type(), "' is not a compression (known: 2bit)"));
+    }
+    if (!(c.threshold() > 0) || !std::isfinite(c.threshold())) {
+      return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params.threshold",
+                           absl::StrCat(c.threshold(), " must be a positive number"));
+    }
+    if (!absl::StartsWith(store, "dist")) {
+      return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params",
+                           absl::StrCat("compresses the pushes to parameter servers; this job has kvstore '",
+                                        store, "'"));
+    }
+  } else if (c.threshold() != 0) {
+    return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params.type",
+                         "a threshold needs a type (2bit)");
+  }
   if (spec.check_finite() && (store != "local" || spec.devices_size() > 1)) {
     return JobFieldError(absl::StatusCode::kInvalidArgument, "check_finite",
                          absl::StrCat("only for one device without parameter servers; this job has kvstore '", store,

@@ -14,7 +14,7 @@
 namespace tessera::jobs {
 
 // The newest JobSpec version this build understands.
-inline constexpr uint32_t kJobSpecVersion = 5;
+inline constexpr uint32_t kJobSpecVersion = 6;
 
 // `code` with "job field 'FIELD': WHAT", as every job error names its field.
 absl::Status JobFieldError(absl::StatusCode code, absl::string_view field, absl::string_view what);

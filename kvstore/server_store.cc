@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kvstore/internal/optimizer_spec.h"
+#include "kvstore/internal/two_bit.h"
 #include "kvstore/kvstore_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -46,7 +48,13 @@ void ServerStore::Session::Handle(WorkerMessage message) {
     if (!done.ok()) {
       send_({ErrorReply(id, done.status())});
     } else if (done->has_value()) {
-      (store_->*handler)(this, id, (*done)->header, std::move((*done)->pieces));
+      RequestAssembler::Request& request = **done;
+      if (request.header.compressed()) {
+        if (absl::Status st = store_->Decompress(&request.header, &request.pieces); !st.ok()) {
+          return send_({ErrorReply(id, st)});
+        }
+      }
+      (store_->*handler)(this, id, request.header, std::move(request.pieces));
     }
   };
   switch (message.body_case()) {
@@ -472,7 +480,18 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   }
   if (fenced_.load() && hello.job_id() == members_.job_id()) return fail(fenced_why_);
   bool started = false;
+  if (absl::Status st = CheckCompression(hello, members_.job_id() != hello.job_id()); !st.ok()) {
+    return fail(st);
+  }
   const absl::Status admitted = members_.Admit(hello, &started);
+  if (admitted.ok() && (started || !compression_.has_value())) {
+    compression_ = hello.compression();
+    if (!compression_->type().empty()) {
+      spdlog::info("server {}: job '{}' pushes {}-compressed gradients (threshold {})",
+                   options_.server_index, hello.job_id(), compression_->type(),
+                   compression_->threshold());
+    }
+  }
   if (started) {
     // A new job: nothing of the last one carries over.
     for (auto& [key_id, key] : keys_) {
@@ -598,6 +617,58 @@ void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) 
   reply.mutable_slot()->set_offset(key.shared->offset(s->rank_));
   reply.mutable_slot()->set_size(static_cast<uint64_t>(key.shape.Size()) * sizeof(float));
   s->send_({std::move(reply)});
+}
+
+absl::Status ServerStore::CheckCompression(const Hello& hello, bool new_job) const {
+  const GradientCompression& c = hello.compression();
+  if (!c.type().empty() && c.type() != "2bit") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", hello.rank(), " compresses its pushes as '", c.type(),
+        "': server ", options_.server_index, " knows '2bit' only"));
+  }
+  if (!c.type().empty() && !(c.threshold() > 0 && std::isfinite(c.threshold()))) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", hello.rank(),
+                                                   ": 2bit compression's threshold ",
+                                                   c.threshold(), " is not a positive number"));
+  }
+  if (new_job || !compression_.has_value()) return absl::OkStatus();
+  auto describe = [](const GradientCompression& g) {
+    return g.type().empty() ? std::string("uncompressed")
+                            : absl::StrCat(g.type(), " (threshold ", g.threshold(), ")");
+  };
+  if (c.type() != compression_->type() || c.threshold() != compression_->threshold()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", hello.rank(), " pushes ", describe(c), ", but the workers of job '",
+        members_.job_id(), "' push ", describe(*compression_), " to server ",
+        options_.server_index, ": every worker of a job compresses alike"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string>* pieces) const {
+  float threshold = 0;
+  {
+    ReaderLock lock(&mu_);
+    if (!compression_.has_value() || compression_->type().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of key ", header->key(), " is compressed, but the workers of job '",
+          members_.job_id(), "' do not compress (their Hello says so)"));
+    }
+    threshold = compression_->threshold();
+  }
+  if (header->dtype() != DT_FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat("compressed push of key ", header->key(),
+                                                   ": its values must be float32"));
+  }
+  int64_t n = 1;
+  for (int64_t d : header->shape()) n *= d;
+  std::string packed;
+  for (const std::string& piece : *pieces) packed += piece;
+  std::string values(static_cast<size_t>(n) * sizeof(float), '\0');
+  internal::DequantizeTwoBit(packed.data(), n, threshold, reinterpret_cast<float*>(values.data()));
+  pieces->assign(1, std::move(values));
+  header->clear_compressed();
+  return absl::OkStatus();
 }
 
 void ServerStore::Stash(Session* s, uint64_t id, const ArrayChunk& header,

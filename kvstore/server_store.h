@@ -349,6 +349,13 @@ class ServerStore {
                   std::vector<std::string> pieces, bool then_pull) ABSL_LOCKS_EXCLUDED(mu_);
   void Pull(Session* s, uint64_t id, const PullRequest& pull) ABSL_LOCKS_EXCLUDED(mu_);
   void MapKey(Session* s, uint64_t id, const MapKeyRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // A Hello's gradient compression: one the server runs, and (unless it starts a new job) the
+  // job's; INVALID_ARGUMENT / FAILED_PRECONDITION naming the rank.
+  absl::Status CheckCompression(const Hello& hello, bool new_job) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A compressed push's payload (ArrayChunk.compressed) as the float32 values it stands for.
+  absl::Status Decompress(ArrayChunk* header, std::vector<std::string>* pieces) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A worker's state after one of its batches (WorkerMessage.stash), and its return to the
   // rank's replacement.
   void Stash(Session* s, uint64_t id, const ArrayChunk& header, std::vector<std::string> pieces)
@@ -514,6 +521,8 @@ class ServerStore {
     std::string bytes;
   };
   std::vector<std::deque<Stashed>> stashes_ ABSL_GUARDED_BY(mu_);
+  // The job's gradient compression, as its first Hello here said (unset before it).
+  std::optional<GradientCompression> compression_ ABSL_GUARDED_BY(mu_);
   // Counts the jobs served, so that an acknowledgement of the last job's update is ignored.
   uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Set at construction, destroyed first at destruction (its threads call OnReplicaAck, which

@@ -438,6 +438,7 @@ absl::StatusOr<JobResult> RunJob(const Runtime& rt, const JobSpec& spec, const J
     options.cancellation = cancellation;
     options.replace_workers = jobs::RecoveryPolicyOf(spec).replace_workers;
     options.rejoin = spec.rejoin();
+    options.compression = spec.compression();
     fit.kvstore_factory = [options](const std::string& type) { return kvstore::CreateDistKVStore(type, options); };
   }
 

@@ -23,6 +23,7 @@
 #include "kvstore/internal/comm.h"
 #include "kvstore/internal/server_connection.h"
 #include "kvstore/internal/server_route.h"
+#include "kvstore/internal/two_bit.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
 #include "spdlog/spdlog.h"
@@ -152,6 +153,9 @@ class DistKVStore : public KVStore {
     // applies a push sent again once). Sent from engine functions that the key's variable
     // orders; shared, as Part is copied into them.
     std::shared_ptr<std::atomic<uint64_t>> pushes = std::make_shared<std::atomic<uint64_t>>(0);
+    // Gradient compression's error feedback: what the part's pushes have not sent yet
+    // (two_bit.h). Touched by engine functions that the key's variable orders.
+    std::shared_ptr<std::vector<float>> residual;
   };
   struct Key {
     Shape shape;
@@ -177,9 +181,12 @@ class DistKVStore : public KVStore {
   // sends the header; `on_reply` hears the replies.
   // A request sent again after a failover goes on the stream (the server that took the
   // part over shares no memory) with the same push number.
+  // `packed` (compressing): the part's values compressed (Compress), sent instead, on the
+  // stream.
   void SendPart(int key, const Shape& shape, const Part& part, const char* data, ChunkKind kind,
                 std::shared_ptr<const void> owner, int priority,
-                ServerConnection::OnReply on_reply) const;
+                ServerConnection::OnReply on_reply,
+                std::shared_ptr<const std::string> packed = nullptr) const;
   // Sends one message (a pull, barrier or map_key; its id set on sending) to `server`'s route.
   void SendMessage(int server, WorkerMessage message, int priority,
                    ServerConnection::OnReply on_reply) const;
@@ -198,6 +205,9 @@ class DistKVStore : public KVStore {
                                                engine::CallbackOnComplete on_complete);
   // Whether every server of the job takes push-pull requests (HelloReply).
   bool ServersPushPull() const;
+  bool compressing() const { return !options_.compression.type().empty(); }
+  // The part's values at `data` (the key's), compressed with its residual (two_bit.h).
+  std::shared_ptr<std::string> Compress(const Part& part, const char* data) const;
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
   void NoteFailure(const absl::Status& status) {
     if (status.code() != absl::StatusCode::kUnavailable) return;
@@ -251,10 +261,19 @@ std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
   return parts;
 }
 
+std::shared_ptr<std::string> DistKVStore::Compress(const Part& part, const char* data) const {
+  auto packed = std::make_shared<std::string>(internal::TwoBitBytes(part.size), '\0');
+  internal::QuantizeTwoBit(reinterpret_cast<const float*>(data) + part.begin, part.residual->data(),
+                           part.size, options_.compression.threshold(), packed->data());
+  return packed;
+}
+
 void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const char* data,
                            ChunkKind kind, std::shared_ptr<const void> owner, int priority,
-                           ServerConnection::OnReply on_reply) const {
-  const uint64_t total = static_cast<uint64_t>(part.size) * sizeof(float);
+                           ServerConnection::OnReply on_reply,
+                           std::shared_ptr<const std::string> packed) const {
+  const uint64_t total =
+      packed != nullptr ? packed->size() : static_cast<uint64_t>(part.size) * sizeof(float);
   // What every chunk of the request repeats: the key, its dtype and the part's shape.
   ArrayChunk header;
   header.set_key(key);
@@ -266,6 +285,11 @@ void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const 
   }
   if (kind != ChunkKind::kInit) header.set_seq(++*part.pushes);  // once: a resend keeps it
   const char* bytes = data + part.begin * sizeof(float);
+  if (packed != nullptr) {  // never shared: MapSlots maps no slot for a compressing worker
+    header.set_compressed(true);
+    bytes = packed->data();
+    owner = packed;
+  }
   auto issue = [kind, header = std::move(header), slot = part.slot, bytes, total,
                 owner = std::move(owner), priority](ServerConnection& conn, bool moved,
                                                     ServerConnection::OnReply reply) {
@@ -432,6 +456,11 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   for (size_t i = 0; i < keys.size(); ++i) {
     placed.push_back(Place(keys[i], values[i].Size()));
     requests += static_cast<int>(placed.back().size());
+    if (compressing()) {
+      for (Part& part : placed.back()) {
+        part.residual = std::make_shared<std::vector<float>>(part.size, 0.0f);
+      }
+    }
   }
   Waiter waiter(requests);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -522,6 +551,7 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
 }
 
 void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed) {
+  if (compressing()) return;  // compressed pushes travel on the stream
   std::vector<std::pair<int, Part*>> asked;  // key, part
   for (size_t i = 0; i < keys.size(); ++i) {
     for (Part& part : placed[i]) {
@@ -632,7 +662,8 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
         SendPart(k, shape, part, data, ChunkKind::kPush, owner, priority,
-                 [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); });
+                 [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); },
+                 compressing() ? Compress(part, data) : nullptr);
       }
     };
     std::vector<engine::VarHandle> read = {source.var()};
@@ -714,8 +745,10 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
       char* out = static_cast<char*>(target.data().dptr);
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
+        // Compressed before the value lands where the payload came from (a pushpull in place).
         SendPart(k, shape, part, data, ChunkKind::kPushPull, owner, priority,
-                 PullInto(out + part.begin * sizeof(float), part, k, done));
+                 PullInto(out + part.begin * sizeof(float), part, k, done),
+                 compressing() ? Compress(part, data) : nullptr);
       }
     };
     std::vector<engine::VarHandle> read;
@@ -1042,6 +1075,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   hello.set_job_id(options.job_id);
   hello.set_replace_workers(options.replace_workers);
   hello.set_rejoin(options.rejoin);
+  *hello.mutable_compression() = options.compression;
   std::vector<std::unique_ptr<internal::ServerRoute>> servers;
   for (size_t s = 0; s < options.cluster.servers.size(); ++s) {
     internal::IndexServed served;

@@ -60,6 +60,8 @@ absl::StatusOr<std::optional<RequestAssembler::Request>> RequestAssembler::Add(
       }
       bytes *= static_cast<uint64_t>(d);
     }
+    // A compressed push carries its values in two bits each (two_bit.h).
+    if (chunk.compressed()) bytes = ((bytes / DTypeSize(static_cast<DType>(chunk.dtype())) + 15) / 16) * 4;
     Request request;
     request.header = chunk;
     request.header.clear_data();
@@ -67,7 +69,7 @@ absl::StatusOr<std::optional<RequestAssembler::Request>> RequestAssembler::Add(
     it = open_.emplace(id, std::move(request)).first;
   } else {
     const ArrayChunk& h = it->second.header;
-    if (h.key() != chunk.key() || h.dtype() != chunk.dtype() ||
+    if (h.key() != chunk.key() || h.dtype() != chunk.dtype() || h.compressed() != chunk.compressed() ||
         !std::equal(h.shape().begin(), h.shape().end(), chunk.shape().begin(),
                     chunk.shape().end()) ||
         chunk.offset() != it->second.received) {

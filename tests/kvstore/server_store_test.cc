@@ -2,6 +2,7 @@
 // Covers the round logic under concurrency (a randomized test against the round oracle,
 // also run under ThreadSanitizer by ./tessera test, which gRPC tests cannot be: Debian's
 // gRPC is not instrumented), chunk reassembly, and a departure while a round is open.
+#include "kvstore/internal/two_bit.h"
 #include "kvstore/server_store.h"
 
 #include <algorithm>
@@ -602,6 +603,92 @@ TEST_F(ServerStoreTest, AWorkersStashedStateIsKeptForItsReplacement) {
   ASSERT_EQ(stash(1, 3, {30}).code(), 0);
   EXPECT_EQ(workers_[1]->ValueOf(unstash(1, 3)), std::vector<float>({30}));
   EXPECT_EQ(workers_[1]->ValueOf(unstash(1, 2)), std::vector<float>({2, 2, 3, 4, 5}));
+}
+
+// MXNet's 2-bit compression: a worker's compressed push counts as the values it stands for
+// (+threshold, -threshold, 0) in the round's sum; a worker of the job that says otherwise
+// in its Hello is refused naming its rank, and so is a compressed push in a job that does
+// not compress.
+TEST_F(ServerStoreTest, CompressedPushesAreSummedAsTheirValues) {
+  const auto two_bit = [](Hello& hello) {
+    hello.mutable_compression()->set_type("2bit");
+    hello.mutable_compression()->set_threshold(0.5f);
+  };
+  Start(2, SYNC_MODE_SYNC, 1 << 20, absl::Seconds(120), nullptr, two_bit);
+  InitEverywhere(3, std::vector<float>(17, 1.0f));
+  auto compressed_push = [&](int w, const std::vector<float>& grad) {
+    std::vector<float> residual(grad.size(), 0);
+    std::string packed(internal::TwoBitBytes(static_cast<int64_t>(grad.size())), '\0');
+    internal::QuantizeTwoBit(grad.data(), residual.data(), static_cast<int64_t>(grad.size()), 0.5f,
+                             packed.data());
+    WorkerMessage m;
+    m.set_id(500 + w);
+    ArrayChunk* c = m.mutable_push();
+    c->set_key(3);
+    c->set_dtype(DT_FLOAT32);
+    c->add_shape(static_cast<int64_t>(grad.size()));
+    c->set_compressed(true);
+    c->set_data(packed);
+    c->set_last(true);
+    workers_[w]->Handle(m);
+    return workers_[w]->Next();
+  };
+  std::vector<float> g0(17, 0.7f), g1(17, -0.1f);
+  g1[16] = -0.9f;
+  ASSERT_EQ(compressed_push(0, g0).code(), 0);
+  ASSERT_EQ(compressed_push(1, g1).code(), 0);
+  std::vector<float> want(17, 1.5f);  // 1 + 0.5 + 0: no optimizer, the sum becomes the value
+  want[16] = 1.0f;                    // 1 + 0.5 - 0.5
+  for (float& v : want) v -= 1.0f;
+  EXPECT_EQ(workers_[0]->PullValue(3), want);
+
+  // Worker 1 comes back without compression (or with another threshold): refused.
+  workers_[1]->Close();
+  std::vector<ServerMessage> replies;
+  std::mutex mu;
+  auto session = store_->Open([&](std::vector<ServerMessage> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& m : r) replies.push_back(std::move(m));
+  });
+  WorkerMessage hello;
+  hello.set_id(900);
+  hello.mutable_hello()->set_protocol_version(kKVStoreProtocolVersion);
+  hello.mutable_hello()->set_rank(1);
+  hello.mutable_hello()->set_num_workers(2);
+  hello.mutable_hello()->set_mode(SYNC_MODE_SYNC);
+  session->Handle(hello);
+  hello.mutable_hello()->mutable_compression()->set_type("2bit");
+  hello.mutable_hello()->mutable_compression()->set_threshold(0.25f);
+  session->Handle(hello);
+  hello.mutable_hello()->mutable_compression()->set_type("1bit");
+  session->Handle(hello);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[0].code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(replies[0].message(),
+              AllOf(HasSubstr("worker 1 pushes uncompressed"), HasSubstr("2bit (threshold 0.5)")));
+  EXPECT_THAT(replies[1].message(), HasSubstr("worker 1 pushes 2bit (threshold 0.25)"));
+  EXPECT_EQ(replies[2].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(replies[2].message(), HasSubstr("worker 1 compresses its pushes as '1bit'"));
+}
+
+// A compressed push in a job whose workers do not compress is refused naming the key.
+TEST_F(ServerStoreTest, ACompressedPushInAnUncompressedJobIsRefused) {
+  Start(1, SYNC_MODE_SYNC);
+  InitEverywhere(2, {1, 2});
+  WorkerMessage m;
+  m.set_id(7);
+  ArrayChunk* c = m.mutable_push();
+  c->set_key(2);
+  c->set_dtype(DT_FLOAT32);
+  c->add_shape(2);
+  c->set_compressed(true);
+  c->set_data(std::string(4, '\0'));
+  c->set_last(true);
+  workers_[0]->Handle(m);
+  const ServerMessage r = workers_[0]->Next();
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.message(), HasSubstr("push of key 2 is compressed, but the workers of job '' do not compress"));
+  EXPECT_EQ(workers_[0]->PullValue(2), std::vector<float>({1, 2}));
 }
 
 TEST_F(ServerStoreTest, AJobThatDoesNotReplaceWorkersKeepsNoStashedState) {
