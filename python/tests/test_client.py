@@ -84,6 +84,15 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertIn("amp.dtype", caught.exception.message)
 
+    def test_gradient_compression_is_a_job_field_checked_by_name(self):
+        job = tessera.Job(mlp_job(compression_params={"type": "2bit", "threshold": 0.25}))
+        self.assertEqual((job.spec.compression.type, job.spec.compression.threshold), ("2bit", 0.25))
+        self.assertEqual(job.spec.version, 6)
+        with self.assertRaises(tessera.TesseraError) as caught:
+            tessera.Job(mlp_job(compression_params={"type": "1bit"}))
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("compression_params.type", caught.exception.message)
+
     def test_a_bad_job_is_answered_with_the_daemons_message(self):
         with self.client() as client:
             run = client.submit(tessera.Job(mlp_job(data={"kind": "mnist", "dir": "/etc"})))
