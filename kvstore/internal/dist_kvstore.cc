@@ -103,7 +103,7 @@ class DistKVStore : public KVStore {
         (void)key.engine->DeleteVariable(nullptr, Context::CPU(), key.var);
       }
       keys_.clear();
-      if (stash_.has_value()) {
+      if (stash_ != nullptr) {
         (void)stash_->engine->WaitForVar(stash_->var);
         (void)stash_->engine->DeleteVariable(nullptr, Context::CPU(), stash_->var);
       }
@@ -243,7 +243,7 @@ class DistKVStore : public KVStore {
     NDArray host;                   // float32, every array's elements in turn
     std::map<size_t, NDArray> staged;  // host copies of device arrays, by position
   };
-  std::optional<Stash> stash_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Stash> stash_ ABSL_GUARDED_BY(mu_);  // null until the first stash
   // A replacement's predecessor's batches (Rejoin): where its stashes continue.
   uint64_t rejoined_batches_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Cancellation::Registration> cancelled_;  // aborts servers_
@@ -667,7 +667,7 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
       }
     };
     std::vector<engine::VarHandle> read = {source.var()};
-    if (stash_.has_value()) read.push_back(stash_->var);  // the state of its batch is held first
+    if (stash_ != nullptr) read.push_back(stash_->var);  // the state of its batch is held first
     RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), read, {key.var},
                                           engine::FnProperty::kNormal, priority, "kvstore_push"));
   }
@@ -753,7 +753,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
     };
     std::vector<engine::VarHandle> read;
     if (source.var() != target.var()) read.push_back(source.var());
-    if (stash_.has_value()) read.push_back(stash_->var);  // the state of its batch is held first
+    if (stash_ != nullptr) read.push_back(stash_->var);  // the state of its batch is held first
     RETURN_IF_ERROR(key.engine->PushAsync(exchange, Context::CPU(), read, {key.var, target.var()},
                                           engine::FnProperty::kNormal, priority,
                                           "kvstore_pushpull"));
@@ -870,8 +870,9 @@ absl::Status DistKVStore::StashWorkerState(const std::vector<NDArray>& arrays) {
     total += arrays[i].Size();
   }
   MutexLock lock(&mu_);
-  if (!stash_.has_value()) {
-    Stash& stash = stash_.emplace();
+  if (stash_ == nullptr) {
+    stash_ = std::make_unique<Stash>();
+    Stash& stash = *stash_;
     stash.part = Part{0, 0, total};
     stash.part.pushes->store(rejoined_batches_);
     stash.engine = arrays[0].runtime().engine;
