@@ -466,15 +466,15 @@ class Parser {
     return absl::OkStatus();
   }
 
-  // compression_params: {type: 2bit, threshold: T} (MXNet's kvstore compression_params);
-  // the threshold defaults to MXNet's 0.5. CheckJobSpec checks the values.
+  // compression_params: {type: 2bit, threshold: T} (MXNet's kvstore compression_params; the
+  // threshold defaults to MXNet's 0.5) or {type: fp16}. CheckJobSpec checks the values.
   absl::Status ParseCompression(const Entry& e, GradientCompression* compression) const {
     ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "compression_params", {"type", "threshold"}));
     auto type = entries.find("type");
     if (type == entries.end()) return Error(e, "compression_params", "needs a type (2bit)");
     ASSIGN_OR_RETURN(std::string name, String(type->second, "compression_params.type"));
     compression->set_type(name);
-    compression->set_threshold(0.5f);
+    if (name == "2bit") compression->set_threshold(0.5f);
     if (auto it = entries.find("threshold"); it != entries.end()) {
       double threshold = 0;
       if (!it->second.value.IsScalar() || !absl::SimpleAtod(it->second.value.Scalar(), &threshold)) {

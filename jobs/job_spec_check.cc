@@ -10,6 +10,7 @@
 #include "io/create_data_iter.h"
 #include "jobs/amp_policy.h"
 #include "jobs/iterator_rules.h"
+#include "kvstore/internal/push_compression.h"
 #include "kvstore/kvstore.h"
 
 namespace tessera::jobs {
@@ -75,13 +76,11 @@ absl::Status CheckJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.test_iter", d.test_iter(), true));
   RETURN_IF_ERROR(AmpOptionsOf(spec).status());
   if (const GradientCompression& c = spec.compression(); !c.type().empty()) {
-    if (c.type() != "2bit") {
-      return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params.type",
-                           absl::StrCat("'", c.type(), "' is not a compression (known: 2bit)"));
-    }
-    if (!(c.threshold() > 0) || !std::isfinite(c.threshold())) {
-      return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params.threshold",
-                           absl::StrCat(c.threshold(), " must be a positive number"));
+    if (absl::Status st = kvstore::internal::CheckCompression(c); !st.ok()) {
+      const bool known = c.type() == "2bit" || c.type() == "fp16";
+      return JobFieldError(absl::StatusCode::kInvalidArgument,
+                           known ? "compression_params.threshold" : "compression_params.type",
+                           st.message());
     }
     if (!absl::StartsWith(store, "dist")) {
       return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params",

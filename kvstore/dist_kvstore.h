@@ -65,10 +65,10 @@ struct DistKVStoreOptions {
   bool replace_workers = false;
   // This worker replaces the rank's lost one (KVStore::Rejoin).
   bool rejoin = false;
-  // MXNet's gradient compression of the pushes (type "2bit" and its threshold; empty type:
-  // none): quantized here with a residual per key part (kvstore/internal/two_bit.h), which
-  // only pushes of the stream carry - the pushes of a compressing worker do not go through
-  // shared memory. Pulls stay float32.
+  // Gradient compression of the pushes ("2bit" with its threshold, as MXNet's, or "fp16";
+  // empty type: none): compressed here with a residual per key part
+  // (kvstore/internal/push_compression.h), on the stream - the pushes of a compressing worker
+  // do not go through shared memory. Pulls stay float32.
   GradientCompression compression;
   // Not owned, may be null; must outlive the store. When it fires, connecting stops and the
   // servers' streams are cut: every pending and later call fails at once.

@@ -11,7 +11,7 @@
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kvstore/internal/optimizer_spec.h"
-#include "kvstore/internal/two_bit.h"
+#include "kvstore/internal/push_compression.h"
 #include "kvstore/kvstore_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -487,9 +487,11 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   if (admitted.ok() && (started || !compression_.has_value())) {
     compression_ = hello.compression();
     if (!compression_->type().empty()) {
-      spdlog::info("server {}: job '{}' pushes {}-compressed gradients (threshold {})",
-                   options_.server_index, hello.job_id(), compression_->type(),
-                   compression_->threshold());
+      spdlog::info("server {}: job '{}' pushes {}-compressed gradients{}", options_.server_index,
+                   hello.job_id(), compression_->type(),
+                   compression_->type() == "2bit"
+                       ? absl::StrCat(" (threshold ", compression_->threshold(), ")")
+                       : std::string());
     }
   }
   if (started) {
@@ -621,20 +623,17 @@ void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) 
 
 absl::Status ServerStore::CheckCompression(const Hello& hello, bool new_job) const {
   const GradientCompression& c = hello.compression();
-  if (!c.type().empty() && c.type() != "2bit") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", hello.rank(), " compresses its pushes as '", c.type(),
-        "': server ", options_.server_index, " knows '2bit' only"));
-  }
-  if (!c.type().empty() && !(c.threshold() > 0 && std::isfinite(c.threshold()))) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", hello.rank(),
-                                                   ": 2bit compression's threshold ",
-                                                   c.threshold(), " is not a positive number"));
+  if (!c.type().empty()) {
+    if (absl::Status st = internal::CheckCompression(c); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker ", hello.rank(),
+                                                     " compresses its pushes: ", st.message()));
+    }
   }
   if (new_job || !compression_.has_value()) return absl::OkStatus();
   auto describe = [](const GradientCompression& g) {
-    return g.type().empty() ? std::string("uncompressed")
-                            : absl::StrCat(g.type(), " (threshold ", g.threshold(), ")");
+    return g.type().empty()    ? std::string("uncompressed")
+           : g.type() == "fp16" ? std::string("fp16")
+                                : absl::StrCat(g.type(), " (threshold ", g.threshold(), ")");
   };
   if (c.type() != compression_->type() || c.threshold() != compression_->threshold()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -646,7 +645,7 @@ absl::Status ServerStore::CheckCompression(const Hello& hello, bool new_job) con
 }
 
 absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string>* pieces) const {
-  float threshold = 0;
+  GradientCompression compression;
   {
     ReaderLock lock(&mu_);
     if (!compression_.has_value() || compression_->type().empty()) {
@@ -654,7 +653,7 @@ absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string
           "push of key ", header->key(), " is compressed, but the workers of job '",
           members_.job_id(), "' do not compress (their Hello says so)"));
     }
-    threshold = compression_->threshold();
+    compression = *compression_;
   }
   if (header->dtype() != DT_FLOAT32) {
     return absl::InvalidArgumentError(absl::StrCat("compressed push of key ", header->key(),
@@ -664,8 +663,13 @@ absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string
   for (int64_t d : header->shape()) n *= d;
   std::string packed;
   for (const std::string& piece : *pieces) packed += piece;
+  if (packed.size() != internal::CompressedBytes(compression, n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compressed push of key ", header->key(), ": ", packed.size(), " bytes, but ", n,
+        " values take ", internal::CompressedBytes(compression, n), " in ", compression.type()));
+  }
   std::string values(static_cast<size_t>(n) * sizeof(float), '\0');
-  internal::DequantizeTwoBit(packed.data(), n, threshold, reinterpret_cast<float*>(values.data()));
+  internal::DecompressPush(compression, packed.data(), n, reinterpret_cast<float*>(values.data()));
   pieces->assign(1, std::move(values));
   header->clear_compressed();
   return absl::OkStatus();

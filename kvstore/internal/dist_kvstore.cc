@@ -23,7 +23,7 @@
 #include "kvstore/internal/comm.h"
 #include "kvstore/internal/server_connection.h"
 #include "kvstore/internal/server_route.h"
-#include "kvstore/internal/two_bit.h"
+#include "kvstore/internal/push_compression.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
 #include "spdlog/spdlog.h"
@@ -206,7 +206,7 @@ class DistKVStore : public KVStore {
   // Whether every server of the job takes push-pull requests (HelloReply).
   bool ServersPushPull() const;
   bool compressing() const { return !options_.compression.type().empty(); }
-  // The part's values at `data` (the key's), compressed with its residual (two_bit.h).
+  // The part's values at `data` (the key's), compressed with its residual (push_compression.h).
   std::shared_ptr<std::string> Compress(const Part& part, const char* data) const;
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
   void NoteFailure(const absl::Status& status) {
@@ -262,9 +262,10 @@ std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
 }
 
 std::shared_ptr<std::string> DistKVStore::Compress(const Part& part, const char* data) const {
-  auto packed = std::make_shared<std::string>(internal::TwoBitBytes(part.size), '\0');
-  internal::QuantizeTwoBit(reinterpret_cast<const float*>(data) + part.begin, part.residual->data(),
-                           part.size, options_.compression.threshold(), packed->data());
+  auto packed = std::make_shared<std::string>(
+      internal::CompressedBytes(options_.compression, part.size), '\0');
+  internal::CompressPush(options_.compression, reinterpret_cast<const float*>(data) + part.begin,
+                         part.residual->data(), part.size, packed->data());
   return packed;
 }
 
@@ -1067,6 +1068,11 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   }
   if (options.cluster.servers.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("KVStore \"", type, "\": no parameter servers"));
+  }
+  if (!options.compression.type().empty()) {
+    if (absl::Status st = internal::CheckCompression(options.compression); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("KVStore \"", type, "\": ", st.message()));
+    }
   }
   Hello hello;
   hello.set_protocol_version(kKVStoreProtocolVersion);

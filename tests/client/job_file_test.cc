@@ -183,11 +183,16 @@ TEST(JobFileTest, GradientCompression) {
   job = Parse(std::string(kMinimal) + "compression_params: {type: 2bit, threshold: 0.25}\n");
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->spec.compression().threshold(), 0.25f);
+  job = Parse(std::string(kMinimal) + "compression_params: {type: fp16}\n");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.compression().threshold(), 0);
+  EXPECT_THAT(jobs::CheckJobSpec(job->spec), IsOk());
   for (const auto& [field, message] : std::vector<std::pair<std::string, std::string>>{
            {"compression_params: {type: 1bit}\n",
-            "job field 'compression_params.type': '1bit' is not a compression (known: 2bit)"},
+            "job field 'compression_params.type': '1bit' is not a compression (known: 2bit, fp16)"},
            {"compression_params: {type: 2bit, threshold: 0}\n",
-            "job field 'compression_params.threshold': 0 must be a positive number"},
+            "job field 'compression_params.threshold': 2bit compression's threshold 0 must be a positive number"},
+           {"compression_params: {type: fp16, threshold: 0.5}\n", "fp16 compression takes no threshold"},
            {"compression_params: {type: 2bit, threshold: -1}\n", "must be a positive number"},
            {"kvstore: local\ncluster: {workers: 1}\ncompression_params: {type: 2bit}\n",
             "job field 'compression_params': compresses the pushes to parameter servers; this job has kvstore 'local'"}}) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -665,11 +666,11 @@ TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) 
   KillWorkersAndCompare("replace", "");
 }
 
-// MXNet's 2-bit gradient compression (compression_params) trains to within half a point of
-// the same job uncompressed: the digits MLP, and LeNet on MNIST where ./tessera test fetched
-// it. Plain SGD: with momentum 0.9 on the servers, 2-bit steps compound (README, "Gradient
-// compression").
-TEST_F(JobTest, TwoBitCompressedPushesTrainWithinHalfAPointOfFloat32) {
+// Gradient compression (compression_params: MXNet's 2bit, and fp16) trains to within half a
+// point of the same job uncompressed: the digits MLP, and LeNet on MNIST where ./tessera test
+// fetched it. Plain SGD: with momentum 0.9 on the servers, 2-bit steps compound (README,
+// "Parameter servers").
+TEST_F(JobTest, CompressedPushesTrainWithinHalfAPointOfFloat32) {
   struct Case {
     std::string name, model, mnist_dir;
     int epochs;
@@ -678,26 +679,32 @@ TEST_F(JobTest, TwoBitCompressedPushesTrainWithinHalfAPointOfFloat32) {
   if (const char* mnist = std::getenv("TESSERA_MNIST_DIR")) cases.push_back({"mnist-lenet", "lenet", mnist, 3});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    double accuracy[2];
-    for (int compressed = 0; compressed < 2; ++compressed) {
-      const std::string name = absl::StrCat(c.name, compressed ? "-2bit" : "-float32");
+    // float32, then each compression: its job line, and what the server's log says.
+    const std::vector<std::array<std::string, 3>> runs = {
+        {"float32", "", ""},
+        {"2bit", "compression_params: {type: 2bit, threshold: 0.5}\n",
+         "pushes 2bit-compressed gradients (threshold 0.5)"},
+        {"fp16", "compression_params: {type: fp16}\n", "pushes fp16-compressed gradients"}};
+    std::vector<double> accuracy;
+    for (const auto& [type, line, said] : runs) {
+      const std::string name = absl::StrCat(c.name, "-", type);
       const Command run = Tessera(
           {"train",
            WriteJob({.name = name, .model = c.model, .epochs = c.epochs,
                      .optimizer = "{name: sgd, params: {learning_rate: 0.1}}", .mnist_dir = c.mnist_dir,
-                     .flat = c.model == "mlp",
-                     .extra = compressed ? "compression_params: {type: 2bit, threshold: 0.5}\n" : ""}),
+                     .flat = c.model == "mlp", .extra = line}),
            "--json"});
       ASSERT_EQ(run.code, 0) << run.out << run.err << Logs(RunDir(name));
-      accuracy[compressed] = JsonNumber(run.lines.back(), "test_accuracy");
-      EXPECT_EQ(ReadFileToString(RunDir(name) + "/logs/ps-0.log")
-                    .value_or("")
-                    .find("pushes 2bit-compressed gradients (threshold 0.5)") != std::string::npos,
-                compressed == 1);
+      accuracy.push_back(JsonNumber(run.lines.back(), "test_accuracy"));
+      const std::string log = ReadFileToString(RunDir(name) + "/logs/ps-0.log").value_or("");
+      EXPECT_EQ(log.find("-compressed gradients") != std::string::npos, !said.empty()) << type;
+      if (!said.empty()) EXPECT_THAT(log, HasSubstr(said));
     }
-    std::printf("%s: test accuracy float32 %.4f, 2bit %.4f\n", c.name.c_str(), accuracy[0], accuracy[1]);
+    std::printf("%s: test accuracy float32 %.4f, 2bit %.4f, fp16 %.4f\n", c.name.c_str(),
+                accuracy[0], accuracy[1], accuracy[2]);
     EXPECT_GT(accuracy[0], 0.85);
-    EXPECT_NEAR(accuracy[1], accuracy[0], 0.005) << "2bit " << accuracy[1] << ", float32 " << accuracy[0];
+    EXPECT_NEAR(accuracy[1], accuracy[0], 0.005) << "2bit against float32";
+    EXPECT_NEAR(accuracy[2], accuracy[0], 0.005) << "fp16 against float32";
   }
 }
 

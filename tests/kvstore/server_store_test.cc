@@ -668,7 +668,8 @@ TEST_F(ServerStoreTest, CompressedPushesAreSummedAsTheirValues) {
               AllOf(HasSubstr("worker 1 pushes uncompressed"), HasSubstr("2bit (threshold 0.5)")));
   EXPECT_THAT(replies[1].message(), HasSubstr("worker 1 pushes 2bit (threshold 0.25)"));
   EXPECT_EQ(replies[2].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(replies[2].message(), HasSubstr("worker 1 compresses its pushes as '1bit'"));
+  EXPECT_THAT(replies[2].message(),
+              HasSubstr("worker 1 compresses its pushes: '1bit' is not a compression (known: 2bit, fp16)"));
 }
 
 // A compressed push in a job whose workers do not compress is refused naming the key.

@@ -1,6 +1,9 @@
-// MXNet's 2-bit gradient compression: the bits as MXNet packs them, the values they stand for,
-// and error feedback - what was not sent stays in the residual, so over any number of pushes
+// Gradient compression of the pushes: MXNet's 2-bit packing bit for bit, fp16, and error
+// feedback for both - what was not sent stays in the residual, so over any number of pushes
 // the values sent plus the residual are the gradients' sum.
+#include "kvstore/internal/push_compression.h"
+
+#include "core/dtype.h"
 #include "kvstore/internal/two_bit.h"
 
 #include <cstdint>
@@ -15,6 +18,7 @@ namespace tessera::kvstore::internal {
 namespace {
 
 using ::testing::ElementsAre;
+
 
 TEST(TwoBitTest, PacksAsMxnetDoes) {
   // Value i of a 16-value block is in byte i / 4, its two bits from the byte's high end:
@@ -69,6 +73,57 @@ TEST(TwoBitTest, ErrorFeedbackLosesNothing) {
     }
   }
   for (int i = 0; i < kN; ++i) EXPECT_NEAR(sent[i] + residual[i], total[i], 1e-4) << i;
+}
+
+GradientCompression Type(const std::string& type, float threshold = 0) {
+  GradientCompression c;
+  c.set_type(type);
+  c.set_threshold(threshold);
+  return c;
+}
+
+TEST(PushCompressionTest, Fp16CarriesHalfsAndKeepsTheRounding) {
+  const GradientCompression fp16 = Type("fp16");
+  const std::vector<float> grad = {1.0f, 0.1f, -3.14159f, 1e-8f, 65504.0f};
+  std::vector<float> residual(grad.size(), 0), values(grad.size());
+  std::string out(CompressedBytes(fp16, 5), '\0');
+  ASSERT_EQ(out.size(), 10u);
+  CompressPush(fp16, grad.data(), residual.data(), 5, out.data());
+  DecompressPush(fp16, out.data(), 5, values.data());
+  for (size_t i = 0; i < grad.size(); ++i) {
+    EXPECT_EQ(values[i], static_cast<float>(Half(grad[i]))) << i;
+    EXPECT_EQ(values[i] + residual[i], grad[i]) << i;  // the rounding stays behind, exactly
+  }
+}
+
+TEST(PushCompressionTest, ErrorFeedbackLosesNothingInEitherType) {
+  for (const GradientCompression& c : {Type("2bit", 0.05f), Type("fp16")}) {
+    SCOPED_TRACE(c.type());
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0, 0.02f);
+    constexpr int kN = 333;
+    std::vector<float> residual(kN, 0), grad(kN), values(kN);
+    std::vector<double> sent(kN, 0), total(kN, 0);
+    std::string out(CompressedBytes(c, kN), '\0');
+    for (int step = 0; step < 40; ++step) {
+      for (int i = 0; i < kN; ++i) total[i] += grad[i] = normal(rng);
+      CompressPush(c, grad.data(), residual.data(), kN, out.data());
+      DecompressPush(c, out.data(), kN, values.data());
+      for (int i = 0; i < kN; ++i) sent[i] += values[i];
+    }
+    for (int i = 0; i < kN; ++i) EXPECT_NEAR(sent[i] + residual[i], total[i], 1e-5) << i;
+  }
+}
+
+TEST(PushCompressionTest, OnlyKnownTypesWithTheirParameters) {
+  EXPECT_TRUE(CheckCompression(Type("2bit", 0.5f)).ok());
+  EXPECT_TRUE(CheckCompression(Type("fp16")).ok());
+  EXPECT_THAT(CheckCompression(Type("1bit")).message(),
+              ::testing::HasSubstr("'1bit' is not a compression (known: 2bit, fp16)"));
+  EXPECT_THAT(CheckCompression(Type("2bit", -1)).message(),
+              ::testing::HasSubstr("threshold -1 must be a positive number"));
+  EXPECT_THAT(CheckCompression(Type("fp16", 0.5f)).message(),
+              ::testing::HasSubstr("fp16 compression takes no threshold"));
 }
 
 }  // namespace
