@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <map>
@@ -934,45 +932,23 @@ absl::Status DistKVStore::RestoreWorkerState(const std::vector<NDArray>& arrays)
     MutexLock lock(&mu_);
     batch = rejoined_batches_;
   }
-  WorkerMessage message;
-  message.mutable_unstash()->set_batch(batch);
-  struct Received {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    absl::Status status;
-    std::string bytes;
-  };
-  auto received = std::make_shared<Received>();
-  SendMessage(0, std::move(message), 0, [received](const ServerMessage& reply, bool last) {
-    std::lock_guard<std::mutex> lock(received->mu);
-    if (reply.code() != 0) {
-      received->status = ReplyStatus(reply);
-    } else {
-      received->bytes += reply.pull().data();
-    }
-    if (last || reply.code() != 0) {
-      received->done = true;
-      received->cv.notify_all();
-    }
-  });
-  std::unique_lock<std::mutex> lock(received->mu);
-  if (!received->cv.wait_for(lock, std::chrono::seconds(60), [&] { return received->done; })) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "worker ", rank(), ": server 0 did not answer for its predecessor's state in 60 s"));
-  }
-  RETURN_IF_ERROR(received->status);
   int64_t total = 0;
   for (const NDArray& a : arrays) total += a.Size();
-  if (received->bytes.size() != static_cast<size_t>(total) * sizeof(float)) {
-    return absl::DataLossError(absl::StrCat(
-        "worker ", rank(), "'s predecessor's state after batch ", batch, " has ",
-        received->bytes.size(), " bytes; its arrays take ", total * sizeof(float)));
+  // Answered as a pull of a part of `total` floats (PullInto checks the chunks).
+  std::vector<float> state(static_cast<size_t>(total));
+  WorkerMessage message;
+  message.mutable_unstash()->set_batch(batch);
+  Waiter waiter(1);
+  SendMessage(0, std::move(message), 0,
+              PullInto(reinterpret_cast<char*>(state.data()), Part{0, 0, total}, 0, waiter.completion()));
+  if (absl::Status got = waiter.Wait(); !got.ok()) {
+    return absl::Status(got.code(), absl::StrCat("worker ", rank(), "'s predecessor's state after batch ",
+                                                 batch, ": ", got.message()));
   }
-  const char* in = received->bytes.data();
+  const float* in = state.data();
   for (NDArray a : arrays) {  // a handle: the copy fills the caller's array
-    RETURN_IF_ERROR(a.SyncCopyFromCPU(reinterpret_cast<const float*>(in), a.Size()));
-    in += a.Size() * sizeof(float);
+    RETURN_IF_ERROR(a.SyncCopyFromCPU(in, a.Size()));
+    in += a.Size();
   }
   return absl::OkStatus();
 }
