@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 
@@ -61,16 +62,32 @@ absl::StatusOr<Symbol> BatchNorm(const Symbol& x, const std::string& name) {
                         {x}, name);
 }
 
+// A square convolution padded to keep the plane (at stride 1); without a bias unless asked,
+// as BatchNorm follows it in the ResNets.
 absl::StatusOr<Symbol> Conv(const Symbol& x, const std::string& name, int filters, int kernel,
-                            int stride) {
+                            int stride, bool bias = false) {
   const int pad = kernel / 2;
   return Symbol::Create("Convolution",
                         {{"kernel", absl::StrCat("(", kernel, ",", kernel, ")")},
                          {"stride", absl::StrCat("(", stride, ",", stride, ")")},
                          {"pad", absl::StrCat("(", pad, ",", pad, ")")},
                          {"num_filter", absl::StrCat(filters)},
-                         {"no_bias", "true"}},
+                         {"no_bias", bias ? "false" : "true"}},
                         {x}, name);
+}
+
+absl::StatusOr<Symbol> MaxPool(const Symbol& x, const std::string& name, int kernel, int stride,
+                               int pad) {
+  return Symbol::Create("Pooling",
+                        {{"pool_type", "max"},
+                         {"kernel", absl::StrCat("(", kernel, ",", kernel, ")")},
+                         {"stride", absl::StrCat("(", stride, ",", stride, ")")},
+                         {"pad", absl::StrCat("(", pad, ",", pad, ")")}},
+                        {x}, name);
+}
+
+absl::StatusOr<Symbol> Dense(const Symbol& x, const std::string& name, int units) {
+  return Symbol::Create("FullyConnected", {{"num_hidden", absl::StrCat(units)}}, {x}, name);
 }
 
 absl::StatusOr<Symbol> Relu(const Symbol& x, const std::string& name) {
@@ -96,7 +113,87 @@ absl::StatusOr<Symbol> BasicBlock(const Symbol& x, const std::string& name, int 
   return Relu(sum, name + "_relu");
 }
 
+// One bottleneck block of ResNet-50 v1: 1x1 (filters / 4), 3x3 (filters / 4, the stride),
+// 1x1 (filters), each followed by BatchNorm, ReLU but the last; the shortcut as BasicBlock's.
+absl::StatusOr<Symbol> BottleneckBlock(const Symbol& x, const std::string& name, int filters,
+                                       int stride, bool project) {
+  ASSIGN_OR_RETURN(Symbol y, Conv(x, name + "_conv1", filters / 4, 1, 1));
+  ASSIGN_OR_RETURN(y, BatchNorm(y, name + "_bn1"));
+  ASSIGN_OR_RETURN(y, Relu(y, name + "_relu1"));
+  ASSIGN_OR_RETURN(y, Conv(y, name + "_conv2", filters / 4, 3, stride));
+  ASSIGN_OR_RETURN(y, BatchNorm(y, name + "_bn2"));
+  ASSIGN_OR_RETURN(y, Relu(y, name + "_relu2"));
+  ASSIGN_OR_RETURN(y, Conv(y, name + "_conv3", filters, 1, 1));
+  ASSIGN_OR_RETURN(y, BatchNorm(y, name + "_bn3"));
+  Symbol shortcut = x;
+  if (project) {
+    ASSIGN_OR_RETURN(shortcut, Conv(x, name + "_conv1sc", filters, 1, stride));
+    ASSIGN_OR_RETURN(shortcut, BatchNorm(shortcut, name + "_sc"));
+  }
+  ASSIGN_OR_RETURN(Symbol sum, Symbol::Create("ElementWiseSum", {{"num_args", "2"}}, {y, shortcut},
+                                              name + "_plus"));
+  return Relu(sum, name + "_relu");
+}
+
 }  // namespace
+
+absl::StatusOr<Symbol> ResNet50(int num_classes) {
+  Symbol x = Symbol::Variable("data");
+  ASSIGN_OR_RETURN(x, Conv(x, "conv0", 64, 7, 2));
+  ASSIGN_OR_RETURN(x, BatchNorm(x, "bn0"));
+  ASSIGN_OR_RETURN(x, Relu(x, "relu0"));
+  ASSIGN_OR_RETURN(x, MaxPool(x, "pool0", 3, 2, 1));
+  constexpr int kUnits[] = {3, 4, 6, 3};
+  constexpr int kFilters[] = {256, 512, 1024, 2048};
+  for (int stage = 0; stage < 4; ++stage) {
+    for (int unit = 0; unit < kUnits[stage]; ++unit) {
+      const int stride = unit == 0 && stage > 0 ? 2 : 1;
+      ASSIGN_OR_RETURN(x, BottleneckBlock(x, absl::StrCat("stage", stage + 1, "_unit", unit + 1),
+                                          kFilters[stage], stride, /*project=*/unit == 0));
+    }
+  }
+  ASSIGN_OR_RETURN(
+      x, Symbol::Create("Pooling", {{"pool_type", "avg"}, {"global_pool", "true"}}, {x}, "pool1"));
+  ASSIGN_OR_RETURN(x, Dense(x, "fc1", num_classes));
+  return Symbol::Create("SoftmaxOutput", {}, {x}, "softmax");
+}
+
+absl::StatusOr<Symbol> Vgg16(int num_classes) {
+  Symbol x = Symbol::Variable("data");
+  constexpr int kConvs[] = {2, 2, 3, 3, 3};
+  constexpr int kFilters[] = {64, 128, 256, 512, 512};
+  for (int stage = 0; stage < 5; ++stage) {
+    for (int i = 0; i < kConvs[stage]; ++i) {
+      const std::string suffix = absl::StrCat(stage + 1, "_", i + 1);
+      ASSIGN_OR_RETURN(x, Conv(x, "conv" + suffix, kFilters[stage], 3, 1, /*bias=*/true));
+      ASSIGN_OR_RETURN(x, Relu(x, "relu" + suffix));
+    }
+    ASSIGN_OR_RETURN(x, MaxPool(x, absl::StrCat("pool", stage + 1), 2, 2, 0));
+  }
+  ASSIGN_OR_RETURN(x, Symbol::Create("Flatten", {}, {x}, "flatten"));
+  for (int fc : {6, 7}) {
+    ASSIGN_OR_RETURN(x, Dense(x, absl::StrCat("fc", fc), 4096));
+    ASSIGN_OR_RETURN(x, Relu(x, absl::StrCat("relu", fc)));
+    ASSIGN_OR_RETURN(x, Symbol::Create("Dropout", {{"p", "0.5"}}, {x}, absl::StrCat("drop", fc)));
+  }
+  ASSIGN_OR_RETURN(x, Dense(x, "fc8", num_classes));
+  return Symbol::Create("SoftmaxOutput", {}, {x}, "softmax");
+}
+
+absl::StatusOr<Symbol> EmbeddingMlp(int vocabulary, int embedding, int num_classes) {
+  Symbol x = Symbol::Variable("data");
+  ASSIGN_OR_RETURN(x, Symbol::Create("Embedding",
+                                     {{"input_dim", absl::StrCat(vocabulary)},
+                                      {"output_dim", absl::StrCat(embedding)}},
+                                     {x}, "embed"));
+  ASSIGN_OR_RETURN(x, Symbol::Create("Flatten", {}, {x}, "flatten"));
+  ASSIGN_OR_RETURN(x, Dense(x, "fc1", 256));
+  ASSIGN_OR_RETURN(x, Relu(x, "relu1"));
+  ASSIGN_OR_RETURN(x, Dense(x, "fc2", 128));
+  ASSIGN_OR_RETURN(x, Relu(x, "relu2"));
+  ASSIGN_OR_RETURN(x, Dense(x, "fc3", num_classes));
+  return Symbol::Create("SoftmaxOutput", {}, {x}, "softmax");
+}
 
 absl::StatusOr<Symbol> ResNet18Cifar(int num_classes) {
   Symbol x = Symbol::Variable("data");
@@ -117,6 +214,22 @@ absl::StatusOr<Symbol> ResNet18Cifar(int num_classes) {
   ASSIGN_OR_RETURN(
       x, Symbol::Create("FullyConnected", {{"num_hidden", absl::StrCat(num_classes)}}, {x}, "fc1"));
   return Symbol::Create("SoftmaxOutput", {}, {x}, "softmax");
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Shape>>> ParameterShapes(
+    const Symbol& net, const std::map<std::string, Shape>& inputs) {
+  ASSIGN_OR_RETURN(graph::InferResult<Shape> shapes, net.InferShape(inputs));
+  const std::vector<std::string> names = net.ListArguments();
+  std::vector<std::pair<std::string, Shape>> params;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (inputs.contains(names[i]) || absl::EndsWith(names[i], "_label")) continue;
+    if (shapes.arguments[i].ndim() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument '", names[i], "': its shape does not follow from the inputs given"));
+    }
+    params.emplace_back(names[i], shapes.arguments[i]);
+  }
+  return params;
 }
 
 std::vector<std::string> BuiltinModelNames() { return {"mlp", "lenet", "resnet18_cifar"}; }

@@ -156,5 +156,52 @@ TEST(BuiltinModelTest, NamesResNet18Cifar) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resnet18_cifar")));
 }
 
+int64_t ParameterCount(const std::vector<std::pair<std::string, Shape>>& params) {
+  int64_t count = 0;
+  for (const auto& [name, shape] : params) count += shape.Size();
+  return count;
+}
+
+// The counts torchvision's resnet50 and vgg16 report for 1,000 classes (MXNet's networks have
+// the same layers).
+TEST(ParameterShapesTest, ResNet50HasTorchvisionsParameterCount) {
+  auto net = ResNet50();
+  ASSERT_THAT(net.status(), IsOk());
+  auto params = ParameterShapes(*net, {{"data", Shape{1, 3, 224, 224}}});
+  ASSERT_THAT(params.status(), IsOk());
+  EXPECT_EQ(ParameterCount(*params), 25'557'032);
+  // conv0, bn0's gamma and beta, 16 blocks of 3 convs and 3 BatchNorms, 4 projections with
+  // their BatchNorm, fc1's weight and bias.
+  EXPECT_EQ(params->size(), 3u + 16 * 9 + 4 * 3 + 2);
+  EXPECT_EQ(params->front().first, "conv0_weight");
+  EXPECT_EQ(params->back().second, (Shape{1000}));
+}
+
+TEST(ParameterShapesTest, Vgg16HasTorchvisionsParameterCount) {
+  auto net = Vgg16();
+  ASSERT_THAT(net.status(), IsOk());
+  auto params = ParameterShapes(*net, {{"data", Shape{1, 3, 224, 224}}});
+  ASSERT_THAT(params.status(), IsOk());
+  EXPECT_EQ(ParameterCount(*params), 138'357'544);
+  EXPECT_EQ(params->size(), 2u * 16);
+}
+
+TEST(ParameterShapesTest, TheEmbeddingTableDominatesTheEmbeddingMlp) {
+  auto net = EmbeddingMlp();
+  ASSERT_THAT(net.status(), IsOk());
+  auto params = ParameterShapes(*net, {{"data", Shape{1, 16}}});
+  ASSERT_THAT(params.status(), IsOk());
+  // 1,000,000 x 32 table; fc1 512 -> 256, fc2 256 -> 128, fc3 128 -> 2, with biases.
+  EXPECT_EQ(ParameterCount(*params), 32'000'000 + 512 * 256 + 256 + 256 * 128 + 128 + 128 * 2 + 2);
+  EXPECT_EQ(params->front(), (std::pair<std::string, Shape>{"embed_weight", Shape{1000000, 32}}));
+}
+
+TEST(ParameterShapesTest, AnInputWithoutAShapeIsNamed) {
+  auto net = LeNet();
+  ASSERT_THAT(net.status(), IsOk());
+  EXPECT_THAT(ParameterShapes(*net, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("argument 'data'")));
+}
+
 }  // namespace
 }  // namespace tessera::examples
