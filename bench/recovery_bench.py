@@ -28,20 +28,11 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
 import chaos  # noqa: E402
+from machine import machine  # noqa: E402
 
 JOB = ROOT / "examples/mnist/chaos-mlp.yaml"
-
-
-def machine():
-    model, flags = "unknown", ""
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name") and model == "unknown":
-            model = line.split(":", 1)[1].strip()
-        elif line.startswith("flags") and not flags:
-            flags = line + " "
-    isa = "AVX-512" if " avx512f " in flags else "AVX2" if " avx2 " in flags else "SSE"
-    return {"cpu": model, "cpu_isa": isa, "cpus": os.cpu_count()}
 
 
 def job_with(out, name, checkpoint, epochs):

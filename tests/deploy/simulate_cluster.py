@@ -66,9 +66,12 @@ import xml.etree.ElementTree as ET
 
 import yaml
 
+# tools/ beside tests/ (in the source tree and in Bazel's runfiles alike).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from sim_network import Failure, Network, run  # noqa: E402
+
 NAMESPACE = "ml"  # the Kubernetes namespace the pods believe they are in
 SUBNET = "10.214.0"  # pods are SUBNET.1, .2, ...; the node is SUBNET.254
-NODE_ADDRESS = f"{SUBNET}.254"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY_SECONDS = 120  # daemons become ready (the workers' init container runs first)
 RUN_SECONDS = 600  # one training run of the rendered job on a small machine
@@ -80,78 +83,6 @@ FAIL_SECONDS = 60  # a run whose worker was killed reports it within this
 PACE = "1gbit"
 # ... and one whose worker was cut off: keepalive notices within 15 s (rpc/server.h).
 PARTITION_FAIL_SECONDS = 60
-
-
-class Failure(Exception):
-    pass
-
-
-def run(argv, **kwargs):
-    result = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    if result.returncode != 0:
-        raise Failure(f"{' '.join(map(str, argv))}: exit {result.returncode}: {result.stderr}")
-    return result.stdout
-
-
-class Network:
-    """One bridge in a namespace of its own (the machine's own network is never touched) and a
-    namespace per pod with a veth on it."""
-
-    def __init__(self):
-        self.prefix = f"tsk{os.getpid()}"
-        self.hub = f"{self.prefix}-hub"
-        self.namespaces = []
-        self._add(self.hub)
-        run(["ip", "-n", self.hub, "link", "add", "br0", "type", "bridge"])
-        run(["ip", "-n", self.hub, "addr", "add", f"{NODE_ADDRESS}/24", "dev", "br0"])
-        run(["ip", "-n", self.hub, "link", "set", "br0", "up"])
-
-    def _add(self, ns):
-        run(["ip", "netns", "add", ns])
-        self.namespaces.append(ns)
-        run(["ip", "-n", ns, "link", "set", "lo", "up"])
-
-    def add_host(self, index):
-        """The namespace of host `index` (0-based), with address SUBNET.index+1."""
-        ns = f"{self.prefix}-{index}"
-        self._add(ns)
-        port = f"p{index}"
-        run(["ip", "-n", self.hub, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-             "netns", ns])
-        run(["ip", "-n", self.hub, "link", "set", port, "master", "br0", "up"])
-        run(["ip", "-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", "eth0"])
-        run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        return ns
-
-    def http_get(self, url):
-        """The body of a GET from the node, or None when it is not answered with 200."""
-        get = ("import sys,urllib.request; "
-               "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
-        result = subprocess.run(["ip", "netns", "exec", self.hub, sys.executable, "-c", get, url],
-                                capture_output=True, text=True)
-        return result.stdout if result.returncode == 0 else None
-
-    def set_link(self, ns, state):
-        """Cuts a host off the network ("down") or joins it again ("up")."""
-        run(["ip", "-n", ns, "link", "set", "eth0", state])
-
-    def pace(self, ns, rate):
-        """Limits what the host sends to `rate` (tc's tbf, e.g. "1gbit"): a dist_sync job with
-        a worker there takes at least a push's bytes over the rate per batch on any machine,
-        so a test that must act while the job runs does not depend on the CPU's speed."""
-        run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
-             "rate", rate, "burst", "256kb", "latency", "200ms"])
-
-    def tcp_open(self, address, port):
-        """A TCP probe from the node, as the kubelet's."""
-        probe = ("import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), "
-                 "timeout=2).close()")
-        return subprocess.run(["ip", "netns", "exec", self.hub, sys.executable, "-c", probe,
-                               address, str(port)], capture_output=True).returncode == 0
-
-    def close(self):
-        for ns in reversed(self.namespaces):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def render(sources):
@@ -655,7 +586,7 @@ class Cluster:
         self.docs, self.work = docs, work
         self.lose_workers = True  # a standing cluster also loses a worker mid-run, twice
         self.daemon_plans, self.submitter_plan = plan_pods(docs)
-        self.network = Network()
+        self.network = Network(SUBNET)
         self.pods = {}  # by name: the newest pod of each name
         self.every_pod = []
         self.hosts = 0  # hosts made so far

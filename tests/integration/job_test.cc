@@ -49,6 +49,7 @@
 #include "nlohmann/json.hpp"
 #include "graph/symbol.h"
 #include "graph/symbol_json.h"
+#include "tests/integration/command.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/worker/synthetic_digits.h"
 
@@ -131,38 +132,10 @@ JobSpec Spec(const Job& job) {
 }
 
 // A command line run to its end.
-struct Command {
-  int code = -1;  // exit code; -1 if killed or timed out
-  std::string out, err;
-  std::vector<std::string> lines;  // of out, non-empty
-};
-
-// `argv`, run to its end.
-Command RunCommand(const std::vector<std::string>& argv) {
-  static std::atomic<int> count{0};  // tests run commands from several threads
-  const std::string base = absl::StrCat(TmpDir(), "/command-", ++count);
-  Command c;
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start({.argv = argv, .stdout_path = base + ".out", .stderr_path = base + ".err"});
-  EXPECT_THAT(p.status(), IsOk());
-  if (!p.ok()) return c;
-  absl::StatusOr<ExitStatus> exit = (*p)->Wait(kCommandTimeout);
-  if (!exit.ok()) {  // SIGTERM makes tessera cancel the job and stop its daemons
-    ADD_FAILURE() << absl::StrJoin(argv, " ") << ": " << exit.status();
-    (void)(*p)->Signal(SIGTERM);
-    exit = (*p)->Wait(absl::Seconds(20));
-  }
-  if (exit.ok() && exit->exited) c.code = exit->code;
-  c.out = ReadFileToString(base + ".out").value_or("");
-  c.err = ReadFileToString(base + ".err").value_or("");
-  c.lines = absl::StrSplit(c.out, '\n', absl::SkipEmpty());
-  return c;
-}
-
 Command Tessera(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {RunfilePath("client/tessera")};
   argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
+  return RunCommand(argv, kCommandTimeout);
 }
 
 // The number after "KEY": in a flat JSON object; NaN if missing.
@@ -698,7 +671,9 @@ TEST_F(JobTest, CompressedPushesTrainWithinHalfAPointOfFloat32) {
       accuracy.push_back(JsonNumber(run.lines.back(), "test_accuracy"));
       const std::string log = ReadFileToString(RunDir(name) + "/logs/ps-0.log").value_or("");
       EXPECT_EQ(log.find("-compressed gradients") != std::string::npos, !said.empty()) << type;
-      if (!said.empty()) EXPECT_THAT(log, HasSubstr(said));
+      if (!said.empty()) {
+        EXPECT_THAT(log, HasSubstr(said));
+      }
     }
     std::printf("%s: test accuracy float32 %.4f, 2bit %.4f, fp16 %.4f\n", c.name.c_str(),
                 accuracy[0], accuracy[1], accuracy[2]);

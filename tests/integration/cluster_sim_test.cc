@@ -1,0 +1,87 @@
+// bench/cluster_sim.py's short version: two workers and one server on hosts of their own,
+// links shaped to 100 Mbit/s each way (10 Gbps scaled down 100 times), ResNet-50's
+// parameters. The links are the limit - no round beats the analytical bound, which an
+// unshaped link would by several times - every worker sends its model once per round, and
+// the server's link carries both workers' copies. A failing run (a model that does not
+// exist) names what failed, and every simulated host is gone after either run.
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "core/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/command.h"
+#include "tests/integration/local_cluster.h"
+
+namespace tessera::integration {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The namespaces bench/cluster_sim.py makes ("tcs<pid>-..."), left behind.
+std::vector<std::string> LeftNamespaces() {
+  const Command list = RunCommand({"ip", "netns", "list"});
+  std::vector<std::string> left;
+  for (const std::string& line : list.lines) {
+    if (absl::StartsWith(line, "tcs")) left.push_back(line);
+  }
+  return left;
+}
+
+Command ClusterSim(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {"/usr/bin/python3", RunfilePath("bench/cluster_sim.py"),
+                                   "--tessera", RunfilePath("client/tessera"), "--workers", "2",
+                                   "--servers", "1", "--gbps", "10", "--scale_down", "100",
+                                   "--rounds", "2", "--work_dir", ::testing::TempDir() + "/sim"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return RunCommand(argv);
+}
+
+class ClusterSimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces and tc)";
+  }
+};
+
+TEST_F(ClusterSimTest, ShapedLinksLimitTheRoundsAndCarryTheModel) {
+  const Command c = ClusterSim({"--models", "resnet50"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  ASSERT_FALSE(c.lines.empty()) << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  ASSERT_EQ(report["rows"].size(), 1u) << report.dump();
+  const nlohmann::json& row = report["rows"][0];
+  EXPECT_EQ(row["keys"], 161);
+  EXPECT_DOUBLE_EQ(row["link_mbit_simulated"].get<double>(), 100.0);
+  // 25,557,032 floats over 100, 161 keys of at least one element each.
+  EXPECT_NEAR(row["model_bytes_scaled"].get<double>(), 1022052, 1000);
+  // Physics: a round cannot move its bytes faster than the links do (5% for tbf's bucket).
+  EXPECT_LE(row["ratio_to_bound"].get<double>(), 1.05) << row.dump();
+  EXPECT_GT(row["ratio_to_bound"].get<double>(), 0) << row.dump();
+  // Each worker sends its model once per round, plus headers (TCP/IP, TLS, gRPC, the
+  // requests of each key), and receives it once.
+  for (const nlohmann::json& link : row["worker_link_bytes_per_round"]) {
+    EXPECT_GE(link["sent"].get<double>(), 1022052) << row.dump();
+    EXPECT_LE(link["sent"].get<double>(), 1.25 * 1022052) << row.dump();
+    EXPECT_GE(link["received"].get<double>(), 1022052) << row.dump();
+  }
+  // The one server's link carries both workers' models each way.
+  EXPECT_GE(row["busiest_server_link_vs_ideal"].get<double>(), 1.0) << row.dump();
+  EXPECT_LE(row["busiest_server_link_vs_ideal"].get<double>(), 1.25) << row.dump();
+  EXPECT_EQ(report["machine"]["cpus"].get<int>() > 0, true);
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
+TEST_F(ClusterSimTest, AFailedRunSaysWhatFailedAndLeavesNoHostBehind) {
+  const Command c = ClusterSim({"--models", "resnet51"});
+  EXPECT_NE(c.code, 0);
+  EXPECT_THAT(c.err, HasSubstr("--model=resnet51: not resnet50, vgg16 or embedding_mlp"));
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
+}  // namespace
+}  // namespace tessera::integration

@@ -1,0 +1,137 @@
+"""Simulated hosts on one machine: a network namespace per host, each with its own address on
+a bridge that lives in a namespace of its own, so the machine's own network is never touched.
+Links can be cut, paced or shaped like a real network's (tc: netem's rate, delay and loss, in
+both directions of a host's link), and every link's bytes read back. Deleting the namespaces
+removes the links and their queueing disciplines with them: close() cleans everything up,
+whatever failed before it.
+
+Used by tests/deploy/simulate_cluster.py (Kubernetes pods on hosts of their own) and
+bench/cluster_sim.py (parameter-server traffic over shaped links). Needs root.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+class Failure(Exception):
+    pass
+
+
+def run(argv, **kwargs):
+    result = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        raise Failure(f"{' '.join(map(str, argv))}: exit {result.returncode}: {result.stderr}")
+    return result.stdout
+
+
+class Network:
+    """One bridge in a namespace of its own and a namespace per host with a veth on it. Host
+    `index` has address SUBNET.index+1; the bridge (the node) is SUBNET.254."""
+
+    def __init__(self, subnet, prefix="tsk"):
+        self.subnet = subnet
+        self.node_address = f"{subnet}.254"
+        self.prefix = f"{prefix}{os.getpid()}"
+        self.hub = f"{self.prefix}-hub"
+        self.namespaces = []
+        self.ports = {}  # host namespace -> its veth's end on the bridge
+        self._add(self.hub)
+        run(["ip", "-n", self.hub, "link", "add", "br0", "type", "bridge"])
+        run(["ip", "-n", self.hub, "addr", "add", f"{self.node_address}/24", "dev", "br0"])
+        run(["ip", "-n", self.hub, "link", "set", "br0", "up"])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _add(self, ns):
+        run(["ip", "netns", "add", ns])
+        self.namespaces.append(ns)
+        run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def address(self, index):
+        return f"{self.subnet}.{index + 1}"
+
+    def add_host(self, index):
+        """The namespace of host `index` (0-based), with address SUBNET.index+1."""
+        ns = f"{self.prefix}-{index}"
+        self._add(ns)
+        port = f"p{index}"
+        run(["ip", "-n", self.hub, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+             "netns", ns])
+        run(["ip", "-n", self.hub, "link", "set", port, "master", "br0", "up"])
+        run(["ip", "-n", ns, "addr", "add", f"{self.address(index)}/24", "dev", "eth0"])
+        run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        self.ports[ns] = port
+        return ns
+
+    def set_link(self, ns, state):
+        """Cuts a host off the network ("down") or joins it again ("up")."""
+        run(["ip", "-n", ns, "link", "set", "eth0", state])
+
+    def pace(self, ns, rate):
+        """Limits what the host sends to `rate` (tc's tbf, e.g. "1gbit"): a dist_sync job with
+        a worker there takes at least a push's bytes over the rate per batch on any machine,
+        so a test that must act while the job runs does not depend on the CPU's speed."""
+        run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+             "rate", rate, "burst", "256kb", "latency", "200ms"])
+
+    def shape(self, ns, rate_bits, delay_us=0, loss_percent=0.0):
+        """Makes the host's link behave like a full-duplex link of `rate_bits` bits/s each way:
+        on the host's side for what it sends and on the bridge's side for what it receives
+        (each direction its own queue, as a switch port has). Bandwidth alone is tc's tbf
+        (a bucket of at least 64 KiB, the largest segment a veth hands over, and at most
+        100 ms of queue, as a switch port buffers); with a one-way delay or random loss it
+        is netem's rate, delay and loss, which the kernel must have (CONFIG_NET_SCH_NETEM):
+        Failure says so where it does not."""
+        if delay_us > 0 or loss_percent > 0:
+            args = ["netem", "rate", f"{int(rate_bits)}bit", "limit", "100000"]
+            if delay_us > 0:
+                args += ["delay", f"{delay_us}us"]
+            if loss_percent > 0:
+                args += ["loss", f"{loss_percent}%"]
+        else:
+            burst = max(64 * 1024, int(rate_bits / 8 * 0.002))
+            args = ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency",
+                    "100ms"]
+        try:
+            run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root",
+                 *args])
+            run(["ip", "netns", "exec", self.hub, "tc", "qdisc", "replace", "dev",
+                 self.ports[ns], "root", *args])
+        except Failure as e:
+            if "qdisc kind is unknown" in str(e):
+                raise Failure(f"this kernel has no {args[0]} queueing discipline "
+                              f"(CONFIG_NET_SCH_{args[0].upper()}): links cannot be given a "
+                              "delay or loss here, only a bandwidth") from e
+            raise
+
+    def link_bytes(self, ns):
+        """(sent, received) bytes of the host's link so far, as its kernel counts them
+        (headers included)."""
+        link = json.loads(run(["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"]))[0]
+        stats = link["stats64"]
+        return stats["tx"]["bytes"], stats["rx"]["bytes"]
+
+    def http_get(self, url, python=sys.executable):
+        """The body of a GET from the node, or None when it is not answered with 200."""
+        get = ("import sys,urllib.request; "
+               "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
+        result = subprocess.run(["ip", "netns", "exec", self.hub, python, "-c", get, url],
+                                capture_output=True, text=True)
+        return result.stdout if result.returncode == 0 else None
+
+    def tcp_open(self, address, port, python=sys.executable):
+        """A TCP probe from the node, as the kubelet's."""
+        probe = ("import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+                 "timeout=2).close()")
+        return subprocess.run(["ip", "netns", "exec", self.hub, python, "-c", probe,
+                               address, str(port)], capture_output=True).returncode == 0
+
+    def close(self):
+        for ns in reversed(self.namespaces):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.namespaces = []
