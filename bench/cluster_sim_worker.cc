@@ -81,7 +81,7 @@ absl::Status Run() {
                    kvstore::DistKVStoreOptionsFromEnvironment());
   options.job_id = absl::GetFlag(FLAGS_job_id);
   options.compression.set_type(absl::GetFlag(FLAGS_compression));
-  if (!options.compression.type().empty()) {
+  if (options.compression.type() == "2bit") {
     options.compression.set_threshold(absl::GetFlag(FLAGS_threshold));
   }
   const int rank = options.cluster.index;

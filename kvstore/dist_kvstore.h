@@ -7,8 +7,10 @@
 // a Pull fetches the key's value from them and copies it to every output. Both are engine
 // pushes at the caller's priority that return at once: pushes of later layers overtake
 // earlier ones and overlap with the rest of backward. Key placement: a key of fewer than
-// `bigarray_bound` elements lives on server key % num_servers; a larger one is split into
-// one contiguous part per server. A server on this worker's host (a Unix socket) may share
+// `bigarray_bound` elements lives on server key % num_servers; a larger one is cut into
+// equal slices of at most that many elements, dealt to the servers in turn, the same count to
+// each (key_slices.h), so one slice's round completes and its value comes back while the next
+// slices still travel; keys must lie in [0, kSliceKeyStride). A server on this worker's host (a Unix socket) may share
 // a key's part through memory (proto/kvstore.proto, MapKeyRequest): Init maps this worker's
 // slot, and pushes and pulls of that part then go through it, the stream carrying only
 // their headers.
@@ -49,7 +51,8 @@ inline constexpr int64_t kDefaultBigArrayBound = 1000000;
 
 struct DistKVStoreOptions {
   ClusterSpec cluster;  // this worker's rank and the servers' addresses
-  // Arrays of at least this many elements are split across every server.
+  // Arrays of at least this many elements are cut into slices of at most this many, spread
+  // over every server (key_slices.h).
   int64_t bigarray_bound = kDefaultBigArrayBound;
   // This run's identity, the same on every worker (proto/kvstore.proto, Hello.job_id).
   std::string job_id;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "kvstore/key_slices.h"
 #include "ndarray/arithmetic.h"
 #include "ndarray/serialization.h"
 
@@ -157,8 +158,9 @@ absl::Status Optimizer::Update(int index, const NDArray& weight, const NDArray& 
   step.wd = wd_;
   step.t = slot.count;
   step.index = index;
-  if (auto m = lr_mult_.find(index); m != lr_mult_.end()) step.lr *= m->second;
-  if (auto m = wd_mult_.find(index); m != wd_mult_.end()) step.wd *= m->second;
+  // A parameter server's slice of a big key takes its key's multipliers (key_slices.h).
+  if (auto m = lr_mult_.find(DeclaredKey(index)); m != lr_mult_.end()) step.lr *= m->second;
+  if (auto m = wd_mult_.find(DeclaredKey(index)); m != wd_mult_.end()) step.wd *= m->second;
   absl::Status pushed = PushUpdate(step, weight, grad, slot.states, priority);
   if (!pushed.ok()) {  // the engine refused: count nothing, keep no state
     --slot.count;

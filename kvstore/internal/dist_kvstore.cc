@@ -22,6 +22,7 @@
 #include "kvstore/internal/server_connection.h"
 #include "kvstore/internal/server_route.h"
 #include "kvstore/internal/push_compression.h"
+#include "kvstore/key_slices.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
 #include "spdlog/spdlog.h"
@@ -144,6 +145,7 @@ class DistKVStore : public KVStore {
     int server = 0;
     int64_t begin = 0;  // elements
     int64_t size = 0;
+    int server_key = 0;  // what the server calls the part: the key, or its slice's number
     // This worker's slot for the part in its server's shared memory; null where the server
     // does not share the key or this process cannot map it (the part travels on the stream).
     std::shared_ptr<const SharedMemory> slot;
@@ -170,7 +172,9 @@ class DistKVStore : public KVStore {
 
   absl::Status Check(const char* what, const std::vector<int>& keys,
                      const std::vector<std::vector<NDArray>>& arrays);
-  std::vector<Part> Place(int key, int64_t size) const;
+  // Where the key's parts live (key_slices.h); INVALID_ARGUMENT when its slices would need
+  // more key numbers than the servers' int32 keys hold.
+  absl::StatusOr<std::vector<Part>> Place(int key, int64_t size) const;
   // Maps this worker's slot of every part of `keys` whose server shares it (MapKeyRequest).
   void MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed);
   enum class ChunkKind { kInit, kPush, kPushPull, kStash };
@@ -248,13 +252,28 @@ class DistKVStore : public KVStore {
   std::once_flag unmappable_;  // warned that a server's shared memory cannot be mapped here
 };
 
-std::vector<DistKVStore::Part> DistKVStore::Place(int key, int64_t size) const {
-  const int n = static_cast<int>(servers_.size());
-  if (size < options_.bigarray_bound || n == 1) return {Part{key % n, 0, size}};
+absl::StatusOr<std::vector<DistKVStore::Part>> DistKVStore::Place(int key, int64_t size) const {
+  const int64_t n = static_cast<int64_t>(servers_.size());
+  if (size < options_.bigarray_bound) {
+    return std::vector<Part>{Part{.server = static_cast<int>(key % n), .size = size,
+                                  .server_key = key}};
+  }
+  // Slices of at most the bound, a multiple of n of them (key_slices.h).
+  const int64_t per_server = (size + n * options_.bigarray_bound - 1) / (n * options_.bigarray_bound);
+  if (per_server > kSliceKeyStride ? true
+                                   : (per_server - 1) > (INT32_MAX - key) / kSliceKeyStride) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init of key ", key, ": its ", size, " elements make ", per_server,
+        " slices per server of at most ", options_.bigarray_bound,
+        " elements, more than the servers' key numbers hold (raise the big-array bound)"));
+  }
+  const int64_t slices = n * per_server;
   std::vector<Part> parts;
-  for (int s = 0; s < n; ++s) {
-    const int64_t begin = size * s / n, end = size * (s + 1) / n;
-    if (end > begin) parts.push_back(Part{s, begin, end - begin});
+  for (int64_t j = 0; j < slices; ++j) {
+    const int64_t begin = size * j / slices, end = size * (j + 1) / slices;
+    if (end == begin) continue;
+    parts.push_back(Part{.server = static_cast<int>(j % n), .begin = begin, .size = end - begin,
+                         .server_key = key + static_cast<int>(j / n) * kSliceKeyStride});
   }
   return parts;
 }
@@ -431,10 +450,12 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   {
     MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] < 0) {
-        // Placement takes key % servers: a negative key would name no server.
-        return absl::InvalidArgumentError(
-            absl::StrCat("Init: key ", keys[i], " is negative (the servers hold keys >= 0)"));
+      if (keys[i] < 0 || keys[i] >= kSliceKeyStride) {
+        // Placement takes key % servers: a negative key would name no server; the numbers
+        // from the stride up name big keys' slices (key_slices.h).
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Init: key ", keys[i], " is out of the dist stores' range [0, ", kSliceKeyStride,
+            ") (numbers above it name the slices of big keys on the servers)"));
       }
       if (keys_.count(keys[i]) || std::count(keys.begin(), keys.begin() + i, keys[i])) {
         return absl::InvalidArgumentError(absl::StrCat("Init: key ", keys[i], " initialized twice"));
@@ -453,7 +474,8 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   std::vector<std::vector<Part>> placed;
   int requests = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    placed.push_back(Place(keys[i], values[i].Size()));
+    ASSIGN_OR_RETURN(std::vector<Part> parts, Place(keys[i], values[i].Size()));
+    placed.push_back(std::move(parts));
     requests += static_cast<int>(placed.back().size());
     if (compressing()) {
       for (Part& part : placed.back()) {
@@ -464,7 +486,8 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   Waiter waiter(requests);
   for (size_t i = 0; i < keys.size(); ++i) {
     for (const Part& part : placed[i]) {
-      SendPart(keys[i], values[i].shape(), part, reinterpret_cast<const char*>((*hosts)[i].data()),
+      SendPart(part.server_key, values[i].shape(), part,
+               reinterpret_cast<const char*>((*hosts)[i].data()),
                ChunkKind::kInit, hosts, 0,
                [done = waiter.completion()](const ServerMessage& reply, bool) {
                  done->PartDone(ReplyStatus(reply));
@@ -502,9 +525,9 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
   }
   // The predecessor pushed every key once per batch, in order: each part has taken its
   // pushes of the batches done, and at most one more (it was lost pushing the next batch).
-  auto taken = [this](int key, const Part& part) -> uint64_t {
+  auto taken = [this](const Part& part) -> uint64_t {
     const auto& pushes = rejoin_progress_[part.server].pushes();
-    const auto it = pushes.find(key);
+    const auto it = pushes.find(part.server_key);
     return it == pushes.end() ? 0 : it->second;
   };
   MutexLock lock(&mu_);
@@ -515,8 +538,8 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
       return absl::FailedPreconditionError(absl::StrCat("Rejoin: key ", k, " is not initialized"));
     }
     for (const Part& part : it->second.parts) {
-      done = std::min(done, taken(k, part));
-      most = std::max(most, taken(k, part));
+      done = std::min(done, taken(part));
+      most = std::max(most, taken(part));
     }
   }
   if (keys.empty()) done = 0;
@@ -551,12 +574,12 @@ absl::StatusOr<KVStore::RejoinPoint> DistKVStore::Rejoin(const std::vector<int>&
 
 void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed) {
   if (compressing()) return;  // compressed pushes travel on the stream
-  std::vector<std::pair<int, Part*>> asked;  // key, part
+  std::vector<std::pair<int, Part*>> asked;  // server key, part
   for (size_t i = 0; i < keys.size(); ++i) {
     for (Part& part : placed[i]) {
       const uint64_t min_bytes = servers_[part.server]->hello().shared_memory_min_bytes();
       if (min_bytes > 0 && static_cast<uint64_t>(part.size) * sizeof(float) >= min_bytes) {
-        asked.emplace_back(keys[i], &part);
+        asked.emplace_back(part.server_key, &part);
       }
     }
   }
@@ -660,7 +683,7 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
       const char* data = static_cast<const char*>(source.data().dptr);
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
-        SendPart(k, shape, part, data, ChunkKind::kPush, owner, priority,
+        SendPart(part.server_key, shape, part, data, ChunkKind::kPush, owner, priority,
                  [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); },
                  compressing() ? Compress(part, data) : nullptr);
       }
@@ -692,7 +715,7 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
       char* data = static_cast<char*>(target.data().dptr);
       for (const Part& part : parts) {
         WorkerMessage m;
-        m.mutable_pull()->set_key(k);
+        m.mutable_pull()->set_key(part.server_key);
         m.mutable_pull()->set_into_shared_memory(part.slot != nullptr);
         if (after_push.has_value()) m.mutable_pull()->set_after_push(*after_push);
         SendMessage(part.server, std::move(m), priority,
@@ -745,7 +768,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
         // Compressed before the value lands where the payload came from (a pushpull in place).
-        SendPart(k, shape, part, data, ChunkKind::kPushPull, owner, priority,
+        SendPart(part.server_key, shape, part, data, ChunkKind::kPushPull, owner, priority,
                  PullInto(out + part.begin * sizeof(float), part, k, done),
                  compressing() ? Compress(part, data) : nullptr);
       }

@@ -3,6 +3,7 @@
 // memory), each "worker" its own DistKVStore with its own gRPC streams. The multi-process versions
 // (real tessera-ps daemons) are in tests/integration/.
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/key_slices.h"
 
 #include <stdlib.h>
 
@@ -267,6 +268,24 @@ TEST_F(DistKVStoreTest, BigArraysAreSplitAcrossServersAndSmallOnesSpread) {
   EXPECT_THAT(PullValue(0, 0, 1001), ElementsAreArray(expect));
   EXPECT_THAT(PullValue(0, 1, 3), ElementsAre(1, 1, 1));
   EXPECT_THAT(PullValue(0, 2, 3), ElementsAre(5, 6, 7));
+  // 1,001 elements over a bound of 100 and 2 servers: 12 slices of 83-84, six on each server
+  // as 0, 0 + kSliceKeyStride, ..., each through one round; the small keys whole.
+  absl::StatusOr<std::vector<KeyCounters>> counters = workers_[0]->RoundCounters();
+  ASSERT_THAT(counters.status(), IsOk());
+  std::map<int, std::vector<int>> slices;  // server index -> its server keys of key 0
+  for (const KeyCounters& c : *counters) {
+    if (DeclaredKey(c.key()) != 0) continue;
+    slices[c.server_index()].push_back(c.key());
+    EXPECT_EQ(c.version(), 1u) << c.key();
+  }
+  const std::vector<int> expected = {0,
+                                     kSliceKeyStride,
+                                     2 * kSliceKeyStride,
+                                     3 * kSliceKeyStride,
+                                     4 * kSliceKeyStride,
+                                     5 * kSliceKeyStride};
+  EXPECT_THAT(slices[0], ::testing::UnorderedElementsAreArray(expected));
+  EXPECT_THAT(slices[1], ::testing::UnorderedElementsAreArray(expected));
   // Each server holds part of the big key: stopping one loses the key.
   servers_[1]->Shutdown();
   NDArray out = Arr(std::vector<float>(1001));
@@ -277,8 +296,8 @@ TEST_F(DistKVStoreTest, BigArraysAreSplitAcrossServersAndSmallOnesSpread) {
 }
 
 // Two servers over gRPC, each the other's backup: after every round each backup holds its
-// primary's parts bit for bit (a big key's two parts, and small keys wherever they live), with
-// every worker's push counted.
+// primary's parts bit for bit (a big key's four slices, two on each server, and small keys
+// wherever they live), with every worker's push counted.
 TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
   constexpr int kRounds = 4;
   StartCluster("dist_sync", 2, 2, /*bigarray_bound=*/100, Transport::kUnixSockets,
@@ -291,18 +310,21 @@ TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
   for (auto& w : workers_) {
     ASSERT_THAT(w->Init({0, 1, 2}, {Arr(big), Arr({1, 2, 3}), Arr({4, 5})}), IsOk());
   }
-  // The key's parts as both backups hold them, primary 0's first.
+  // The key's parts as both backups hold them, in the key's order: slice j is on server
+  // j % 2 as key + (j / 2) * kSliceKeyStride.
   auto backed_up = [&](int key) {
     std::vector<float> whole;
     std::vector<uint64_t> taken;
-    for (int primary = 0; primary < 2; ++primary) {
-      absl::StatusOr<ReplicaStore::Copy> part =
-          servers_[(primary + 1) % 2]->store().BackupCopy(key);
-      if (!part.ok()) continue;
-      const size_t at = whole.size();
-      whole.resize(at + part->value.size() / sizeof(float));
-      std::memcpy(whole.data() + at, part->value.data(), part->value.size());
-      taken.insert(taken.end(), part->taken.begin(), part->taken.end());
+    for (int server_key : {key, key + kSliceKeyStride}) {
+      for (int primary = 0; primary < 2; ++primary) {
+        absl::StatusOr<ReplicaStore::Copy> part =
+            servers_[(primary + 1) % 2]->store().BackupCopy(server_key);
+        if (!part.ok()) continue;
+        const size_t at = whole.size();
+        whole.resize(at + part->value.size() / sizeof(float));
+        std::memcpy(whole.data() + at, part->value.data(), part->value.size());
+        taken.insert(taken.end(), part->taken.begin(), part->taken.end());
+      }
     }
     return std::make_pair(whole, taken);
   };
@@ -318,7 +340,7 @@ TEST_F(DistKVStoreTest, ReplicatedServersKeepTheirBackupsCopyOfEveryRound) {
       const auto [copy, taken] = backed_up(key);
       EXPECT_EQ(copy, pulled) << "key " << key << " after round " << round;
       // Per part, both workers' pushes so far.
-      EXPECT_EQ(taken, std::vector<uint64_t>(key == 0 ? 4 : 2, round)) << "key " << key;
+      EXPECT_EQ(taken, std::vector<uint64_t>(key == 0 ? 8 : 2, round)) << "key " << key;
     }
   }
 }
@@ -650,7 +672,11 @@ TEST_F(DistKVStoreTest, BadCallsAreRefusedBeforeAnythingIsSent) {
   EXPECT_THAT(workers_[0]->Init({1}, {Arr({1, 2, 3})}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key 1 initialized twice")));
   EXPECT_THAT(workers_[0]->Init({-3}, {Arr({1})}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key -3 is negative")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("key -3 is out of the dist stores' range [0, 1048576)")));
+  // The numbers from kSliceKeyStride up name big keys' slices on the servers.
+  EXPECT_THAT(workers_[0]->Init({kSliceKeyStride}, {Arr({1})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key 1048576 is out of")));
   EXPECT_THAT(workers_[0]->Push({1}, {{Arr({1, 2})}}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("key 1"), HasSubstr("(2,)"), HasSubstr("(3,)"))));

@@ -3,6 +3,7 @@
 // per-index multipliers), the update bookkeeping, schedulers, SaveState/LoadState resuming
 // bit for bit, and every error.
 #include "kvstore/optimizer.h"
+#include "kvstore/key_slices.h"
 
 #include <algorithm>
 #include <cmath>
@@ -214,6 +215,25 @@ TEST_P(OptimizerTest, MatchesReferenceFormulas) {
     EXPECT_EQ(opt->num_update(), 3);
     EXPECT_EQ(opt->update_count(1), 3);
   }
+}
+
+// A parameter server's slice of a big key (key_slices.h) is updated with its key's lr_mult
+// and wd_mult, and keeps its own state.
+TEST_P(OptimizerTest, ASliceTakesItsKeysMultipliers) {
+  auto sliced = Create("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}});
+  auto whole = Create("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}});
+  for (auto* opt : {&sliced, &whole}) {
+    (*opt)->SetLrMult({{3, 2.0}});
+    (*opt)->SetWdMult({{3, 0.0}});
+  }
+  NDArray a = Make({1.0f, -2.0f}), b = Make({1.0f, -2.0f});
+  for (int t = 0; t < 2; ++t) {
+    ASSERT_THAT(sliced->Update(3 + 2 * kSliceKeyStride, a, Make({0.5f, 0.25f})), IsOk());
+    ASSERT_THAT(whole->Update(3, b, Make({0.5f, 0.25f})), IsOk());
+  }
+  EXPECT_EQ(*a.AsVector<float>(), *b.AsVector<float>());
+  EXPECT_EQ(sliced->update_count(3 + 2 * kSliceKeyStride), 2);
+  EXPECT_EQ(sliced->update_count(3), 0);
 }
 
 // ---- Bookkeeping ----
