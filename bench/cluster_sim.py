@@ -20,7 +20,14 @@ of one link's load to another's are the full-size cluster's, while the CPUs move
 weigh scale_down times more against the payload than at full size, and a parameter whose
 scaled size falls under one element keeps one.
 
-Each row (model, bandwidth, compression, replicas) reports:
+The peer (--peer gloo, the default) is allreduce on the same links: the W workers' hosts run
+PyTorch's gloo allreduce of the same parameters (bench/cluster_sim_gloo.py: DDP's buckets,
+25 MB scaled as the sizes are, allreduced as backward fills them), once per model and
+bandwidth; its bound is a ring's, compute + 2 (W - 1) / W * M / B. Each parameter-server row
+gives vs_gloo, its rounds/s over the peer's: with --servers as a list (e.g. 1,2,4) the rows
+say where the servers win and where they lose as S/W grows.
+
+Each row (model, bandwidth, servers, compression, replicas) reports:
 - rounds_per_s: the timed rounds over the slowest worker's time for them;
 - bound_round_s: the analytical bound of the topology, compute + max(M, W*M/S) / B, M the
   model's bytes and B a link's bandwidth each way (both scaled): each worker sends and
@@ -34,10 +41,10 @@ Last line: one JSON object naming the machine.
 
 Needs root (namespaces, tc). Every namespace, and with it every link and queueing discipline,
 is deleted when a row ends, failed or not; traffic stays between the simulation's namespaces.
-usage: ./tessera bench cluster_sim [--workers 4] [--servers 2] [--models resnet50,...]
+usage: ./tessera bench cluster_sim [--workers 4] [--servers 2[,4...]] [--models resnet50,...]
            [--gbps 1,10,25] [--scale_down 100] [--latency_us 0] [--loss 0] [--compute_ms 0]
            [--rounds 3] [--warmup 1] [--compression none,2bit,fp16] [--replicas 1]
-           [--mode dist_sync]
+           [--mode dist_sync] [--peer gloo|none]
 """
 import argparse
 import json
@@ -61,6 +68,7 @@ from sim_network import Failure, Network  # noqa: E402
 SUBNET = "10.215.0"  # apart from tests/deploy's 10.214.0, so both can run at once
 PORT = 9000
 BIGARRAY_BOUND = 1000000  # kvstore/dist_kvstore.h kDefaultBigArrayBound
+DDP_BUCKET_BYTES = 25 * 1024 * 1024  # PyTorch DDP's bucket_cap_mb default
 START_SECONDS = 60  # servers listening, workers through their warm-up
 
 
@@ -86,107 +94,167 @@ def wait_for(predicate, seconds, what, processes):
         time.sleep(0.02)
 
 
-def run_row(args, work, certs, token, model, gbps, compression, replicas):
-    """One cluster on fresh hosts; the row's figures."""
-    workers, servers = args.workers, args.servers
-    rate_bits = gbps * 1e9 / args.scale_down
-    row_dir = pathlib.Path(tempfile.mkdtemp(dir=work, prefix=f"{model}-{gbps}g-"))
-    ready = row_dir / "ready"
-    ready.mkdir()
-    processes = []  # (name, Popen, log path)
-    with Network(SUBNET, prefix="tcs") as net:
-        hosts = [net.add_host(i) for i in range(servers + workers)]
-        for ns in hosts:
-            net.shape(ns, rate_bits, args.latency_us, args.loss)
-        ps_hosts = ",".join(f"{net.address(i)}:{PORT}" for i in range(servers))
-        security = {"TESSERA_TLS_DIR": str(certs), "TESSERA_TOKEN_FILE": str(token)}
+class Hosts:
+    """One measurement's hosts, shaped, and its processes: started in their namespaces, told
+    to start their timed rounds together once all are through their warm-up (the links'
+    counters and the CPUs' times read in between), and stopped however the run ends."""
+
+    def __init__(self, args, work, count, rate_bits, env):
+        self.args = args
+        self.dir = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="run-"))
+        self.ready = self.dir / "ready"
+        self.ready.mkdir()
+        self.env = env
+        self.net = Network(SUBNET, prefix="tcs")
+        self.processes = []  # (name, Popen, log path)
         try:
-            def start(name, ns, argv, env=None):
-                log = row_dir / f"{name}.log"
-                with open(log, "w") as out:
-                    proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=out,
-                                            stderr=subprocess.STDOUT,
-                                            env={**os.environ, **security, **(env or {})})
-                processes.append((name, proc, log))
+            self.hosts = [self.net.add_host(i) for i in range(count)]
+            for ns in self.hosts:
+                self.net.shape(ns, rate_bits, args.latency_us, args.loss)
+        except BaseException:
+            self.net.close()
+            raise
 
-            for i in range(servers):
-                start(f"ps-{i}", hosts[i], [
-                    args.bin_dir / "server/tessera-ps", f"--address={net.address(i)}:{PORT}",
-                    f"--ps_hosts={ps_hosts}", f"--index={i}", f"--num_workers={workers}",
-                    f"--replicas={replicas}", f"--port_file={row_dir}/ps-{i}.port"])
-            wait_for(lambda: all((row_dir / f"ps-{i}.port").exists() for i in range(servers)),
-                     START_SECONDS, "servers listening", processes)
-            for w in range(workers):
-                start(f"worker-{w}", hosts[servers + w], [
-                    args.bin_dir / "bench/cluster_sim_worker", f"--model={model}",
-                    f"--scale_down={args.scale_down}", f"--compute_ms={args.compute_ms}",
-                    f"--rounds={args.rounds}", f"--warmup={args.warmup}",
-                    f"--mode={args.mode}", f"--ready_dir={ready}",
-                    f"--compression={'' if compression == 'none' else compression}"], {
-                        "TESSERA_INDEX": str(w), "TESSERA_PS_HOSTS": ps_hosts,
-                        "TESSERA_NUM_WORKERS": str(workers),
-                        "TESSERA_KVSTORE_BIGARRAY_BOUND": str(
-                            max(1, BIGARRAY_BOUND // args.scale_down))})
-            wait_for(lambda: all((ready / f"ready-{w}").exists() for w in range(workers)),
-                     START_SECONDS + 20 * bound_round_seconds(args, None, rate_bits),
-                     "workers through their warm-up", processes)
-            before = [net.link_bytes(ns) for ns in hosts]
-            cpu_before = cpu_times()
-            (ready / "go").touch()
-            worker_procs = processes[servers:]
-            wait_for(lambda: all(p.poll() is not None for _, p, _ in worker_procs),
-                     START_SECONDS + 20 * args.rounds * bound_round_seconds(args, None, rate_bits),
-                     "workers' timed rounds", processes[:servers])
-            cpu_after = cpu_times()
-            after = [net.link_bytes(ns) for ns in hosts]
-            reports = []
-            for name, proc, log in worker_procs:
-                text = pathlib.Path(log).read_text()
-                if proc.returncode != 0:
-                    raise BenchError(f"{name} failed ({proc.returncode}):\n{text[-3000:]}")
-                reports.append(json.loads(text.strip().splitlines()[-1]))
-        finally:
-            for _, proc, _ in processes:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for _, proc, _ in processes:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-    shutil.rmtree(row_dir, ignore_errors=True)
+    def __enter__(self):
+        return self
 
-    model_bytes = reports[0]["model_bytes"]
+    def __exit__(self, *exc):
+        for _, proc, _ in self.processes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, proc, _ in self.processes:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.net.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, name, host, argv, env=None):
+        log = self.dir / f"{name}.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.hosts[host], *map(str, argv)],
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **self.env, **(env or {})})
+        self.processes.append((name, proc, log))
+
+    def measure(self, workers, seconds):
+        """Starts the timed rounds of `workers` (names of started processes, each writing
+        ready/ready-RANK after its warm-up and waiting for ready/go; `seconds` bounds a
+        round); their JSON reports, the links' (sent, received) bytes per timed round and
+        the CPUs' busy share over the rounds."""
+        named = {name: (proc, log) for name, proc, log in self.processes}
+        wait_for(lambda: all((self.ready / f"ready-{w}").exists() for w in range(len(workers))),
+                 START_SECONDS + (self.args.warmup + 1) * seconds,
+                 "workers through their warm-up", self.processes)
+        before = [self.net.link_bytes(ns) for ns in self.hosts]
+        cpu_before = cpu_times()
+        (self.ready / "go").touch()
+        others = [p for p in self.processes if p[0] not in workers]
+        wait_for(lambda: all(named[w][0].poll() is not None for w in workers),
+                 START_SECONDS + self.args.rounds * seconds, "workers' timed rounds", others)
+        cpu_after = cpu_times()
+        after = [self.net.link_bytes(ns) for ns in self.hosts]
+        reports = []
+        for name in workers:
+            proc, log = named[name]
+            text = pathlib.Path(log).read_text()
+            if proc.returncode != 0:
+                raise BenchError(f"{name} failed ({proc.returncode}):\n{text[-3000:]}")
+            reports.append(json.loads(text.strip().splitlines()[-1]))
+        rounds = self.args.rounds
+        links = [((a[0] - b[0]) / rounds, (a[1] - b[1]) / rounds) for a, b in zip(after, before)]
+        total, idle = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
+        return reports, links, (1 - idle / total if total else 0.0)
+
+
+def round_figures(args, reports, bound):
     round_seconds = max(r["seconds"] for r in reports) / args.rounds
-    bound = bound_round_seconds(args, model_bytes, rate_bits)
-    per_round = [((a[0] - b[0]) / args.rounds, (a[1] - b[1]) / args.rounds)
-                 for a, b in zip(after, before)]
-    server_links = per_round[:servers]
-    worker_links = per_round[servers:]
+    return {"rounds_per_s": 1 / round_seconds,
+            "round_s_p50": statistics.median(s for r in reports for s in r["round_seconds"]),
+            "bound_round_s": bound, "ratio_to_bound": bound / round_seconds}
+
+
+def guess_round_seconds(args, rate_bits):
+    """A generous round time for time-outs: the biggest model (VGG-16's 553 MB, scaled) through
+    one link, once per worker, twice over."""
+    return args.compute_ms / 1000 + 2 * args.workers * 553e6 / args.scale_down * 8 / rate_bits
+
+
+def run_row(args, work, certs, token, model, gbps, servers, compression, replicas):
+    """The parameter servers: one cluster on fresh hosts; the row's figures."""
+    workers = args.workers
+    rate_bits = gbps * 1e9 / args.scale_down
+    security = {"TESSERA_TLS_DIR": str(certs), "TESSERA_TOKEN_FILE": str(token)}
+    with Hosts(args, work, servers + workers, rate_bits, security) as h:
+        ps_hosts = ",".join(f"{h.net.address(i)}:{PORT}" for i in range(servers))
+        for i in range(servers):
+            h.start(f"ps-{i}", i, [
+                args.bin_dir / "server/tessera-ps", f"--address={h.net.address(i)}:{PORT}",
+                f"--ps_hosts={ps_hosts}", f"--index={i}", f"--num_workers={workers}",
+                f"--replicas={replicas}", f"--port_file={h.dir}/ps-{i}.port"])
+        wait_for(lambda: all((h.dir / f"ps-{i}.port").exists() for i in range(servers)),
+                 START_SECONDS, "servers listening", h.processes)
+        for w in range(workers):
+            h.start(f"worker-{w}", servers + w, [
+                args.bin_dir / "bench/cluster_sim_worker", f"--model={model}",
+                f"--scale_down={args.scale_down}", f"--compute_ms={args.compute_ms}",
+                f"--rounds={args.rounds}", f"--warmup={args.warmup}",
+                f"--mode={args.mode}", f"--ready_dir={h.ready}",
+                f"--compression={'' if compression == 'none' else compression}"], {
+                    "TESSERA_INDEX": str(w), "TESSERA_PS_HOSTS": ps_hosts,
+                    "TESSERA_NUM_WORKERS": str(workers),
+                    "TESSERA_KVSTORE_BIGARRAY_BOUND": str(
+                        max(1, BIGARRAY_BOUND // args.scale_down))})
+        reports, links, cpu = h.measure([f"worker-{w}" for w in range(workers)],
+                                        20 * guess_round_seconds(args, rate_bits))
+    model_bytes = reports[0]["model_bytes"]
+    server_links, worker_links = links[:servers], links[servers:]
+    # Each worker sends and receives its model once; a server's link carries W/S of it.
     ideal_server = workers * model_bytes / servers
-    total, idle = (cpu_after[0] - cpu_before[0]), (cpu_after[1] - cpu_before[1])
+    bound = args.compute_ms / 1000 + max(model_bytes, ideal_server) * 8 / rate_bits
     return {
         "model": model, "gbps": gbps, "link_mbit_simulated": rate_bits / 1e6,
-        "compression": compression, "replicas": replicas, "keys": reports[0]["keys"],
+        "servers": servers, "compression": compression, "replicas": replicas,
+        "keys": reports[0]["keys"],
         "model_bytes_scaled": model_bytes, "model_bytes_full": model_bytes * args.scale_down,
-        "rounds_per_s": 1 / round_seconds,
-        "round_s_p50": statistics.median(s for r in reports for s in r["round_seconds"]),
-        "bound_round_s": bound, "ratio_to_bound": bound / round_seconds,
+        **round_figures(args, reports, bound),
         "server_link_bytes_per_round": [{"sent": s, "received": r} for s, r in server_links],
         "worker_link_bytes_per_round": [{"sent": s, "received": r} for s, r in worker_links],
         "busiest_server_link_vs_ideal": max(max(s, r) for s, r in server_links) / ideal_server,
         "worker_sent_vs_model": statistics.mean(s for s, _ in worker_links) / model_bytes,
-        "cpu_busy": 1 - idle / total if total else 0.0,
+        "cpu_busy": cpu,
     }
 
 
-def bound_round_seconds(args, model_bytes, rate_bits):
-    """compute + max(M, W*M/S) / B; with model_bytes None, a generous guess for time-outs
-    (the biggest model, VGG-16's 553 MB, scaled)."""
-    m = model_bytes if model_bytes is not None else 553e6 / args.scale_down
-    busiest = max(m, args.workers * m / args.servers)
-    return args.compute_ms / 1000 + busiest * 8 / rate_bits
+def run_gloo(args, work, model, gbps):
+    """The allreduce peer on the same links: W processes of bench/cluster_sim_gloo.py on the
+    workers' hosts, PyTorch's gloo allreduce between them over TCP in DDP's buckets."""
+    workers = args.workers
+    rate_bits = gbps * 1e9 / args.scale_down
+    sizes = work / f"{model}-sizes.json"
+    sizes.write_text(subprocess.run(
+        [args.bin_dir / "bench/cluster_sim_worker", f"--model={model}",
+         f"--scale_down={args.scale_down}", "--list_parameters"],
+        check=True, capture_output=True, text=True).stdout)
+    with Hosts(args, work, workers, rate_bits, {"GLOO_SOCKET_IFNAME": "eth0"}) as h:
+        for w in range(workers):
+            h.start(f"gloo-{w}", w, [
+                "/usr/bin/python3", ROOT / "bench/cluster_sim_gloo.py", f"--rank={w}",
+                f"--world={workers}", f"--master={h.net.address(0)}:{PORT}",
+                f"--sizes={sizes}", f"--bucket_bytes={DDP_BUCKET_BYTES // args.scale_down}",
+                f"--compute_ms={args.compute_ms}", f"--rounds={args.rounds}",
+                f"--warmup={args.warmup}", f"--ready_dir={h.ready}"])
+        reports, links, cpu = h.measure([f"gloo-{w}" for w in range(workers)],
+                                        20 * guess_round_seconds(args, rate_bits))
+    model_bytes = reports[0]["model_bytes"]
+    # A ring allreduce sends and receives 2 (W - 1) / W of the model on every link.
+    bound = args.compute_ms / 1000 + 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits
+    return {"model": model, "gbps": gbps, "peer": reports[0]["peer"],
+            **round_figures(args, reports, bound),
+            "worker_sent_vs_model": statistics.mean(s for s, _ in links) / model_bytes,
+            "cpu_busy": cpu}
 
 
 def main():
@@ -195,7 +263,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tessera", required=True, help="the tessera binary (./tessera bench)")
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--servers", default="2", help="server counts; comma list")
     parser.add_argument("--models", default="resnet50,vgg16,embedding_mlp")
     parser.add_argument("--gbps", default="1,10,25", help="link bandwidths each way, full size")
     parser.add_argument("--scale_down", type=int, default=100)
@@ -208,17 +276,20 @@ def main():
     parser.add_argument("--compression", default="none", help="none, 2bit, fp16; comma list")
     parser.add_argument("--replicas", default="1", help="1 or 2; comma list")
     parser.add_argument("--mode", default="dist_sync")
+    parser.add_argument("--peer", default="gloo", choices=["gloo", "none"],
+                        help="the allreduce peer on the same links, per model and bandwidth")
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args()
     args.bin_dir = pathlib.Path(args.tessera).resolve().parent.parent
+    server_counts = [int(s) for s in args.servers.split(",")]
     if os.geteuid() != 0:
         sys.exit("cluster_sim: needs root (network namespaces and tc)")
-    if args.workers < 1 or args.servers < 1 or args.workers + args.servers > 253:
+    if args.workers < 1 or min(server_counts) < 1 or args.workers + max(server_counts) > 253:
         sys.exit("cluster_sim: --workers and --servers must be at least 1, together at most 253")
 
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="tessera-cluster-sim-"))
     work.mkdir(parents=True, exist_ok=True)
-    addresses = "+".join(f"{SUBNET}.{i + 1}" for i in range(args.servers + args.workers))
+    addresses = "+".join(f"{SUBNET}.{i + 1}" for i in range(max(server_counts) + args.workers))
     subprocess.run([args.tessera, "certs", str(work / "certs"), "--hosts", addresses],
                    check=True, capture_output=True)
     certs = work / "certs" / f"{SUBNET}.1"
@@ -226,29 +297,45 @@ def main():
     token.write_text(secrets.token_hex(24) + "\n")
     token.chmod(0o600)
 
-    rows = []
+    rows, peer_rows = [], []
     for model in args.models.split(","):
         for gbps in [float(g) for g in args.gbps.split(",")]:
-            for compression in args.compression.split(","):
-                for replicas in [int(r) for r in args.replicas.split(",")]:
-                    try:
-                        row = run_row(args, work, certs, token, model, gbps, compression,
-                                      replicas)
-                    except (BenchError, Failure) as e:
-                        sys.exit(f"cluster_sim: {model} at {gbps} Gbps, {compression}, "
-                                 f"replicas {replicas}: {e}")
-                    rows.append(row)
-                    print(f"{model:>13} {gbps:5g} Gbps {compression:>4} r{replicas}: "
-                          f"{row['rounds_per_s']:.2f} rounds/s, bound "
-                          f"{1 / row['bound_round_s']:.2f} (ratio {row['ratio_to_bound']:.2f}), "
-                          f"busiest server link {row['busiest_server_link_vs_ideal']:.2f}x "
-                          f"ideal, cpu {row['cpu_busy']:.0%}", file=sys.stderr, flush=True)
+            peer = None
+            if args.peer == "gloo":
+                try:
+                    peer = run_gloo(args, work, model, gbps)
+                except (BenchError, Failure, subprocess.CalledProcessError) as e:
+                    sys.exit(f"cluster_sim: gloo peer, {model} at {gbps} Gbps: {e}")
+                peer_rows.append(peer)
+                print(f"{model:>13} {gbps:5g} Gbps gloo allreduce: "
+                      f"{peer['rounds_per_s']:.2f} rounds/s, bound "
+                      f"{1 / peer['bound_round_s']:.2f} (ratio {peer['ratio_to_bound']:.2f})",
+                      file=sys.stderr, flush=True)
+            for servers in server_counts:
+                for compression in args.compression.split(","):
+                    for replicas in [int(r) for r in args.replicas.split(",")]:
+                        try:
+                            row = run_row(args, work, certs, token, model, gbps, servers,
+                                          compression, replicas)
+                        except (BenchError, Failure) as e:
+                            sys.exit(f"cluster_sim: {model} at {gbps} Gbps, {servers} servers, "
+                                     f"{compression}, replicas {replicas}: {e}")
+                        if peer is not None:
+                            row["vs_gloo"] = row["rounds_per_s"] / peer["rounds_per_s"]
+                        rows.append(row)
+                        print(f"{model:>13} {gbps:5g} Gbps S={servers} {compression:>4} "
+                              f"r{replicas}: {row['rounds_per_s']:.2f} rounds/s, bound "
+                              f"{1 / row['bound_round_s']:.2f} (ratio "
+                              f"{row['ratio_to_bound']:.2f}), busiest server link "
+                              f"{row['busiest_server_link_vs_ideal']:.2f}x ideal, "
+                              + (f"{row['vs_gloo']:.2f}x gloo, " if peer else "")
+                              + f"cpu {row['cpu_busy']:.0%}", file=sys.stderr, flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({
         "bench": "cluster_sim", "machine": machine(), "workers": args.workers,
-        "servers": args.servers, "scale_down": args.scale_down, "latency_us": args.latency_us,
+        "scale_down": args.scale_down, "latency_us": args.latency_us,
         "loss_percent": args.loss, "compute_ms": args.compute_ms, "mode": args.mode,
-        "rounds": args.rounds, "rows": rows}))
+        "rounds": args.rounds, "rows": rows, "peer_rows": peer_rows}))
 
 
 if __name__ == "__main__":

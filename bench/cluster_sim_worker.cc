@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, mode, "dist_sync", "dist_sync or dist_async");
 ABSL_FLAG(std::string, compression, "", "gradient compression: 2bit, fp16 or empty for none");
 ABSL_FLAG(double, threshold, 0.5, "the 2bit compression's threshold");
 ABSL_FLAG(std::string, job_id, "cluster-sim", "the run's identity, the same on every worker");
+ABSL_FLAG(bool, list_parameters, false,
+          "print {\"sizes\": [...]}, the parameters' scaled element counts in layer order, and "
+          "exit (bench/cluster_sim_gloo.py allreduces the same)");
 ABSL_FLAG(std::string, ready_dir, "",
           "after the warm-up, write ready-RANK here and wait for a file named go (the driver "
           "reads the links' counters in between); empty: start at once");
@@ -77,6 +80,10 @@ absl::Status Run() {
   }
   ASSIGN_OR_RETURN(const std::vector<int64_t> sizes,
                    ParameterSizes(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_scale_down)));
+  if (absl::GetFlag(FLAGS_list_parameters)) {
+    std::printf("%s\n", nlohmann::json({{"sizes", sizes}}).dump().c_str());
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(kvstore::DistKVStoreOptions options,
                    kvstore::DistKVStoreOptionsFromEnvironment());
   options.job_id = absl::GetFlag(FLAGS_job_id);

@@ -3,7 +3,8 @@
 // parameters. The links are the limit - no round beats the analytical bound, which an
 // unshaped link would by several times - every worker sends its model once per round, and
 // the server's link carries both workers' copies. A failing run (a model that does not
-// exist) names what failed, and every simulated host is gone after either run.
+// exist) names what failed, and every simulated host is gone after either run. With PyTorch
+// at hand, its gloo allreduce runs on the same links as the peer.
 #include <unistd.h>
 
 #include <string>
@@ -36,7 +37,8 @@ Command ClusterSim(const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {"/usr/bin/python3", RunfilePath("bench/cluster_sim.py"),
                                    "--tessera", RunfilePath("client/tessera"), "--workers", "2",
                                    "--servers", "1", "--gbps", "10", "--scale_down", "100",
-                                   "--rounds", "2", "--work_dir", ::testing::TempDir() + "/sim"};
+                                   "--rounds", "2", "--peer", "none", "--work_dir",
+                                   ::testing::TempDir() + "/sim"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return RunCommand(argv);
 }
@@ -73,6 +75,27 @@ TEST_F(ClusterSimTest, ShapedLinksLimitTheRoundsAndCarryTheModel) {
   EXPECT_GE(row["busiest_server_link_vs_ideal"].get<double>(), 1.0) << row.dump();
   EXPECT_LE(row["busiest_server_link_vs_ideal"].get<double>(), 1.25) << row.dump();
   EXPECT_EQ(report["machine"]["cpus"].get<int>() > 0, true);
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
+// The peer: PyTorch's gloo allreduce of the same parameters on the same links, also held to
+// its (ring's) bound; each parameter-server row says how it compares.
+TEST_F(ClusterSimTest, TheAllreducePeerRunsOnTheSameLinks) {
+  if (RunCommand({"/usr/bin/python3", "-c", "import torch.distributed"}).code != 0) {
+    GTEST_SKIP() << "needs python3-torch (./tessera bench cluster_sim installs it)";
+  }
+  const Command c = ClusterSim({"--models", "resnet50", "--peer", "gloo"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  ASSERT_EQ(report["peer_rows"].size(), 1u) << report.dump();
+  const nlohmann::json& peer = report["peer_rows"][0];
+  EXPECT_THAT(peer["peer"].get<std::string>(), HasSubstr("gloo allreduce"));
+  EXPECT_LE(peer["ratio_to_bound"].get<double>(), 1.05) << peer.dump();
+  // A ring of two sends each worker's model once: 2 (W - 1) / W = 1.
+  EXPECT_GE(peer["worker_sent_vs_model"].get<double>(), 1.0) << peer.dump();
+  const nlohmann::json& row = report["rows"][0];
+  EXPECT_DOUBLE_EQ(row["vs_gloo"].get<double>(),
+                   row["rounds_per_s"].get<double>() / peer["rounds_per_s"].get<double>());
   EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
 }
 
