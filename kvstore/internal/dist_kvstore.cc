@@ -85,6 +85,7 @@ class DistKVStore : public KVStore {
       rejoin_progress_.push_back(options_.rejoin ? server->hello().progress() : WorkerProgress());
       barriers_to_skip_.push_back(rejoin_progress_.back().barriers());
     }
+    placed_elements_.assign(servers_.size(), 0);
     if (options_.cancellation != nullptr) {
       cancelled_ = options_.cancellation->OnCancel([this] {
         for (auto& server : servers_) server->Abort();
@@ -172,9 +173,14 @@ class DistKVStore : public KVStore {
 
   absl::Status Check(const char* what, const std::vector<int>& keys,
                      const std::vector<std::vector<NDArray>>& arrays);
-  // Where the key's parts live (key_slices.h); INVALID_ARGUMENT when its slices would need
-  // more key numbers than the servers' int32 keys hold.
-  absl::StatusOr<std::vector<Part>> Place(int key, int64_t size) const;
+  // Where the parts of keys[i] (sizes[i] elements) live: a big key's slices spread evenly
+  // (key_slices.h), then each small key, largest first (ties: lower key), on the server
+  // holding the fewest elements so far, so the servers carry the same bytes, not the same
+  // number of keys. The same Init calls place alike on every worker. INVALID_ARGUMENT when a
+  // key's slices would need more key numbers than the servers' int32 keys hold.
+  absl::StatusOr<std::vector<std::vector<Part>>> Place(const std::vector<int>& keys,
+                                                       const std::vector<int64_t>& sizes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps this worker's slot of every part of `keys` whose server shares it (MapKeyRequest).
   void MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed);
   enum class ChunkKind { kInit, kPush, kPushPull, kStash };
@@ -232,6 +238,8 @@ class DistKVStore : public KVStore {
   absl::Status broken_ ABSL_GUARDED_BY(broken_mu_);
   // Per server: how far a replacement's predecessor got there (its first HelloReply).
   std::vector<WorkerProgress> rejoin_progress_;
+  // Per server: the elements of the key parts placed there so far (Place).
+  std::vector<int64_t> placed_elements_ ABSL_GUARDED_BY(mu_);
   // Per server: the barriers a replacement's predecessor passed there, which its Barrier
   // calls skip (one server may have opened one more than another when it was lost).
   std::vector<uint64_t> barriers_to_skip_ ABSL_GUARDED_BY(mu_);
@@ -252,30 +260,47 @@ class DistKVStore : public KVStore {
   std::once_flag unmappable_;  // warned that a server's shared memory cannot be mapped here
 };
 
-absl::StatusOr<std::vector<DistKVStore::Part>> DistKVStore::Place(int key, int64_t size) const {
+absl::StatusOr<std::vector<std::vector<DistKVStore::Part>>> DistKVStore::Place(
+    const std::vector<int>& keys, const std::vector<int64_t>& sizes) {
   const int64_t n = static_cast<int64_t>(servers_.size());
-  if (size < options_.bigarray_bound) {
-    return std::vector<Part>{Part{.server = static_cast<int>(key % n), .size = size,
-                                  .server_key = key}};
+  std::vector<std::vector<Part>> placed(keys.size());
+  std::vector<size_t> small;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int key = keys[i];
+    const int64_t size = sizes[i];
+    if (size < options_.bigarray_bound) {
+      small.push_back(i);
+      continue;
+    }
+    // Slices of at most the bound, a multiple of n of them (key_slices.h).
+    const int64_t per_server =
+        (size + n * options_.bigarray_bound - 1) / (n * options_.bigarray_bound);
+    if (per_server - 1 > (INT32_MAX - key) / kSliceKeyStride) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Init of key ", key, ": its ", size, " elements make ", per_server,
+          " slices per server of at most ", options_.bigarray_bound,
+          " elements, more than the servers' key numbers hold (raise the big-array bound)"));
+    }
+    const int64_t slices = n * per_server;
+    for (int64_t j = 0; j < slices; ++j) {
+      const int64_t begin = size * j / slices, end = size * (j + 1) / slices;
+      if (end == begin) continue;
+      placed[i].push_back(Part{.server = static_cast<int>(j % n), .begin = begin,
+                               .size = end - begin,
+                               .server_key = key + static_cast<int>(j / n) * kSliceKeyStride});
+      placed_elements_[j % n] += end - begin;
+    }
   }
-  // Slices of at most the bound, a multiple of n of them (key_slices.h).
-  const int64_t per_server = (size + n * options_.bigarray_bound - 1) / (n * options_.bigarray_bound);
-  if (per_server > kSliceKeyStride ? true
-                                   : (per_server - 1) > (INT32_MAX - key) / kSliceKeyStride) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Init of key ", key, ": its ", size, " elements make ", per_server,
-        " slices per server of at most ", options_.bigarray_bound,
-        " elements, more than the servers' key numbers hold (raise the big-array bound)"));
+  std::stable_sort(small.begin(), small.end(), [&](size_t a, size_t b) {
+    return sizes[a] != sizes[b] ? sizes[a] > sizes[b] : keys[a] < keys[b];
+  });
+  for (size_t i : small) {
+    const auto least = std::min_element(placed_elements_.begin(), placed_elements_.end());
+    const int server = static_cast<int>(least - placed_elements_.begin());
+    placed[i].push_back(Part{.server = server, .size = sizes[i], .server_key = keys[i]});
+    *least += sizes[i];
   }
-  const int64_t slices = n * per_server;
-  std::vector<Part> parts;
-  for (int64_t j = 0; j < slices; ++j) {
-    const int64_t begin = size * j / slices, end = size * (j + 1) / slices;
-    if (end == begin) continue;
-    parts.push_back(Part{.server = static_cast<int>(j % n), .begin = begin, .size = end - begin,
-                         .server_key = key + static_cast<int>(j / n) * kSliceKeyStride});
-  }
-  return parts;
+  return placed;
 }
 
 std::shared_ptr<std::string> DistKVStore::Compress(const Part& part, const char* data) const {
@@ -472,13 +497,17 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
     hosts->push_back(std::move(host));
   }
   std::vector<std::vector<Part>> placed;
+  {
+    std::vector<int64_t> sizes;
+    for (const NDArray& v : values) sizes.push_back(v.Size());
+    MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(placed, Place(keys, sizes));
+  }
   int requests = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    ASSIGN_OR_RETURN(std::vector<Part> parts, Place(keys[i], values[i].Size()));
-    placed.push_back(std::move(parts));
-    requests += static_cast<int>(placed.back().size());
+  for (std::vector<Part>& parts : placed) {
+    requests += static_cast<int>(parts.size());
     if (compressing()) {
-      for (Part& part : placed.back()) {
+      for (Part& part : parts) {
         part.residual = std::make_shared<std::vector<float>>(part.size, 0.0f);
       }
     }

@@ -295,6 +295,27 @@ TEST_F(DistKVStoreTest, BigArraysAreSplitAcrossServersAndSmallOnesSpread) {
   EXPECT_THAT(workers_[0]->Push({2}, {{Arr(small)}}), StatusIs(absl::StatusCode::kUnavailable));
 }
 
+// Small keys go where the fewest bytes are, largest first: 100 and 10 elements on one server,
+// 60 and 50 on the other (key % 2 would put 150 on one and 70 on the other).
+TEST_F(DistKVStoreTest, SmallKeysArePlacedByBytesNotByNumber) {
+  StartCluster("dist_sync", 2, 1);
+  std::vector<NDArray> values;
+  for (int n : {100, 60, 50, 10}) values.push_back(Arr(std::vector<float>(n, 1.f)));
+  ASSERT_THAT(workers_[0]->Init({0, 1, 2, 3}, values), IsOk());
+  absl::StatusOr<std::vector<KeyCounters>> counters = workers_[0]->RoundCounters();
+  ASSERT_THAT(counters.status(), IsOk());
+  std::map<int, int> server_of;
+  for (const KeyCounters& c : *counters) server_of[c.key()] = c.server_index();
+  ASSERT_EQ(server_of.size(), 4u);
+  EXPECT_EQ(server_of[0], server_of[3]);
+  EXPECT_EQ(server_of[1], server_of[2]);
+  EXPECT_NE(server_of[0], server_of[1]);
+  // Every worker's pushes and pulls find them there.
+  ASSERT_THAT(workers_[0]->Push({0, 1, 2, 3}, {{values[0]}, {values[1]}, {values[2]}, {values[3]}}),
+              IsOk());
+  EXPECT_THAT(PullValue(0, 2, 50), ::testing::Each(1.f));
+}
+
 // Two servers over gRPC, each the other's backup: after every round each backup holds its
 // primary's parts bit for bit (a big key's four slices, two on each server, and small keys
 // wherever they live), with every worker's push counted.
@@ -399,10 +420,11 @@ std::vector<float> DistKVStoreTest::TrainThroughAFailover(bool kill) {
     });
   }
   if (kill) {
-    // Server 0 holds a part of keys 0 and 2: 5 + 50 floats per push. Once workers 0 and 1
-    // have pushed round 4 (and worker 2 has not), the round is open there: lose the server.
+    // Server 0 holds key 1 and a slice of key 2 (placed by bytes: key 2's two slices of 50,
+    // then key 1 where there is least, then key 0): 7 + 50 floats per push. Once workers 0 and
+    // 1 have pushed round 4 (and worker 2 has not), the round is open there: lose the server.
     const double open_round =
-        pushed_before + (kFailoverWorkers * (kKillRound - 1) + 2) * 55.0 * 4;
+        pushed_before + (kFailoverWorkers * (kKillRound - 1) + 2) * 57.0 * 4;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
     while (metrics_[0].push_bytes.Value() < open_round && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
@@ -528,8 +550,9 @@ TEST_F(DistKVStoreTest, AServerThatComesBackIsBroughtUpToDateAndTheNextLossFails
                const ServerStore* taken = servers_[1]->node().taken_over(0);
                return servers_[1]->store().backed_up() && taken != nullptr && taken->backed_up();
              }));
-             EXPECT_THAT(servers_[0]->store().BackupCopy(0, /*index=*/0).status(), IsOk());
-             EXPECT_THAT(servers_[0]->store().BackupCopy(1, /*index=*/1).status(), IsOk());
+             // (Key 1 is index 0's, key 0 index 1's: placed by bytes.)
+             EXPECT_THAT(servers_[0]->store().BackupCopy(1, /*index=*/0).status(), IsOk());
+             EXPECT_THAT(servers_[0]->store().BackupCopy(0, /*index=*/1).status(), IsOk());
            }},
           {7, [&] { servers_[1]->Shutdown(); }}});
   EXPECT_EQ(got, expected);
