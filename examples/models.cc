@@ -94,6 +94,20 @@ absl::StatusOr<Symbol> Relu(const Symbol& x, const std::string& name) {
   return Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, name);
 }
 
+// A residual block's end: `y` plus the block's input `x` (through a 1x1 conv + BatchNorm
+// projection when `project`), then ReLU.
+absl::StatusOr<Symbol> JoinShortcut(const Symbol& x, const Symbol& y, const std::string& name,
+                                    int filters, int stride, bool project) {
+  Symbol shortcut = x;
+  if (project) {
+    ASSIGN_OR_RETURN(shortcut, Conv(x, name + "_conv1sc", filters, 1, stride));
+    ASSIGN_OR_RETURN(shortcut, BatchNorm(shortcut, name + "_sc"));
+  }
+  ASSIGN_OR_RETURN(Symbol sum, Symbol::Create("ElementWiseSum", {{"num_args", "2"}}, {y, shortcut},
+                                              name + "_plus"));
+  return Relu(sum, name + "_relu");
+}
+
 // One basic block; `project` gives the shortcut a 1x1 conv + BatchNorm (where the stride or
 // the width changes), else the shortcut is the identity.
 absl::StatusOr<Symbol> BasicBlock(const Symbol& x, const std::string& name, int filters, int stride,
@@ -103,14 +117,7 @@ absl::StatusOr<Symbol> BasicBlock(const Symbol& x, const std::string& name, int 
   ASSIGN_OR_RETURN(y, Relu(y, name + "_relu1"));
   ASSIGN_OR_RETURN(y, Conv(y, name + "_conv2", filters, 3, 1));
   ASSIGN_OR_RETURN(y, BatchNorm(y, name + "_bn2"));
-  Symbol shortcut = x;
-  if (project) {
-    ASSIGN_OR_RETURN(shortcut, Conv(x, name + "_conv1sc", filters, 1, stride));
-    ASSIGN_OR_RETURN(shortcut, BatchNorm(shortcut, name + "_sc"));
-  }
-  ASSIGN_OR_RETURN(Symbol sum, Symbol::Create("ElementWiseSum", {{"num_args", "2"}}, {y, shortcut},
-                                              name + "_plus"));
-  return Relu(sum, name + "_relu");
+  return JoinShortcut(x, y, name, filters, stride, project);
 }
 
 // One bottleneck block of ResNet-50 v1: 1x1 (filters / 4), 3x3 (filters / 4, the stride),
@@ -125,14 +132,7 @@ absl::StatusOr<Symbol> BottleneckBlock(const Symbol& x, const std::string& name,
   ASSIGN_OR_RETURN(y, Relu(y, name + "_relu2"));
   ASSIGN_OR_RETURN(y, Conv(y, name + "_conv3", filters, 1, 1));
   ASSIGN_OR_RETURN(y, BatchNorm(y, name + "_bn3"));
-  Symbol shortcut = x;
-  if (project) {
-    ASSIGN_OR_RETURN(shortcut, Conv(x, name + "_conv1sc", filters, 1, stride));
-    ASSIGN_OR_RETURN(shortcut, BatchNorm(shortcut, name + "_sc"));
-  }
-  ASSIGN_OR_RETURN(Symbol sum, Symbol::Create("ElementWiseSum", {{"num_args", "2"}}, {y, shortcut},
-                                              name + "_plus"));
-  return Relu(sum, name + "_relu");
+  return JoinShortcut(x, y, name, filters, stride, project);
 }
 
 }  // namespace
