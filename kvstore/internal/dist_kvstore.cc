@@ -264,6 +264,7 @@ absl::StatusOr<std::vector<std::vector<DistKVStore::Part>>> DistKVStore::Place(
     const std::vector<int>& keys, const std::vector<int64_t>& sizes) {
   const int64_t n = static_cast<int64_t>(servers_.size());
   std::vector<std::vector<Part>> placed(keys.size());
+  std::vector<int64_t> load = placed_elements_;  // kept only if every key can be placed
   std::vector<size_t> small;
   for (size_t i = 0; i < keys.size(); ++i) {
     const int key = keys[i];
@@ -288,18 +289,19 @@ absl::StatusOr<std::vector<std::vector<DistKVStore::Part>>> DistKVStore::Place(
       placed[i].push_back(Part{.server = static_cast<int>(j % n), .begin = begin,
                                .size = end - begin,
                                .server_key = key + static_cast<int>(j / n) * kSliceKeyStride});
-      placed_elements_[j % n] += end - begin;
+      load[j % n] += end - begin;
     }
   }
   std::stable_sort(small.begin(), small.end(), [&](size_t a, size_t b) {
     return sizes[a] != sizes[b] ? sizes[a] > sizes[b] : keys[a] < keys[b];
   });
   for (size_t i : small) {
-    const auto least = std::min_element(placed_elements_.begin(), placed_elements_.end());
-    const int server = static_cast<int>(least - placed_elements_.begin());
+    const auto least = std::min_element(load.begin(), load.end());
+    const int server = static_cast<int>(least - load.begin());
     placed[i].push_back(Part{.server = server, .size = sizes[i], .server_key = keys[i]});
     *least += sizes[i];
   }
+  placed_elements_ = std::move(load);
   return placed;
 }
 
@@ -476,8 +478,8 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
     MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
       if (keys[i] < 0 || keys[i] >= kSliceKeyStride) {
-        // Placement takes key % servers: a negative key would name no server; the numbers
-        // from the stride up name big keys' slices (key_slices.h).
+        // The servers name parts by non-negative int32 keys, and the numbers from the
+        // stride up name big keys' slices (key_slices.h).
         return absl::InvalidArgumentError(absl::StrCat(
             "Init: key ", keys[i], " is out of the dist stores' range [0, ", kSliceKeyStride,
             ") (numbers above it name the slices of big keys on the servers)"));
