@@ -13,9 +13,13 @@ KVStoreService protocol of proto/kvstore.proto exactly as the C++ workers' dist 
 As the C++ client, so that the servers see no difference:
   - Keys travel as int32. A str key gets the next number at its init, as MXNet numbers them,
     so every worker must init its str keys in the same order; a store takes one kind of key.
-  - An array of fewer than `bigarray_bound` elements lives whole on server key % len(servers);
-    a larger one is split into one contiguous part per server, each stored 1-D there. Every
-    worker must use the same bound (tessera workers: 1,000,000, MXNet's default).
+  - Placement balances bytes (kvstore/dist_kvstore.h): an array of fewer than
+    `bigarray_bound` elements lives whole on one server, the one holding the fewest elements
+    when it is placed (an init call places its largest keys first); a larger one is cut into
+    equal slices of at most the bound, the same number on every server, each stored 1-D there
+    under key + (j // servers) * 2**20 for slice j (kvstore/key_slices.h). So keys lie in
+    [0, 2**20), and every worker must use the same bound (tessera workers: 1,000,000, MXNet's
+    default) and make the same init calls.
   - The servers hold float32: values are converted, as mx.nd.array converts NumPy input.
     They travel in chunks of at most 1 MiB (less if a server's Hello reply says so).
   - Every worker sends Init; the first value of a key wins. set_optimizer sends the optimizer
@@ -47,6 +51,7 @@ from tessera._wire.proto import kvstore_pb2, kvstore_pb2_grpc, tensor_pb2
 PROTOCOL_VERSION = 1  # kvstore/transport.h's kKVStoreProtocolVersion
 DEFAULT_BIGARRAY_BOUND = 1000000  # kvstore/dist_kvstore.h's kDefaultBigArrayBound
 _CHUNK_BYTES = 1 << 20  # kvstore/transport.h's kChunkBytes
+_SLICE_KEY_STRIDE = 1 << 20  # kvstore/key_slices.h's kSliceKeyStride
 _MAX_MESSAGE = 4 << 20  # rpc/message_limits.h's kKVStoreLimits
 _COMMAND_TIMEOUT_S = 60
 _CLOSE_TIMEOUT_S = 5  # as the C++ client: a server that does not finish the stream is cut
@@ -76,7 +81,7 @@ def create(name="dist_sync", servers=(), rank=0, num_workers=1, job_id="", token
 @dataclasses.dataclass
 class _Key:
     shape: tuple
-    parts: list  # (server index, first element, elements) of each part
+    parts: list  # (server index, first element, elements, the server's key) of each part
 
 
 class _Server:
@@ -157,6 +162,7 @@ class KVStore:
         self.servers = servers
         self._job_id = job_id
         self._bigarray_bound = bigarray_bound
+        self._placed_elements = [0] * len(servers)  # per server, as _place left them
         self._lock = threading.Lock()
         self._broken = None  # the error that ended a stream or a dist_sync round
         self._keys = {}  # wire key -> _Key
@@ -209,7 +215,8 @@ class KVStore:
                                        f"init of key {k!r}: one array, not {len(arrays)}")
                 wire_keys.append(wire)
             values = [_as_float32(arrays[0], f"init of key {k!r}") for k, arrays in pairs]
-            keys = {w: _Key(v.shape, self._place(w, v.size)) for w, v in zip(wire_keys, values)}
+            placed = self._place(wire_keys, [v.size for v in values])
+            keys = {w: _Key(v.shape, parts) for w, v, parts in zip(wire_keys, values, placed)}
             self._exchange([(part[0], self._chunks("init", w, keys[w], part, v))
                             for w, v in zip(wire_keys, values) for part in keys[w].parts])
             self._keys.update(keys)
@@ -318,9 +325,9 @@ class KVStore:
             return self._str_keys[key]
         if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
             raise TesseraError("INVALID_ARGUMENT", f"{what}: key {key!r} is neither str nor int")
-        if not 0 <= key < 1 << 31:
-            raise TesseraError("INVALID_ARGUMENT", f"{what}: key {key} is outside "
-                               "[0, 2**31) (keys travel as int32; key % servers places them)")
+        if not 0 <= key < _SLICE_KEY_STRIDE:
+            raise TesseraError("INVALID_ARGUMENT", f"{what}: key {key} is outside [0, 2**20) "
+                               "(the numbers above it name big keys' slices on the servers)")
         return int(key)
 
     def _check_key_type(self, key, kind=None):
@@ -380,7 +387,7 @@ class KVStore:
 
     def _pull_requests(self, wires):
         """One Pull request per distinct key of `wires` and part."""
-        return [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(key=wire))])
+        return [(part[0], [kvstore_pb2.WorkerMessage(pull=kvstore_pb2.PullRequest(key=part[3]))])
                 for wire in dict.fromkeys(wires) for part in self._keys[wire].parts]
 
     def _deliver(self, key, out, targets, wires, replies):
@@ -404,25 +411,48 @@ class KVStore:
             handed_out.add(wire)
         return pulled if isinstance(key, (list, tuple)) else pulled[0]
 
-    def _place(self, wire, size):
-        """kvstore/dist_kvstore.h's placement: [(server, first element, elements)]."""
+    def _place(self, wires, sizes):
+        """kvstore/dist_kvstore.h's placement of one init call's keys: per key, its parts
+        [(server, first element, elements, the server's key)]. The servers' loads are kept
+        only when every key could be placed."""
         n = len(self._servers)
-        if size < self._bigarray_bound or n == 1:
-            return [(wire % n, 0, size)]
-        bounds = [size * s // n for s in range(n + 1)]
-        return [(s, bounds[s], bounds[s + 1] - bounds[s]) for s in range(n)
-                if bounds[s + 1] > bounds[s]]
+        load = list(self._placed_elements)
+        placed = [[] for _ in wires]
+        small = []
+        for i, (wire, size) in enumerate(zip(wires, sizes)):
+            if size < self._bigarray_bound:
+                small.append(i)
+                continue
+            per_server = -(-size // (n * self._bigarray_bound))
+            if (per_server - 1) > ((1 << 31) - 1 - wire) // _SLICE_KEY_STRIDE:
+                raise TesseraError(
+                    "INVALID_ARGUMENT", f"init of key {wire}: its {size} elements make "
+                    f"{per_server} slices per server of at most {self._bigarray_bound} elements, "
+                    "more than the servers' key numbers hold (raise the big-array bound)")
+            slices = n * per_server
+            for j in range(slices):
+                first, end = size * j // slices, size * (j + 1) // slices
+                if end > first:
+                    placed[i].append((j % n, first, end - first,
+                                      wire + (j // n) * _SLICE_KEY_STRIDE))
+                    load[j % n] += end - first
+        for i in sorted(small, key=lambda i: (-sizes[i], wires[i])):
+            server = load.index(min(load))
+            placed[i].append((server, 0, sizes[i], wires[i]))
+            load[server] += sizes[i]
+        self._placed_elements = load
+        return placed
 
     def _chunks(self, kind, wire, key, part, array):
         """One Init, Push or PushPull request (`kind`): `part` of float32 `array` in chunks."""
-        server, first, size = part
+        server, first, size, server_key = part
         shape = key.shape if size == array.size else (size,)  # a big array's part is 1-D
         data = memoryview(array).cast("B")[first * 4:(first + size) * 4]
         step = self._servers[server].max_chunk_bytes
         messages, offset = [], 0
         while True:  # an empty part still sends one chunk, for the server to judge
             piece = bytes(data[offset:offset + step])
-            chunk = kvstore_pb2.ArrayChunk(key=wire, dtype=tensor_pb2.DT_FLOAT32, shape=shape,
+            chunk = kvstore_pb2.ArrayChunk(key=server_key, dtype=tensor_pb2.DT_FLOAT32, shape=shape,
                                            offset=offset, data=piece,
                                            last=offset + len(piece) == len(data))
             messages.append(kvstore_pb2.WorkerMessage(**{kind: chunk}))
@@ -432,7 +462,7 @@ class KVStore:
 
     def _assemble(self, wire, part, replies, flat):
         """Writes a pull's reply chunks for `part` into the key's `flat` value."""
-        server, first, size = part
+        server, first, size, _ = part
         out = flat[first:first + size].view(np.uint8)
         for n, reply in enumerate(replies):
             chunk = reply.pull
