@@ -300,7 +300,9 @@ TEST_P(FusedUpdateTest, NonfiniteGradientsAreReportedWithTheUpdateAndTheParamete
     for (int step = 6; step < 8; ++step) {
       SetGrads(&side, step);
       const absl::Status later = (*f)->Step();
-      if (!check) EXPECT_THAT(later, IsOk());
+      if (!check) {
+        EXPECT_THAT(later, IsOk());
+      }
     }
     if (!check) {
       EXPECT_THAT((*f)->Check(), IsOk());
