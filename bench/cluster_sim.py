@@ -101,6 +101,7 @@ class Hosts:
 
     def __init__(self, args, work, count, rate_bits, env):
         self.args = args
+        self.rate_bits = rate_bits
         self.dir = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="run-"))
         self.ready = self.dir / "ready"
         self.ready.mkdir()
@@ -139,11 +140,12 @@ class Hosts:
                                     env={**os.environ, **self.env, **(env or {})})
         self.processes.append((name, proc, log))
 
-    def measure(self, workers, seconds):
+    def measure(self, workers):
         """Starts the timed rounds of `workers` (names of started processes, each writing
-        ready/ready-RANK after its warm-up and waiting for ready/go; `seconds` bounds a
-        round); their JSON reports, the links' (sent, received) bytes per timed round and
-        the CPUs' busy share over the rounds."""
+        ready/ready-RANK after its warm-up and waiting for ready/go); their JSON reports, the
+        links' (sent, received) bytes per timed round and the CPUs' busy share over the
+        rounds."""
+        seconds = 20 * guess_round_seconds(self.args, self.rate_bits)  # bounds a round
         named = {name: (proc, log) for name, proc, log in self.processes}
         wait_for(lambda: all((self.ready / f"ready-{w}").exists() for w in range(len(workers))),
                  START_SECONDS + (self.args.warmup + 1) * seconds,
@@ -207,8 +209,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
                     "TESSERA_NUM_WORKERS": str(workers),
                     "TESSERA_KVSTORE_BIGARRAY_BOUND": str(
                         max(1, BIGARRAY_BOUND // args.scale_down))})
-        reports, links, cpu = h.measure([f"worker-{w}" for w in range(workers)],
-                                        20 * guess_round_seconds(args, rate_bits))
+        reports, links, cpu = h.measure([f"worker-{w}" for w in range(workers)])
     model_bytes = reports[0]["model_bytes"]
     server_links, worker_links = links[:servers], links[servers:]
     # Each worker sends and receives its model once; a server's link carries W/S of it.
@@ -246,8 +247,7 @@ def run_gloo(args, work, model, gbps):
                 f"--sizes={sizes}", f"--bucket_bytes={DDP_BUCKET_BYTES // args.scale_down}",
                 f"--compute_ms={args.compute_ms}", f"--rounds={args.rounds}",
                 f"--warmup={args.warmup}", f"--ready_dir={h.ready}"])
-        reports, links, cpu = h.measure([f"gloo-{w}" for w in range(workers)],
-                                        20 * guess_round_seconds(args, rate_bits))
+        reports, links, cpu = h.measure([f"gloo-{w}" for w in range(workers)])
     model_bytes = reports[0]["model_bytes"]
     # A ring allreduce sends and receives 2 (W - 1) / W of the model on every link.
     bound = args.compute_ms / 1000 + 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits

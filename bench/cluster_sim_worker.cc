@@ -99,7 +99,7 @@ absl::Status Run() {
 
   // Keys in layer order; gradients hold small values that vary per rank (2bit compression
   // then sends a mix of +, - and 0).
-  std::vector<int> keys, push_order;
+  std::vector<int> keys;
   std::vector<NDArray> values;
   std::vector<std::vector<NDArray>> grads, outs;
   int64_t bytes = 0;

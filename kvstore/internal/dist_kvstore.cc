@@ -184,14 +184,14 @@ class DistKVStore : public KVStore {
   // Maps this worker's slot of every part of `keys` whose server shares it (MapKeyRequest).
   void MapSlots(const std::vector<int>& keys, std::vector<std::vector<Part>>& placed);
   enum class ChunkKind { kInit, kPush, kPushPull, kStash };
-  // Sends `part` of the key's `data` as chunks of `kind` whose payloads point into `data`
-  // (kept alive by `owner`), or, for a push into a part with a slot, copies it there and
-  // sends the header; `on_reply` hears the replies.
+  // Sends `part` of the key's `data` (named part.server_key) as chunks of `kind` whose
+  // payloads point into `data` (kept alive by `owner`), or, for a push into a part with a
+  // slot, copies it there and sends the header; `on_reply` hears the replies.
   // A request sent again after a failover goes on the stream (the server that took the
   // part over shares no memory) with the same push number.
   // `packed` (compressing): the part's values compressed (Compress), sent instead, on the
   // stream.
-  void SendPart(int key, const Shape& shape, const Part& part, const char* data, ChunkKind kind,
+  void SendPart(const Shape& shape, const Part& part, const char* data, ChunkKind kind,
                 std::shared_ptr<const void> owner, int priority,
                 ServerConnection::OnReply on_reply,
                 std::shared_ptr<const std::string> packed = nullptr) const;
@@ -313,15 +313,15 @@ std::shared_ptr<std::string> DistKVStore::Compress(const Part& part, const char*
   return packed;
 }
 
-void DistKVStore::SendPart(int key, const Shape& shape, const Part& part, const char* data,
-                           ChunkKind kind, std::shared_ptr<const void> owner, int priority,
+void DistKVStore::SendPart(const Shape& shape, const Part& part, const char* data, ChunkKind kind,
+                           std::shared_ptr<const void> owner, int priority,
                            ServerConnection::OnReply on_reply,
                            std::shared_ptr<const std::string> packed) const {
   const uint64_t total =
       packed != nullptr ? packed->size() : static_cast<uint64_t>(part.size) * sizeof(float);
   // What every chunk of the request repeats: the key, its dtype and the part's shape.
   ArrayChunk header;
-  header.set_key(key);
+  header.set_key(part.server_key);
   header.set_dtype(DT_FLOAT32);
   if (part.size == shape.Size()) {
     for (int64_t d : shape.dims()) header.add_shape(d);
@@ -517,8 +517,7 @@ absl::Status DistKVStore::Init(const std::vector<int>& keys, const std::vector<N
   Waiter waiter(requests);
   for (size_t i = 0; i < keys.size(); ++i) {
     for (const Part& part : placed[i]) {
-      SendPart(part.server_key, values[i].shape(), part,
-               reinterpret_cast<const char*>((*hosts)[i].data()),
+      SendPart(values[i].shape(), part, reinterpret_cast<const char*>((*hosts)[i].data()),
                ChunkKind::kInit, hosts, 0,
                [done = waiter.completion()](const ServerMessage& reply, bool) {
                  done->PartDone(ReplyStatus(reply));
@@ -714,7 +713,7 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
       const char* data = static_cast<const char*>(source.data().dptr);
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
-        SendPart(part.server_key, shape, part, data, ChunkKind::kPush, owner, priority,
+        SendPart(shape, part, data, ChunkKind::kPush, owner, priority,
                  [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); },
                  compressing() ? Compress(part, data) : nullptr);
       }
@@ -799,7 +798,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
       auto owner = std::make_shared<NDArray>(source);
       for (const Part& part : parts) {
         // Compressed before the value lands where the payload came from (a pushpull in place).
-        SendPart(part.server_key, shape, part, data, ChunkKind::kPushPull, owner, priority,
+        SendPart(shape, part, data, ChunkKind::kPushPull, owner, priority,
                  PullInto(out + part.begin * sizeof(float), part, k, done),
                  compressing() ? Compress(part, data) : nullptr);
       }
@@ -971,7 +970,7 @@ absl::Status DistKVStore::StashWorkerState(const std::vector<NDArray>& arrays) {
                                                           engine::CallbackOnComplete on_complete) {
     std::shared_ptr<Completion> done = EngineCompletion(
         1, 0, 0, on_complete);  // not a push: the traffic metrics leave it out
-    SendPart(0, Shape{part.size}, part, static_cast<const char*>(host.data().dptr),
+    SendPart(Shape{part.size}, part, static_cast<const char*>(host.data().dptr),
              ChunkKind::kStash, std::make_shared<NDArray>(host), 0,
              [done](const ServerMessage& reply, bool) { done->PartDone(ReplyStatus(reply)); });
   };
