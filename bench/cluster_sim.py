@@ -37,6 +37,17 @@ Each row (model, bandwidth, servers, compression, replicas) reports:
   and TLS overhead included), and the busiest server link's against W*M/S;
 - cpu_busy: the machine's busy share of its CPUs over the timed rounds (near 1: the figure is
   the CPU's, not the links').
+
+--schedule layered runs the compute as a training step does (cluster_sim_worker's header):
+forward layer by layer, each waiting only for its own parameters' new values, backward in
+reverse with each parameter's push issued as its gradient is made, the compute split across
+the layers by their FLOPs; --priority forward,backward compares the order on the wire (the
+first layer's parameters most urgent - MXNet's and ByteScheduler's - or the last layer's).
+The workers first time the exchange alone (exchange_s), and a layered row adds
+hidden_fraction = (compute + exchange_s - round) / exchange_s, the share of the communication
+the compute hid (clipped to [0, 1]), and overlap_bound_round_s = max(compute, the links'
+time). gloo's layered peer overlaps as DDP does: buckets allreduced during backward, the next
+forward after all of them.
 Last line: one JSON object naming the machine.
 
 Needs root (namespaces, tc). Every namespace, and with it every link and queueing discipline,
@@ -44,7 +55,8 @@ is deleted when a row ends, failed or not; traffic stays between the simulation'
 usage: ./tessera bench cluster_sim [--workers 4] [--servers 2[,4...]] [--models resnet50,...]
            [--gbps 1,10,25] [--scale_down 100] [--latency_us 0] [--loss 0] [--compute_ms 0]
            [--rounds 3] [--warmup 1] [--compression none,2bit,fp16] [--replicas 1]
-           [--mode dist_sync] [--peer gloo|none]
+           [--mode dist_sync] [--peer gloo|none] [--schedule serial|layered]
+           [--priority forward[,backward]]
 """
 import argparse
 import json
@@ -171,11 +183,20 @@ class Hosts:
         return reports, links, (1 - idle / total if total else 0.0)
 
 
-def round_figures(args, reports, bound):
+def round_figures(args, reports, bound, comm_bound):
     round_seconds = max(r["seconds"] for r in reports) / args.rounds
-    return {"rounds_per_s": 1 / round_seconds,
-            "round_s_p50": statistics.median(s for r in reports for s in r["round_seconds"]),
-            "bound_round_s": bound, "ratio_to_bound": bound / round_seconds}
+    figures = {"rounds_per_s": 1 / round_seconds,
+               "round_s_p50": statistics.median(s for r in reports for s in r["round_seconds"]),
+               "bound_round_s": bound, "ratio_to_bound": bound / round_seconds}
+    if args.schedule == "layered":
+        compute = args.compute_ms / 1000
+        figures["overlap_bound_round_s"] = max(compute, comm_bound)
+        exchange = max(r.get("exchange_seconds", 0) for r in reports) / args.rounds
+        if exchange > 0:
+            figures["exchange_s"] = exchange
+            figures["hidden_fraction"] = min(1.0, max(0.0, (compute + exchange - round_seconds)
+                                                      / exchange))
+    return figures
 
 
 def guess_round_seconds(args, rate_bits):
@@ -184,7 +205,7 @@ def guess_round_seconds(args, rate_bits):
     return args.compute_ms / 1000 + 2 * args.workers * 553e6 / args.scale_down * 8 / rate_bits
 
 
-def run_row(args, work, certs, token, model, gbps, servers, compression, replicas):
+def run_row(args, work, certs, token, model, gbps, servers, compression, replicas, priority):
     """The parameter servers: one cluster on fresh hosts; the row's figures."""
     workers = args.workers
     rate_bits = gbps * 1e9 / args.scale_down
@@ -204,6 +225,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
                 f"--scale_down={args.scale_down}", f"--compute_ms={args.compute_ms}",
                 f"--rounds={args.rounds}", f"--warmup={args.warmup}",
                 f"--mode={args.mode}", f"--ready_dir={h.ready}",
+                f"--schedule={args.schedule}", f"--priority={priority}",
                 f"--compression={'' if compression == 'none' else compression}"], {
                     "TESSERA_INDEX": str(w), "TESSERA_PS_HOSTS": ps_hosts,
                     "TESSERA_NUM_WORKERS": str(workers),
@@ -214,13 +236,14 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
     server_links, worker_links = links[:servers], links[servers:]
     # Each worker sends and receives its model once; a server's link carries W/S of it.
     ideal_server = workers * model_bytes / servers
-    bound = args.compute_ms / 1000 + max(model_bytes, ideal_server) * 8 / rate_bits
+    comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
+    bound = args.compute_ms / 1000 + comm_bound
     return {
         "model": model, "gbps": gbps, "link_mbit_simulated": rate_bits / 1e6,
         "servers": servers, "compression": compression, "replicas": replicas,
-        "keys": reports[0]["keys"],
+        "schedule": args.schedule, "priority": priority, "keys": reports[0]["keys"],
         "model_bytes_scaled": model_bytes, "model_bytes_full": model_bytes * args.scale_down,
-        **round_figures(args, reports, bound),
+        **round_figures(args, reports, bound, comm_bound),
         "server_link_bytes_per_round": [{"sent": s, "received": r} for s, r in server_links],
         "worker_link_bytes_per_round": [{"sent": s, "received": r} for s, r in worker_links],
         "busiest_server_link_vs_ideal": max(max(s, r) for s, r in server_links) / ideal_server,
@@ -246,13 +269,15 @@ def run_gloo(args, work, model, gbps):
                 f"--world={workers}", f"--master={h.net.address(0)}:{PORT}",
                 f"--sizes={sizes}", f"--bucket_bytes={DDP_BUCKET_BYTES // args.scale_down}",
                 f"--compute_ms={args.compute_ms}", f"--rounds={args.rounds}",
-                f"--warmup={args.warmup}", f"--ready_dir={h.ready}"])
+                f"--warmup={args.warmup}", f"--ready_dir={h.ready}",
+                f"--schedule={args.schedule}"])
         reports, links, cpu = h.measure([f"gloo-{w}" for w in range(workers)])
     model_bytes = reports[0]["model_bytes"]
     # A ring allreduce sends and receives 2 (W - 1) / W of the model on every link.
-    bound = args.compute_ms / 1000 + 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits
-    return {"model": model, "gbps": gbps, "peer": reports[0]["peer"],
-            **round_figures(args, reports, bound),
+    comm_bound = 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits
+    bound = args.compute_ms / 1000 + comm_bound
+    return {"model": model, "gbps": gbps, "peer": reports[0]["peer"], "schedule": args.schedule,
+            **round_figures(args, reports, bound, comm_bound),
             "worker_sent_vs_model": statistics.mean(s for s, _ in links) / model_bytes,
             "cpu_busy": cpu}
 
@@ -276,6 +301,10 @@ def main():
     parser.add_argument("--compression", default="none", help="none, 2bit, fp16; comma list")
     parser.add_argument("--replicas", default="1", help="1 or 2; comma list")
     parser.add_argument("--mode", default="dist_sync")
+    parser.add_argument("--schedule", default="serial", choices=["serial", "layered"],
+                        help="the compute before the exchange, or layer by layer overlapping it")
+    parser.add_argument("--priority", default="forward",
+                        help="forward, backward: which layers' keys are most urgent; comma list")
     parser.add_argument("--peer", default="gloo", choices=["gloo", "none"],
                         help="the allreduce peer on the same links, per model and bandwidth")
     parser.add_argument("--work_dir", default=None)
@@ -313,13 +342,15 @@ def main():
                       file=sys.stderr, flush=True)
             for servers in server_counts:
                 for compression in args.compression.split(","):
-                    for replicas in [int(r) for r in args.replicas.split(",")]:
+                    for replicas, priority in [(int(r), p) for r in args.replicas.split(",")
+                                               for p in args.priority.split(",")]:
                         try:
                             row = run_row(args, work, certs, token, model, gbps, servers,
-                                          compression, replicas)
+                                          compression, replicas, priority)
                         except (BenchError, Failure) as e:
                             sys.exit(f"cluster_sim: {model} at {gbps} Gbps, {servers} servers, "
-                                     f"{compression}, replicas {replicas}: {e}")
+                                     f"{compression}, replicas {replicas}, priority "
+                                     f"{priority}: {e}")
                         if peer is not None:
                             row["vs_gloo"] = row["rounds_per_s"] / peer["rounds_per_s"]
                         rows.append(row)
@@ -329,13 +360,17 @@ def main():
                               f"{row['ratio_to_bound']:.2f}), busiest server link "
                               f"{row['busiest_server_link_vs_ideal']:.2f}x ideal, "
                               + (f"{row['vs_gloo']:.2f}x gloo, " if peer else "")
+                              + (f"priority {priority}, hidden "
+                                 f"{row.get('hidden_fraction', 0):.0%}, " if
+                                 args.schedule == "layered" else "")
                               + f"cpu {row['cpu_busy']:.0%}", file=sys.stderr, flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({
         "bench": "cluster_sim", "machine": machine(), "workers": args.workers,
         "scale_down": args.scale_down, "latency_us": args.latency_us,
         "loss_percent": args.loss, "compute_ms": args.compute_ms, "mode": args.mode,
-        "rounds": args.rounds, "rows": rows, "peer_rows": peer_rows}))
+        "schedule": args.schedule, "rounds": args.rounds, "rows": rows,
+        "peer_rows": peer_rows}))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,20 @@
 // cluster_sim_worker: one worker of bench/cluster_sim.py's simulated cluster. It pushes and
 // pulls the parameters of a real network (examples/models.h: their shapes from the symbol,
 // each divided by --scale_down) through the dist KVStore, with --compute_ms of simulated
-// forward and backward (a sleep: the CPU is not what is measured) before each round:
-//   sleep(compute) -> PushPull(each parameter, last layer first, as Module::Update)
-//                  -> wait for every parameter's new value.
+// forward and backward per round (sleeps: the CPU is not what is measured), scheduled as
+// --schedule says:
+//   serial:  sleep(compute) -> PushPull(each parameter, last layer first) -> wait for every
+//            parameter's new value;
+//   layered: as Module runs a batch through the engine: the forward pass layer by layer, each
+//            layer waiting only for its own parameters' new values; the backward pass in
+//            reverse, each parameter's PushPull issued as soon as its layer's backward has
+//            produced the gradient; the next batch's forward starts as soon as its first
+//            layer's values are back. The compute splits 1/3 forward, 2/3 backward, across
+//            the layers in proportion to their FLOPs (examples::ParameterFlops).
+// --priority says which parameters are the most urgent on the wire: forward (MXNet's -index,
+// what Module passes: the first layer's first) or backward (the last layer's first).
+// A layered run first times --rounds rounds of communication alone (serial, no compute), so
+// the report can say how much of it the compute hid.
 // The cluster (rank, servers, TLS, token, bigarray bound) comes from the environment as for
 // any Tessera worker (kvstore/dist_kvstore.h, DistKVStoreOptionsFromEnvironment). After
 // --warmup rounds and a barrier it times --rounds rounds, then meets the others at a barrier
@@ -33,6 +44,8 @@
 ABSL_FLAG(std::string, model, "resnet50", "resnet50, vgg16 or embedding_mlp");
 ABSL_FLAG(int, scale_down, 1, "divide each parameter's elements by this (at least 1 element)");
 ABSL_FLAG(double, compute_ms, 0, "simulated forward and backward per round, milliseconds");
+ABSL_FLAG(std::string, schedule, "serial", "serial or layered (see the header)");
+ABSL_FLAG(std::string, priority, "forward", "forward (the first layer's keys most urgent) or backward");
 ABSL_FLAG(int, rounds, 5, "timed rounds");
 ABSL_FLAG(int, warmup, 1, "rounds before the timed ones");
 ABSL_FLAG(std::string, mode, "dist_sync", "dist_sync or dist_async");
@@ -51,7 +64,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-absl::StatusOr<std::vector<int64_t>> ParameterSizes(const std::string& model, int scale_down) {
+struct Parameters {
+  std::vector<int64_t> sizes;  // scaled element counts, layer order
+  std::vector<double> flops;   // each one's share of the forward pass's work
+};
+
+absl::StatusOr<Parameters> ModelParameters(const std::string& model, int scale_down) {
   absl::StatusOr<graph::Symbol> net;
   std::map<std::string, Shape> inputs = {{"data", Shape{1, 3, 224, 224}}};
   if (model == "resnet50") {
@@ -67,21 +85,37 @@ absl::StatusOr<std::vector<int64_t>> ParameterSizes(const std::string& model, in
   }
   RETURN_IF_ERROR(net.status());
   ASSIGN_OR_RETURN(auto params, examples::ParameterShapes(*net, inputs));
-  std::vector<int64_t> sizes;
+  Parameters result;
+  ASSIGN_OR_RETURN(result.flops, examples::ParameterFlops(*net, inputs));
   for (const auto& [name, shape] : params) {
-    sizes.push_back(std::max<int64_t>(1, shape.Size() / scale_down));
+    result.sizes.push_back(std::max<int64_t>(1, shape.Size() / scale_down));
   }
-  return sizes;
+  return result;
+}
+
+// Holds the engine function's thread for `ms` (simulated compute).
+void Compute(double ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
 absl::Status Run() {
   if (absl::GetFlag(FLAGS_scale_down) < 1) {
     return absl::InvalidArgumentError("--scale_down must be at least 1");
   }
-  ASSIGN_OR_RETURN(const std::vector<int64_t> sizes,
-                   ParameterSizes(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_scale_down)));
+  const std::string schedule = absl::GetFlag(FLAGS_schedule);
+  const std::string priority_order = absl::GetFlag(FLAGS_priority);
+  if (schedule != "serial" && schedule != "layered") {
+    return absl::InvalidArgumentError(absl::StrCat("--schedule=", schedule, ": not serial or layered"));
+  }
+  if (priority_order != "forward" && priority_order != "backward") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--priority=", priority_order, ": not forward or backward"));
+  }
+  ASSIGN_OR_RETURN(const Parameters model,
+                   ModelParameters(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_scale_down)));
+  const std::vector<int64_t>& sizes = model.sizes;
   if (absl::GetFlag(FLAGS_list_parameters)) {
-    std::printf("%s\n", nlohmann::json({{"sizes", sizes}}).dump().c_str());
+    std::printf("%s\n", nlohmann::json({{"sizes", sizes}, {"flops", model.flops}}).dump().c_str());
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(kvstore::DistKVStoreOptions options,
@@ -118,19 +152,55 @@ absl::Status Run() {
     bytes += sizes[k] * static_cast<int64_t>(sizeof(float));
   }
   RETURN_IF_ERROR(kv->Init(keys, values));
-  const auto compute = std::chrono::duration<double, std::milli>(absl::GetFlag(FLAGS_compute_ms));
-
+  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  const auto priority = [&](int k) { return priority_order == "forward" ? -k : k; };
   // As Module::Update exchanges them: one PushPull per key (the server answers the push with
-  // the round's value), later layers first and at higher priority.
-  auto round = [&]() -> absl::Status {
-    if (compute.count() > 0) std::this_thread::sleep_for(compute);
+  // the round's value), later layers first.
+  auto exchange = [&]() -> absl::Status {
     for (int k = static_cast<int>(keys.size()) - 1; k >= 0; --k) {
-      RETURN_IF_ERROR(kv->PushPull({k}, {grads[k]}, {outs[k]}, k));
+      RETURN_IF_ERROR(kv->PushPull({k}, {grads[k]}, {outs[k]}, priority(k)));
     }
     for (const auto& out : outs) RETURN_IF_ERROR(out[0].WaitToRead());
     return absl::OkStatus();
   };
+  auto serial = [&]() -> absl::Status {
+    Compute(compute_ms);
+    return exchange();
+  };
+  // Layered: each layer's simulated forward and backward as an engine function on the
+  // batch's activations (one variable: the passes run in order), reading the layer's
+  // parameters (the new values of the last round: the forward waits for its own only) and
+  // writing its gradient; the PushPull follows each backward.
+  double total_flops = 0;
+  for (double f : model.flops) total_flops += f;
+  ASSIGN_OR_RETURN(NDArray activations, NDArray::Empty(rt, Shape{1}));
+  engine::Engine* engine = rt.engine;
+  auto layered = [&]() -> absl::Status {
+    const int n = static_cast<int>(keys.size());
+    for (int k = 0; k < n; ++k) {
+      const double ms = compute_ms / 3 * model.flops[k] / total_flops;
+      RETURN_IF_ERROR(engine->PushSync([ms](engine::RunContext) { Compute(ms); return absl::OkStatus(); },
+                                       Context::CPU(), {outs[k][0].var()}, {activations.var()},
+                                       engine::FnProperty::kNormal, 0, "forward"));
+    }
+    for (int k = n - 1; k >= 0; --k) {
+      const double ms = 2 * compute_ms / 3 * model.flops[k] / total_flops;
+      RETURN_IF_ERROR(engine->PushSync([ms](engine::RunContext) { Compute(ms); return absl::OkStatus(); },
+                                       Context::CPU(), {outs[k][0].var()},
+                                       {activations.var(), grads[k][0].var()},
+                                       engine::FnProperty::kNormal, 0, "backward"));
+      RETURN_IF_ERROR(kv->PushPull({k}, {grads[k]}, {outs[k]}, priority(k)));
+    }
+    // One batch ahead at most, as a training loop reading its outputs: this batch's passes.
+    return activations.WaitToRead();
+  };
+  auto round = [&]() { return schedule == "layered" ? layered() : serial(); };
+  auto drain = [&]() -> absl::Status {
+    for (const auto& out : outs) RETURN_IF_ERROR(out[0].WaitToRead());
+    return absl::OkStatus();
+  };
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) RETURN_IF_ERROR(round());
+  RETURN_IF_ERROR(drain());
   if (const std::string dir = absl::GetFlag(FLAGS_ready_dir); !dir.empty()) {
     RETURN_IF_ERROR(WriteStringToFile(absl::StrCat(dir, "/ready-", rank), ""));
     while (!std::filesystem::exists(absl::StrCat(dir, "/go"))) {
@@ -138,6 +208,15 @@ absl::Status Run() {
     }
   }
   RETURN_IF_ERROR(kv->Barrier());
+  // The communication alone first (a layered run's reference: how long the exchange takes
+  // with nothing to hide it under).
+  double exchange_seconds = 0;
+  if (schedule == "layered") {
+    const Clock::time_point begin = Clock::now();
+    for (int i = 0; i < absl::GetFlag(FLAGS_rounds); ++i) RETURN_IF_ERROR(exchange());
+    exchange_seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+    RETURN_IF_ERROR(kv->Barrier());
+  }
   std::vector<double> seconds;
   const Clock::time_point start = Clock::now();
   Clock::time_point last = start;
@@ -147,13 +226,17 @@ absl::Status Run() {
     seconds.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
   }
-  const double total = std::chrono::duration<double>(last - start).count();
+  RETURN_IF_ERROR(drain());  // the last round's values are in
+  const double total = std::chrono::duration<double>(Clock::now() - start).count();
   RETURN_IF_ERROR(kv->Barrier());
   nlohmann::json report = {{"rank", rank},
                            {"model", absl::GetFlag(FLAGS_model)},
                            {"keys", keys.size()},
                            {"model_bytes", bytes},
                            {"rounds", seconds.size()},
+                           {"schedule", schedule},
+                           {"priority", priority_order},
+                           {"exchange_seconds", exchange_seconds},
                            {"seconds", total},
                            {"round_seconds", seconds}};
   std::printf("%s\n", report.dump().c_str());

@@ -232,6 +232,41 @@ absl::StatusOr<std::vector<std::pair<std::string, Shape>>> ParameterShapes(
   return params;
 }
 
+absl::StatusOr<std::vector<double>> ParameterFlops(const Symbol& net,
+                                                   const std::map<std::string, Shape>& inputs) {
+  ASSIGN_OR_RETURN(const auto params, ParameterShapes(net, inputs));
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < params.size(); ++i) position[params[i].first] = i;
+  const Symbol internals = net.GetInternals();
+  ASSIGN_OR_RETURN(const graph::InferResult<Shape> shapes, internals.InferShape(inputs));
+  std::vector<double> flops(params.size(), 0);
+  std::vector<bool> found(params.size(), false);
+  for (size_t o = 0; o < internals.outputs().size(); ++o) {
+    const graph::NodeEntry& entry = internals.outputs()[o];
+    if (entry.node->is_variable() || entry.index != 0) continue;
+    const Shape& out = shapes.outputs[o];
+    const std::string op = entry.node->OpName();
+    const bool product = op == "Convolution" || op == "Deconvolution" || op == "FullyConnected";
+    for (const graph::NodeEntry& input : entry.node->inputs) {
+      auto at = position.find(input.node->name);
+      if (!input.node->is_variable() || at == position.end()) continue;
+      const Shape& param = params[at->second].second;
+      const bool weight = product && absl::EndsWith(input.node->name, "_weight") && out.ndim() >= 2;
+      flops[at->second] = weight ? 2.0 * static_cast<double>(param.Size()) *
+                                       static_cast<double>(out.Size() / out[1])
+                                 : static_cast<double>(out.Size());
+      found[at->second] = true;
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!found[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", params[i].first, "': no operator of the network uses it"));
+    }
+  }
+  return flops;
+}
+
 std::vector<std::string> BuiltinModelNames() { return {"mlp", "lenet", "resnet18_cifar"}; }
 
 absl::StatusOr<graph::Symbol> BuiltinModel(const std::string& name) {

@@ -75,6 +75,15 @@ absl::StatusOr<graph::Symbol> EmbeddingMlp(int vocabulary = 1000000, int embeddi
 absl::StatusOr<std::vector<std::pair<std::string, Shape>>> ParameterShapes(
     const graph::Symbol& net, const std::map<std::string, Shape>& inputs);
 
+// The forward pass's floating-point operations attributable to each of ParameterShapes'
+// parameters (same order), for a simulated compute time split as the layers' work is: a
+// Convolution's, Deconvolution's or FullyConnected's weight 2 x its elements x the positions
+// it is applied at (the output's elements per channel); any other parameter the elements of
+// the output of the node using it (an elementwise pass: a bias, BatchNorm's gamma and beta,
+// an Embedding's lookups).
+absl::StatusOr<std::vector<double>> ParameterFlops(const graph::Symbol& net,
+                                                   const std::map<std::string, Shape>& inputs);
+
 // The built-in models jobs name (proto/worker.proto JobSpec.model): "mlp" is
 // MlpWithWidths({128, 64}), "lenet" is LeNet(), "resnet18_cifar" is ResNet18Cifar() (any
 // input size and channel count bind: global pooling ends it). INVALID_ARGUMENT for another

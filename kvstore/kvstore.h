@@ -88,6 +88,11 @@ class KVStore {
   static absl::StatusOr<std::unique_ptr<KVStore>> Create(const std::string& type);
   virtual ~KVStore() = default;
 
+  // `priority` (Push, Pull, PushPull): higher is more urgent, MXNet's; Module passes -index,
+  // so the first layer's parameters, which the next forward pass needs first, come first. It
+  // orders the engine's functions and, in a dist store, each server stream's requests and the
+  // servers' replies to them.
+  //
   // Stores a copy of values[i] under keys[i] (the array may be reused at once).
   virtual absl::Status Init(const std::vector<int>& keys, const std::vector<NDArray>& values) = 0;
   // values[i]: one array per device for keys[i]; summed, then updated into the stored value.

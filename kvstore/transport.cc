@@ -121,6 +121,10 @@ grpc::ByteBuffer EncodeWorkerMessage(WorkerMessage message) {
   return Plain(message);
 }
 
+bool IsFinalReply(const ServerMessage& reply) {
+  return reply.code() != 0 || !reply.has_pull() || reply.pull().last();
+}
+
 grpc::ByteBuffer EncodeWorkerChunk(WorkerMessage message, const char* data, size_t size,
                                    std::shared_ptr<const void> owner) {
   const int field = ChunkField(message);

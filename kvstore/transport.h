@@ -27,6 +27,9 @@ inline constexpr int kMaxMessageBytes = rpc::kKVStoreLimits.max_receive;
 // A reply carrying no body, or `status` (an absl code and message), to request `id`.
 ServerMessage OkReply(uint64_t id);
 ServerMessage ErrorReply(uint64_t id, const absl::Status& status);
+// Whether `reply` is its request's last: an error, a reply that is no pull, or a pull's last
+// chunk.
+bool IsFinalReply(const ServerMessage& reply);
 absl::Status ReplyStatus(const ServerMessage& reply);
 
 // The streams carry grpc::ByteBuffers encoded here, so array payloads are never copied into

@@ -1,22 +1,24 @@
 #include "server/kvstore_service.h"
 
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/mutex.h"
 #include "spdlog/spdlog.h"
 #include "kvstore/transport.h"
+#include "rpc/write_queue.h"
 
 namespace tessera::server {
 namespace {
 
 // A bidirectional stream whose reads are handled as they arrive (the store never blocks on a
-// peer) and whose replies, which may come from any thread, are queued and written in order.
+// peer) and whose replies, which may come from any thread, are queued and written by
+// priority, in order within one.
 // OnMessage handles one read; OnEnd runs once the peer's side ends (or the stream breaks).
 template <typename In, typename Out>
 class QueuedReactor : public grpc::ServerBidiReactor<In, Out> {
@@ -36,16 +38,12 @@ class QueuedReactor : public grpc::ServerBidiReactor<In, Out> {
 
   void OnWriteDone(bool ok) override {
     MutexLock lock(&mu_);
-    queue_.pop_front();
     if (!ok) {
-      queue_.clear();  // the stream is broken; the failed read will finish it
+      queue_.Clear();  // the stream is broken; the failed read will finish it
       write_failed_ = true;
     }
     writing_ = false;
-    if (!queue_.empty()) {
-      writing_ = true;
-      this->StartWrite(&queue_.front());
-    }
+    StartNextWriteLocked();
     MaybeFinishLocked();
   }
 
@@ -55,17 +53,20 @@ class QueuedReactor : public grpc::ServerBidiReactor<In, Out> {
   virtual void OnMessage(In& message) = 0;
   virtual void OnEnd() = 0;
 
-  void Enqueue(std::vector<Out> replies) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Enqueue(std::vector<Out> replies, int priority = 0) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     if (read_done_ || write_failed_) return;
-    for (Out& r : replies) queue_.push_back(std::move(r));
-    if (!writing_ && !queue_.empty()) {
-      writing_ = true;
-      this->StartWrite(&queue_.front());
-    }
+    for (Out& r : replies) queue_.Push(std::move(r), priority);
+    StartNextWriteLocked();
   }
 
  private:
+  void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || write_failed_ || queue_.empty()) return;
+    current_ = queue_.Pop();
+    writing_ = true;
+    this->StartWrite(&current_);
+  }
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (read_done_ && !writing_ && !finished_) {
       finished_ = true;
@@ -75,8 +76,8 @@ class QueuedReactor : public grpc::ServerBidiReactor<In, Out> {
 
   In in_;  // only touched by the read callbacks, which never overlap
   Mutex mu_;
-  // Front: being written (a deque keeps it in place).
-  std::deque<Out> queue_ ABSL_GUARDED_BY(mu_);
+  rpc::WriteQueue<Out> queue_ ABSL_GUARDED_BY(mu_);
+  Out current_ ABSL_GUARDED_BY(mu_);  // being written
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool read_done_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
@@ -115,15 +116,26 @@ class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> 
       }
       store_ = *std::move(store);
       session_ = store_->Open([this](std::vector<ServerMessage> replies) {
-        std::vector<grpc::ByteBuffer> encoded;
-        encoded.reserve(replies.size());
         for (ServerMessage& r : replies) {
-          encoded.push_back(kvstore::EncodeServerMessage(std::move(r)));
+          const int priority = ReplyPriority(r);
+          Enqueue({kvstore::EncodeServerMessage(std::move(r))}, priority);
         }
-        Enqueue(std::move(encoded));
       });
     }
+    if (message.priority() != 0) {
+      MutexLock lock(&priorities_mu_);
+      priorities_[message.id()] = message.priority();
+    }
     session_->Handle(std::move(message));
+  }
+  // The priority of the request `reply` answers (forgotten with its last reply).
+  int ReplyPriority(const ServerMessage& reply) ABSL_LOCKS_EXCLUDED(priorities_mu_) {
+    MutexLock lock(&priorities_mu_);
+    auto it = priorities_.find(reply.id());
+    if (it == priorities_.end()) return 0;
+    const int priority = it->second;
+    if (kvstore::IsFinalReply(reply)) priorities_.erase(it);
+    return priority;
   }
   void OnEnd() override {
     if (session_ == nullptr) return;
@@ -136,6 +148,9 @@ class SessionReactor : public QueuedReactor<grpc::ByteBuffer, grpc::ByteBuffer> 
   // session's store lives at least as long as the session.
   std::shared_ptr<kvstore::ServerStore> store_;
   std::unique_ptr<kvstore::ServerStore::Session> session_;
+  Mutex priorities_mu_;
+  // Of the requests not answered in full that asked for a priority other than 0.
+  absl::flat_hash_map<uint64_t, int> priorities_ ABSL_GUARDED_BY(priorities_mu_);
 };
 
 // The Replicate stream of the primary this server backs up.

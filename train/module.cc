@@ -410,7 +410,9 @@ absl::Status Module::Update() {
   // batch's forward pass left them (a store whose job replaces workers keeps them; its pushes
   // below wait until it does).
   RETURN_IF_ERROR(kvstore_->StashWorkerState(AuxArrays()));
-  // Later parameters first and with higher priority: Backward produces their gradients first.
+  // Later parameters first (Backward produces their gradients first), earlier ones at higher
+  // priority (MXNet's -index: the next forward pass needs them first), so on a busy stream
+  // the first layers' requests and values overtake the queued ones of the later layers.
   for (auto it = trained_.rbegin(); it != trained_.rend(); ++it) {
     const int i = *it;
     const size_t at = param_position_[i];
@@ -421,12 +423,12 @@ absl::Status Module::Update() {
     }
     // One request per key: a parameter server answers the push with the pulled value.
     if (update_on_kvstore_) {
-      RETURN_IF_ERROR(kvstore_->PushPull({i}, {grads}, {weights}, i));
+      RETURN_IF_ERROR(kvstore_->PushPull({i}, {grads}, {weights}, -i));
       continue;
     }
     // The store only sums: every device updates its copy with the summed gradient.
-    RETURN_IF_ERROR(kvstore_->PushPull({i}, {grads}, {grads}, i));
-    for (size_t d = 0; d < execs_.size(); ++d) RETURN_IF_ERROR(optimizer_->Update(i, weights[d], grads[d], i));
+    RETURN_IF_ERROR(kvstore_->PushPull({i}, {grads}, {grads}, -i));
+    for (size_t d = 0; d < execs_.size(); ++d) RETURN_IF_ERROR(optimizer_->Update(i, weights[d], grads[d], -i));
   }
   return absl::OkStatus();
 }

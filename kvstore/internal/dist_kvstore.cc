@@ -652,6 +652,11 @@ void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector
   }
 }
 
+// The functions that send a request only queue it on the server's stream (ordered there by
+// `priority`): on the engine's prioritized queue, so they are not held behind the backward
+// pass's compute when the caller's priorities are below it (MXNet's -index).
+constexpr engine::FnProperty kSend = engine::FnProperty::kCPUPrioritized;
+
 absl::StatusOr<NDArray> DistKVStore::PushSource(Key& key, const std::vector<NDArray>& arrays,
                                                 int priority) {
   if (arrays.size() == 1 && OnHost(arrays[0])) return arrays[0];
@@ -720,8 +725,8 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
     };
     std::vector<engine::VarHandle> read = {source.var()};
     if (stash_ != nullptr) read.push_back(stash_->var);  // the state of its batch is held first
-    RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), read, {key.var},
-                                          engine::FnProperty::kNormal, priority, "kvstore_push"));
+    RETURN_IF_ERROR(key.engine->PushAsync(send, Context::CPU(), read, {key.var}, kSend, priority,
+                                          "kvstore_push"));
   }
   return absl::OkStatus();
 }
@@ -753,8 +758,8 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
       }
     };
     std::vector<engine::VarHandle> mutated = {key.var, target.var()};
-    RETURN_IF_ERROR(key.engine->PushAsync(fetch, Context::CPU(), {}, mutated,
-                                          engine::FnProperty::kNormal, priority, "kvstore_pull"));
+    RETURN_IF_ERROR(key.engine->PushAsync(fetch, Context::CPU(), {}, mutated, kSend, priority,
+                                          "kvstore_pull"));
     if (!direct) {
       for (const NDArray& out : outs[i]) RETURN_IF_ERROR(Copy(key.received, out, priority));
     }
@@ -807,8 +812,7 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
     if (source.var() != target.var()) read.push_back(source.var());
     if (stash_ != nullptr) read.push_back(stash_->var);  // the state of its batch is held first
     RETURN_IF_ERROR(key.engine->PushAsync(exchange, Context::CPU(), read, {key.var, target.var()},
-                                          engine::FnProperty::kNormal, priority,
-                                          "kvstore_pushpull"));
+                                          kSend, priority, "kvstore_pushpull"));
     if (!direct) {
       for (const NDArray& out : outs[i]) RETURN_IF_ERROR(Copy(key.received, out, priority));
     }

@@ -14,6 +14,7 @@
 #include "grpcpp/support/client_callback.h"
 #include "kvstore/transport.h"
 #include "rpc/channel.h"
+#include "rpc/write_queue.h"
 
 namespace tessera::kvstore::internal {
 
@@ -42,9 +43,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
       id = next_id_++;
       if (broken_.ok() && !closing_) {
         callbacks_.emplace(id, std::move(on_reply));
-        for (grpc::ByteBuffer& m : encode(id)) {
-          queue_.emplace(std::pair{-priority, next_seq_++}, std::move(m));
-        }
+        for (grpc::ByteBuffer& m : encode(id)) queue_.Push(std::move(m), priority);
         StartNextWriteLocked();
         return;
       }
@@ -68,8 +67,8 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
       WorkerMessage leave;
       leave.set_id(next_id_++);
       leave.mutable_leave();
-      // Last in the queue whatever its priority: after every request still to be written.
-      queue_.emplace(std::pair{INT_MAX, next_seq_++}, EncodeWorkerMessage(std::move(leave)));
+      // After every request still to be written.
+      queue_.PushLast(EncodeWorkerMessage(std::move(leave)));
       StartNextWriteLocked();
     }
     closing_ = true;
@@ -98,7 +97,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
       return;
     }
     OnReply callback;
-    const bool done = in_.code() != 0 || !in_.has_pull() || in_.pull().last();
+    const bool done = IsFinalReply(in_);
     {
       MutexLock lock(&mu_);
       auto it = callbacks_.find(in_.id());
@@ -116,7 +115,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
     writing_ = false;
     if (!ok) {
       write_failed_ = true;  // the stream is broken: OnDone fails what is pending
-      queue_.clear();
+      queue_.Clear();
       return;
     }
     StartNextWriteLocked();
@@ -138,7 +137,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
                                           status.ok() ? "closed" : status.error_message(), ")"));
       broken = broken_;
       pending.swap(callbacks_);
-      queue_.clear();
+      queue_.Clear();
     }
     for (auto& [id, callback] : pending) callback(ErrorReply(id, broken), true);
     MutexLock lock(&mu_);
@@ -149,8 +148,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
  private:
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || write_failed_ || ended_ || queue_.empty()) return;
-    current_ = std::move(queue_.begin()->second);
-    queue_.erase(queue_.begin());
+    current_ = queue_.Pop();
     writing_ = true;
     StartWrite(&current_);
   }
@@ -174,9 +172,7 @@ class ServerConnection::Reactor : public grpc::ClientBidiReactor<grpc::ByteBuffe
   mutable Mutex mu_;
   CondVar cv_;  // done_ became true
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // Keyed (-priority, seq).
-  std::map<std::pair<int, uint64_t>, grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  rpc::WriteQueue<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the message being written
   std::map<uint64_t, OnReply> callbacks_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
@@ -267,10 +263,11 @@ ServerConnection::~ServerConnection() {
 
 void ServerConnection::Send(std::vector<WorkerMessage> messages, int priority, OnReply on_reply) {
   reactor_->Send(
-      [&messages](uint64_t id) {
+      [&messages, priority](uint64_t id) {
         std::vector<grpc::ByteBuffer> encoded;
         for (WorkerMessage& m : messages) {
           m.set_id(id);
+          m.set_priority(priority);
           encoded.push_back(EncodeWorkerMessage(std::move(m)));
         }
         return encoded;
@@ -287,6 +284,7 @@ void ServerConnection::SendChunks(std::vector<WorkerMessage> headers,
         std::vector<grpc::ByteBuffer> encoded;
         for (size_t i = 0; i < headers.size(); ++i) {
           headers[i].set_id(id);
+          headers[i].set_priority(priority);
           encoded.push_back(EncodeWorkerChunk(std::move(headers[i]), payloads[i].first,
                                               payloads[i].second, owner));
         }

@@ -12,6 +12,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "graph/executor.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/ndarray/test_util.h"
 #include "train/initializer.h"
@@ -194,6 +195,36 @@ TEST(ParameterShapesTest, TheEmbeddingTableDominatesTheEmbeddingMlp) {
   // 1,000,000 x 32 table; fc1 512 -> 256, fc2 256 -> 128, fc3 128 -> 2, with biases.
   EXPECT_EQ(ParameterCount(*params), 32'000'000 + 512 * 256 + 256 + 256 * 128 + 128 + 128 * 2 + 2);
   EXPECT_EQ(params->front(), (std::pair<std::string, Shape>{"embed_weight", Shape{1000000, 32}}));
+}
+
+TEST(ParameterFlopsTest, LeNetsLayersAtBatchTwo) {
+  auto net = LeNet();
+  ASSERT_THAT(net.status(), IsOk());
+  auto flops = ParameterFlops(*net, {{"data", Shape{2, 1, 28, 28}}});
+  ASSERT_THAT(flops.status(), IsOk());
+  // conv1 20x1x5x5 at 2x24x24 positions, its bias over 2x20x24x24 outputs; conv2 50x20x5x5 at
+  // 2x8x8; fc1 500x800 and fc2 10x500 per sample.
+  EXPECT_EQ(*flops, (std::vector<double>{2.0 * 500 * 2 * 576, 2.0 * 20 * 576, 2.0 * 25000 * 2 * 64,
+                                         2.0 * 50 * 64, 2.0 * 400000 * 2, 2.0 * 500, 2.0 * 5000 * 2,
+                                         2.0 * 10}));
+}
+
+TEST(ParameterFlopsTest, ResNet50IsFourGigaMultiplyAddsAndMostAreInItsConvolutions) {
+  auto net = ResNet50();
+  ASSERT_THAT(net.status(), IsOk());
+  const std::map<std::string, Shape> inputs = {{"data", Shape{1, 3, 224, 224}}};
+  auto flops = ParameterFlops(*net, inputs);
+  auto params = ParameterShapes(*net, inputs);
+  ASSERT_THAT(flops.status(), IsOk());
+  ASSERT_THAT(params.status(), IsOk());
+  double weights = 0, total = 0;
+  for (size_t i = 0; i < flops->size(); ++i) {
+    total += (*flops)[i];
+    if (absl::EndsWith((*params)[i].first, "_weight")) weights += (*flops)[i];
+  }
+  // torchvision's figure: 4.09 G multiply-adds per 224x224 image.
+  EXPECT_NEAR(weights / 2, 4.09e9, 0.05e9);
+  EXPECT_GT(weights / total, 0.99);
 }
 
 TEST(ParameterShapesTest, AnInputWithoutAShapeIsNamed) {

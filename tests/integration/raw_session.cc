@@ -45,6 +45,8 @@ RawSession::~RawSession() {
 
 bool RawSession::Write(const WorkerMessage& message) { return stream_->Write(message); }
 
+bool RawSession::Read(ServerMessage* reply) { return stream_->Read(reply); }
+
 absl::Status RawSession::Call(WorkerMessage message, std::vector<ServerMessage>* replies) {
   if (message.id() == 0) message.set_id(next_id_++);
   const uint64_t id = message.id();
@@ -58,7 +60,7 @@ absl::Status RawSession::Call(WorkerMessage message, std::vector<ServerMessage>*
     }
     if (first_error.ok()) first_error = kvstore::ReplyStatus(reply);
     if (replies != nullptr) replies->push_back(reply);
-    if (reply.code() != 0 || !reply.has_pull() || reply.pull().last()) return first_error;
+    if (kvstore::IsFinalReply(reply)) return first_error;
   }
   return absl::UnavailableError(absl::StrCat("the stream ended before request ", id, "'s reply"));
 }

@@ -43,6 +43,8 @@ class RawSession {
 
   // Writes `message` without waiting for a reply (false: the stream is broken).
   bool Write(const WorkerMessage& message);
+  // Reads the next reply, whichever request it answers (false: the stream ended).
+  bool Read(ServerMessage* reply);
   // Closes this side and returns how the server ended the stream.
   grpc::Status Finish();
 
