@@ -82,6 +82,10 @@ PORT = 9000
 BIGARRAY_BOUND = 1000000  # kvstore/dist_kvstore.h kDefaultBigArrayBound
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # PyTorch DDP's bucket_cap_mb default
 START_SECONDS = 60  # servers listening, workers through their warm-up
+# Linux's largest TCP send buffer by default (tcp_wmem), scaled down with the links: at full
+# size it holds a few milliseconds of a 10 Gbps link, unscaled a second of the scaled one
+# (and everything queued there is out of reach of the workers' priorities).
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class BenchError(Exception):
@@ -123,7 +127,8 @@ class Hosts:
         try:
             self.hosts = [self.net.add_host(i) for i in range(count)]
             for ns in self.hosts:
-                self.net.shape(ns, rate_bits, args.latency_us, args.loss)
+                self.net.shape(ns, rate_bits, args.latency_us, args.loss, args.queue_ms,
+                               SOCKET_BUFFER_BYTES / args.scale_down)
         except BaseException:
             self.net.close()
             raise
@@ -177,7 +182,8 @@ class Hosts:
             if proc.returncode != 0:
                 raise BenchError(f"{name} failed ({proc.returncode}):\n{text[-3000:]}")
             reports.append(json.loads(text.strip().splitlines()[-1]))
-        rounds = self.args.rounds
+        # A layered run's workers exchange alone for as many rounds first.
+        rounds = self.args.rounds * (2 if self.args.schedule == "layered" else 1)
         links = [((a[0] - b[0]) / rounds, (a[1] - b[1]) / rounds) for a, b in zip(after, before)]
         total, idle = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
         return reports, links, (1 - idle / total if total else 0.0)
@@ -295,6 +301,8 @@ def main():
     parser.add_argument("--latency_us", type=int, default=0,
                         help="one-way, per link (needs the kernel's netem)")
     parser.add_argument("--loss", type=float, default=0.0, help="percent, per link")
+    parser.add_argument("--queue_ms", type=float, default=100,
+                        help="a switch port's queue (and the host's), in time at the link's rate")
     parser.add_argument("--compute_ms", type=float, default=0.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)

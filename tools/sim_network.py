@@ -79,14 +79,22 @@ class Network:
         run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
              "rate", rate, "burst", "256kb", "latency", "200ms"])
 
-    def shape(self, ns, rate_bits, delay_us=0, loss_percent=0.0):
+    def shape(self, ns, rate_bits, delay_us=0, loss_percent=0.0, queue_ms=100,
+              socket_buffer_bytes=None):
         """Makes the host's link behave like a full-duplex link of `rate_bits` bits/s each way:
         on the host's side for what it sends and on the bridge's side for what it receives
         (each direction its own queue, as a switch port has). Bandwidth alone is tc's tbf
         (a bucket of at least 64 KiB, the largest segment a veth hands over, and at most
-        100 ms of queue, as a switch port buffers); with a one-way delay or random loss it
+        `queue_ms` of queue, as a switch port buffers); with a one-way delay or random loss it
         is netem's rate, delay and loss, which the kernel must have (CONFIG_NET_SCH_NETEM):
-        Failure says so where it does not."""
+        Failure says so where it does not. `socket_buffer_bytes` caps the host's TCP send and
+        receive buffers (its namespace's tcp_wmem and tcp_rmem): a simulation that scales the
+        bandwidth down scales them with it, or they hold seconds of traffic."""
+        if socket_buffer_bytes is not None:
+            limit = max(16384, int(socket_buffer_bytes))
+            for name in ["net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"]:
+                run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+                     f"{name}=4096 {min(16384, limit)} {limit}"])
         if delay_us > 0 or loss_percent > 0:
             args = ["netem", "rate", f"{int(rate_bits)}bit", "limit", "100000"]
             if delay_us > 0:
@@ -96,7 +104,7 @@ class Network:
         else:
             burst = max(64 * 1024, int(rate_bits / 8 * 0.002))
             args = ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency",
-                    "100ms"]
+                    f"{queue_ms}ms"]
         try:
             run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root",
                  *args])

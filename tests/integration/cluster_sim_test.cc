@@ -7,6 +7,7 @@
 // at hand, its gloo allreduce runs on the same links as the peer.
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,35 @@ TEST_F(ClusterSimTest, ShapedLinksLimitTheRoundsAndCarryTheModel) {
   EXPECT_GE(row["busiest_server_link_vs_ideal"].get<double>(), 1.0) << row.dump();
   EXPECT_LE(row["busiest_server_link_vs_ideal"].get<double>(), 1.25) << row.dump();
   EXPECT_EQ(report["machine"]["cpus"].get<int>() > 0, true);
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
+// The layered schedule (a training step's forward and backward layer by layer, each push
+// issued as its gradient is made) at both priority orders: no round beats the compute (its
+// sleeps) or the links, the exchange alone no faster than the links, and the bytes per round
+// are still one model each way (the exchange-alone rounds counted apart).
+TEST_F(ClusterSimTest, ALayeredRoundNeverBeatsItsComputeOrItsLinks) {
+  const Command c = ClusterSim({"--models", "resnet50", "--schedule", "layered", "--compute_ms",
+                                "300", "--priority", "forward,backward"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  ASSERT_EQ(report["rows"].size(), 2u) << report.dump();
+  EXPECT_EQ(report["rows"][0]["priority"], "forward");
+  EXPECT_EQ(report["rows"][1]["priority"], "backward");
+  for (const nlohmann::json& row : report["rows"]) {
+    EXPECT_EQ(row["schedule"], "layered");
+    const double round = 1 / row["rounds_per_s"].get<double>();
+    const double links = row["bound_round_s"].get<double>() - 0.3;  // the serial bound's links
+    EXPECT_DOUBLE_EQ(row["overlap_bound_round_s"].get<double>(), std::max(0.3, links));
+    EXPECT_GE(round, 0.95 * row["overlap_bound_round_s"].get<double>()) << row.dump();
+    EXPECT_GE(row["exchange_s"].get<double>(), 0.95 * links) << row.dump();
+    EXPECT_GE(row["hidden_fraction"].get<double>(), 0.0) << row.dump();
+    EXPECT_LE(row["hidden_fraction"].get<double>(), 1.0) << row.dump();
+    for (const nlohmann::json& link : row["worker_link_bytes_per_round"]) {
+      EXPECT_GE(link["sent"].get<double>(), 1022052) << row.dump();
+      EXPECT_LE(link["sent"].get<double>(), 1.25 * 1022052) << row.dump();
+    }
+  }
   EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
 }
 
