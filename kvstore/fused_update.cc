@@ -265,7 +265,8 @@ std::vector<UpdateKernel> FusedUpdate::KernelsLocked(int64_t t, double base_lr) 
   return kernels;
 }
 
-absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t rows) const {
+absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t first_num_update,
+                                                    int64_t rows) const {
   // Rates ahead from a copy of the scheduler: the optimizer's own moves with the steps.
   std::unique_ptr<LRScheduler> ahead;
   if (optimizer_->scheduler_ != nullptr) {
@@ -274,7 +275,7 @@ absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t rows)
   std::string out;
   Append(&out, FusedWindow{first, rows, static_cast<int64_t>(group_lr_mult_.size())});
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t num_update = optimizer_->num_update_ + r;
+    const int64_t num_update = first_num_update + r;
     const double base = ahead != nullptr ? (*ahead)(num_update) : optimizer_->lr_;
     for (const UpdateKernel& kernel : KernelsLocked(first + r, base)) {
       std::visit([&](const auto& k) { Append(&out, k.h); }, kernel);
@@ -306,31 +307,49 @@ absl::Status FusedUpdate::NonfiniteStatus() const {
 absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
   // The cached slots are the optimizer's only while its generation stands (LoadState
   // replaces them): look at their counts only then.
-  bool stale = generation_ != optimizer_->generation_;
-  for (size_t i = 0; !stale && i < slots_.size(); ++i) stale = slots_[i]->count != steps_;
-  if (stale) RETURN_IF_ERROR(RefreshLocked());
-
+  auto stale = [&] {
+    bool changed = generation_ != optimizer_->generation_;
+    for (size_t i = 0; !changed && i < slots_.size(); ++i) changed = slots_[i]->count != steps_;
+    return changed;
+  };
   Pending p;
   p.old_num_update = optimizer_->num_update_;
-  for (Optimizer::Slot* slot : slots_) ++slot->count;
-  ++steps_;
-  optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);
-  // The scheduler moves as for Update (the rows were computed ahead from a copy of it).
-  (void)optimizer_->BaseLrLocked();
-  p.in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
-                optimizer_->num_update_ - steps_ == window_offset_;
+  if (scaled()) {
+    // The counts are the device's applied steps as of the last sync; the device may have
+    // applied up to launched_ more. Sync when the window may not cover the next step.
+    const bool leaves = window_rows_ == 0 || steps_ + launched_ + 1 >= window_first_ + window_rows_ ||
+                        optimizer_->num_update_ - steps_ != window_offset_;
+    if (leaves || stale()) RETURN_IF_ERROR(SyncLocked());
+    if (stale()) RETURN_IF_ERROR(RefreshLocked());
+    ++launched_;
+    p.in_window = window_rows_ > 0 && steps_ + launched_ < window_first_ + window_rows_ &&
+                  optimizer_->num_update_ - steps_ == window_offset_;
+  } else {
+    if (stale()) RETURN_IF_ERROR(RefreshLocked());
+    for (Optimizer::Slot* slot : slots_) ++slot->count;
+    ++steps_;
+    optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);
+    // The scheduler moves as for Update (the rows were computed ahead from a copy of it).
+    (void)optimizer_->BaseLrLocked();
+    p.in_window = steps_ >= window_first_ && steps_ < window_first_ + window_rows_ &&
+                  optimizer_->num_update_ - steps_ == window_offset_;
+  }
   absl::Status made;
   if (!p.in_window) {
     p.rows = std::min<int64_t>(options_.lookahead,
                                static_cast<int64_t>(device_->hyper_capacity /
                                                     (device_->hyper_size * group_lr_mult_.size())));
-    absl::StatusOr<std::string> bytes = RowsLocked(steps_, p.rows);
+    // The first row's update: this step's (counted above), or with loss scaling the next the
+    // device applies (synced: every step before this one is done).
+    const int64_t first = scaled() ? steps_ + 1 : steps_;
+    absl::StatusOr<std::string> bytes =
+        RowsLocked(first, scaled() ? std::max(optimizer_->num_update_, first) : optimizer_->num_update_, p.rows);
     made = bytes.status();
     if (bytes.ok()) p.uploads.emplace_back(device_->window_at, *std::move(bytes));
   }
   if (made.ok() && tables_stale_) {
     std::string counters;
-    Append(&counters, FusedCounters{steps_ - 1, 0});
+    Append(&counters, FusedCounters{scaled() ? steps_ : steps_ - 1, 0});
     p.uploads.emplace_back(device_->counters_at, std::move(counters));
     p.uploads.emplace_back(device_->tensors_at, std::string(reinterpret_cast<const char*>(tensors_.data()),
                                                             tensors_.size() * sizeof(FusedTensor)));
@@ -354,18 +373,56 @@ absl::Status FusedUpdate::FinishStepLocked(const Pending& p, const absl::Status&
     tables_stale_ = false;
     scaler_stale_ = false;
     if (!p.in_window) {
-      window_first_ = steps_;
+      window_first_ = scaled() ? steps_ + 1 : steps_;
       window_rows_ = p.rows;
       window_offset_ = optimizer_->num_update_ - steps_;
     }
     return absl::OkStatus();
   }
   // Nothing ran: count nothing.
-  for (Optimizer::Slot* slot : slots_) --slot->count;
-  --steps_;
-  optimizer_->num_update_ = p.old_num_update;
+  if (scaled()) {
+    --launched_;
+  } else {
+    for (Optimizer::Slot* slot : slots_) --slot->count;
+    --steps_;
+    optimizer_->num_update_ = p.old_num_update;
+  }
   return absl::Status(pushed.code(), absl::StrCat(optimizer_->name(), ": fused update of ", indices_.size(),
                                                   " parameters on ", ctx_.ToString(), ": ", pushed.message()));
+}
+
+absl::StatusOr<FusedCounters> FusedUpdate::DeviceCounters() const {
+  ASSIGN_OR_RETURN(NDArray head, device_->buffer.Slice(0, sizeof(FusedCounters)));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, head.AsVector<uint8_t>());  // waits for the steps
+  FusedCounters counters;
+  std::memcpy(&counters, bytes.data(), sizeof(counters));
+  return counters;
+}
+
+absl::Status FusedUpdate::SyncLocked() {
+  if (!scaled() || launched_ == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const FusedCounters counters, DeviceCounters());
+  const int64_t applied = counters.steps_done - steps_;
+  if (counters.missed != 0 || applied < 0 || applied > launched_) {
+    return absl::InternalError(absl::StrCat(optimizer_->name(), ": fused update on ", ctx_.ToString(),
+                                            ": the device did ", counters.steps_done, " steps and missed ",
+                                            counters.missed, "; the host had counted ", steps_,
+                                            " and pushed ", launched_, " since"));
+  }
+  launched_ = 0;
+  // LoadState may have replaced the slots (Module syncs before it); the other changes keep
+  // them, so the applied steps count on the slots as looked up now.
+  if (generation_ != optimizer_->generation_) RETURN_IF_ERROR(RefreshLocked());
+  for (Optimizer::Slot* slot : slots_) slot->count += applied;
+  steps_ += applied;
+  optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);
+  (void)optimizer_->BaseLrLocked();  // the scheduler moves as for Update
+  return absl::OkStatus();
+}
+
+absl::Status FusedUpdate::Sync() {
+  MutexLock lock(&optimizer_->mu_);
+  return SyncLocked();
 }
 
 absl::Status FusedUpdate::Step(int priority) {
@@ -472,11 +529,9 @@ std::function<absl::Status(engine::RunContext)> FusedUpdate::DeviceWork() const 
 #endif
 }
 
-absl::Status FusedUpdate::Check() const {
-  ASSIGN_OR_RETURN(NDArray head, device_->buffer.Slice(0, sizeof(FusedCounters)));
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, head.AsVector<uint8_t>());
-  FusedCounters counters;
-  std::memcpy(&counters, bytes.data(), sizeof(counters));
+absl::Status FusedUpdate::Check() {
+  if (scaled()) RETURN_IF_ERROR(Sync());
+  ASSIGN_OR_RETURN(const FusedCounters counters, DeviceCounters());
   if (counters.nonfinite_step != 0) {
     nonfinite_->tensor.store(counters.nonfinite_tensor);
     nonfinite_->step.store(counters.nonfinite_step);
@@ -486,7 +541,7 @@ absl::Status FusedUpdate::Check() const {
   if (counters.missed != 0 || counters.steps_done != steps_) {
     return absl::InternalError(absl::StrCat(optimizer_->name(), ": fused update on ", ctx_.ToString(),
                                             ": the device did ", counters.steps_done, " steps and missed ",
-                                            counters.missed, ", the host pushed ", steps_));
+                                            counters.missed, ", the host counted ", steps_));
   }
   return absl::OkStatus();
 }

@@ -63,9 +63,12 @@ class FusedUpdate {
     // Dynamic loss scaling (internal/loss_scaler.h): a (1,) float32 array on the weights'
     // device holding the scale the loss's gradient was multiplied by (graph/amp.h). Each
     // step divides the gradients by it in place, skips the update when one holds a NaN or an
-    // infinity, and adjusts it. The skipped step still counts as an update for the
-    // optimizer's bookkeeping (the learning-rate schedule, Adam's step), which the host
-    // advances without waiting for the device. Not with check_finite; CPU only so far.
+    // infinity, and adjusts it. A skipped step is no update (MXNet's AMP skips the trainer's
+    // update): it advances neither the learning-rate schedule nor Adam's step; the device
+    // takes the next step with the skipped one's row. The host cannot know which steps were
+    // skipped without waiting, so the optimizer's counts follow the device's at each sync:
+    // when a window of rows is used up (once per `lookahead` steps), at Check and Sync.
+    // Not with check_finite; CPU only so far.
     NDArray loss_scale;
   };
 
@@ -108,8 +111,13 @@ class FusedUpdate {
   // Waits for the pushed steps and checks the device's counters: INTERNAL when a launch
   // found no row for its step (a bug: that update did nothing) or the device counted other
   // than the host; with check_finite, FAILED_PRECONDITION when a gradient held a NaN or an
-  // infinity.
-  absl::Status Check() const;
+  // infinity. Syncs first (below).
+  absl::Status Check();
+  // With dynamic loss scaling: waits for the pushed steps and brings the optimizer's
+  // bookkeeping (update counts, num_update, the scheduler) to the updates the device applied
+  // - what SaveState must see, and LoadState must not race (Module calls it before both).
+  // Without: nothing to do (the host counts each step as it pushes it).
+  absl::Status Sync();
 
   // FAILED_PRECONDITION without Options::loss_scale.
   absl::StatusOr<LossScaling> loss_scaling() const;
@@ -150,9 +158,14 @@ class FusedUpdate {
   // The kernels of update `t` per group, with `base_lr` before the multipliers (a row).
   std::vector<internal::UpdateKernel> KernelsLocked(int64_t t, double base_lr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
-  // The device rows of updates first .. first + rows - 1.
-  absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t rows) const
+  // The device rows of updates first .. first + rows - 1, the first of them num_update
+  // `first_num_update` for the scheduler.
+  absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t first_num_update, int64_t rows) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  bool scaled() const { return !options_.loss_scale.is_none(); }
+  // The device's counters, once the pushed steps are done.
+  absl::StatusOr<internal::FusedCounters> DeviceCounters() const;
+  absl::Status SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
   // One step's host side: the bookkeeping, and what must be written into the device's
   // table first (offset, bytes): rows when the step leaves the window, the tables after a
   // refresh. FinishStepLocked keeps it when the push went, undoes it when it did not.
@@ -186,11 +199,12 @@ class FusedUpdate {
   std::vector<engine::VarHandle> read_vars_, mutate_vars_;
   int64_t generation_ = -1;
   int64_t refreshes_ = 0;  // RefreshLocked calls: what the variables and pointers belong to
-  int64_t steps_ = 0;  // updates of every index so far
+  int64_t steps_ = 0;  // updates of every index so far (with loss scaling: as last synced)
+  int64_t launched_ = 0;  // with loss scaling: steps pushed since the last sync
   bool tables_stale_ = true;  // the device's tensors and counters need writing
   bool scaler_stale_ = true;  // the device's loss scaler state needs writing
   internal::LossScalerState scaler_start_;  // what it is written with
-  // The steps whose rows the device holds, and num_update - steps when computed.
+  // The updates whose rows the device holds, and num_update - steps when computed.
   int64_t window_first_ = 1;
   int64_t window_rows_ = 0;
   int64_t window_offset_ = 0;

@@ -870,11 +870,14 @@ absl::Status Module::LoadOptimizerStates(const std::string& path) {
 
 absl::StatusOr<std::string> Module::SaveOptimizerStateBytes() const {
   if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module: no optimizer yet");
+  // With dynamic loss scaling the optimizer counts the updates the device applied once synced.
+  if (fused_update_ != nullptr) RETURN_IF_ERROR(fused_update_->Sync());
   return update_on_kvstore_ ? kvstore_->SaveOptimizerStates() : optimizer_->SaveState();
 }
 
 absl::Status Module::LoadOptimizerStateBytes(const std::string& bytes) {
   if (optimizer_ == nullptr) return absl::FailedPreconditionError("Module: call InitOptimizer first");
+  if (fused_update_ != nullptr) RETURN_IF_ERROR(fused_update_->Sync());  // no step pending
   return update_on_kvstore_ ? kvstore_->LoadOptimizerStates(rt_, bytes) : optimizer_->LoadState(rt_, bytes);
 }
 

@@ -68,10 +68,12 @@ void Update(const FusedTable& table) {
 void Count(const FusedTable& table) {
   FusedCounters* c = table.counters;
   if (c->nonfinite_step == 0 && c->nonfinite_tensor != kNoTensor) c->nonfinite_step = c->steps_done + 1;
+  // A step skipped for an overflow is no update: the next takes its row.
+  const bool skipped = table.scaler != nullptr && table.scaler->overflow != 0;
   const int64_t row = c->steps_done + 1 - table.window->first_step;
   if (row < 0 || row >= table.window->rows) {
     ++c->missed;
-  } else {
+  } else if (!skipped) {
     ++c->steps_done;
   }
   if (table.scaler != nullptr) AdvanceLossScale(table.scaler, table.loss_scale);

@@ -65,7 +65,8 @@ struct FusedWindow {
 // of the kernel's type (update_kernels.h). A launch updates with the row of update
 // counters->steps_done + 1, then counts it. With dynamic loss scaling (loss_scale not null,
 // internal/loss_scaler.h) a launch first divides every gradient by *loss_scale in place,
-// skips the update when one held a NaN or an infinity, and then adjusts the scale.
+// skips the update when one held a NaN or an infinity (and does not count it: the next
+// launch takes the row), and then adjusts the scale.
 struct FusedTable {
   const FusedTensor* tensors = nullptr;
   const FusedChunk* chunks = nullptr;

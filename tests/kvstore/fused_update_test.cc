@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -407,6 +408,7 @@ TEST(FusedUpdateLossScalingTest, ScaledGradientsUpdateAsUnscaledOnesAndAnOverflo
       StepEach(&each, step);
       scaled_step(step, false);
     }
+    ASSERT_THAT((*f)->Sync(), IsOk());  // the optimizer's counts follow the device's
     ExpectSameBits(each, fused, "scaled against unscaled");
     auto scaling = (*f)->loss_scaling();
     ASSERT_THAT(scaling, IsOk());
@@ -421,7 +423,63 @@ TEST(FusedUpdateLossScalingTest, ScaledGradientsUpdateAsUnscaledOnesAndAnOverflo
     ASSERT_THAT(scaling, IsOk());
     EXPECT_EQ(scaling->scale, FusedUpdate::kInitialLossScale / 2);
     EXPECT_EQ(scaling->skipped_steps, 1);
-    EXPECT_THAT((*f)->Check(), IsOk());  // the skipped step still counts
+    EXPECT_THAT((*f)->Check(), IsOk());  // the device counted the applied steps only
+  }
+}
+
+// Step `step`'s gradients times `scale` (an infinity in one of them for an overflow), then
+// the fused step.
+void ScaledStep(Side* side, FusedUpdate* fused, int step, float scale, bool overflow) {
+  SetGrads(side, step);
+  for (size_t i = 0; i < side->grads.size(); ++i) {
+    auto g = side->grads[i].AsVector<float>();
+    ASSERT_THAT(g, IsOk());
+    for (float& v : *g) v *= scale;
+    if (overflow && i == 1) (*g)[3] = -std::numeric_limits<float>::infinity();
+    ASSERT_THAT(side->grads[i].SyncCopyFromCPU(g->data(), g->size()), IsOk());
+  }
+  ASSERT_THAT(fused->Step(), IsOk());
+}
+
+// A step skipped for an overflow is no update, as MXNet's AMP skips the trainer's: the
+// weights, states, counts, num_update, the schedule's rate and its state equal those of
+// updating each parameter through the clean steps only - across several windows of rows
+// (lookahead 3) and a schedule that changes the rate every 3 updates, synced in the middle
+// and at the end.
+TEST(FusedUpdateLossScalingTest, ASkippedStepAdvancesNeitherTheScheduleNorTheCounts) {
+  auto owned = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
+  const Runtime& rt = owned->get();
+  const std::set<int> overflows = {2, 3, 7, 12, 13, 14};
+  for (const Config& c : Configs()) {
+    SCOPED_TRACE(c.name);
+    Side each = MakeSide(rt, c, Context::CPU(), /*scheduler=*/true);
+    Side fused = MakeSide(rt, c, Context::CPU(), /*scheduler=*/true);
+    auto scale = FromVector<float>(rt, Shape({1}), std::vector<float>{FusedUpdate::kInitialLossScale});
+    ASSERT_THAT(scale, IsOk());
+    FusedUpdate::Options options;
+    options.lookahead = 3;
+    options.loss_scale = *scale;
+    auto f = FusedUpdate::Create(fused.optimizer.get(), Indices(), fused.weights, fused.grads, options);
+    ASSERT_THAT(f, IsOk());
+    float current = FusedUpdate::kInitialLossScale;
+    for (int step = 0; step < 20; ++step) {
+      const bool overflow = overflows.contains(step);
+      if (!overflow) StepEach(&each, step);
+      ScaledStep(&fused, f->get(), step, current, overflow);
+      if (overflow) current /= 2;
+      if (step == 9) {
+        ASSERT_THAT((*f)->Sync(), IsOk());
+        ExpectSameBits(each, fused, "after 10 steps");
+      }
+    }
+    ASSERT_THAT((*f)->Sync(), IsOk());
+    ExpectSameBits(each, fused, "after 20 steps");
+    EXPECT_EQ(fused.optimizer->num_update(), 20 - static_cast<int64_t>(overflows.size()));
+    EXPECT_THAT((*f)->Check(), IsOk());
+    auto scaling = (*f)->loss_scaling();
+    ASSERT_THAT(scaling, IsOk());
+    EXPECT_EQ(scaling->skipped_steps, static_cast<int64_t>(overflows.size()));
+    EXPECT_EQ(scaling->scale, current);
   }
 }
 
