@@ -198,6 +198,9 @@ def round_figures(args, reports, bound, comm_bound):
         compute = args.compute_ms / 1000
         figures["overlap_bound_round_s"] = max(compute, comm_bound)
         exchange = max(r.get("exchange_seconds", 0) for r in reports) / args.rounds
+        for wait in ["first_layer_wait", "forward_wait", "backward_wait"]:
+            if f"{wait}_seconds" in reports[0]:
+                figures[f"{wait}_s"] = statistics.mean(r[f"{wait}_seconds"] for r in reports)
         if exchange > 0:
             figures["exchange_s"] = exchange
             figures["hidden_fraction"] = min(1.0, max(0.0, (compute + exchange - round_seconds)
@@ -369,7 +372,10 @@ def main():
                               f"{row['busiest_server_link_vs_ideal']:.2f}x ideal, "
                               + (f"{row['vs_gloo']:.2f}x gloo, " if peer else "")
                               + (f"priority {priority}, hidden "
-                                 f"{row.get('hidden_fraction', 0):.0%}, " if
+                                 f"{row.get('hidden_fraction', 0):.0%} (waits: first layer "
+                                 f"{row.get('first_layer_wait_s', 0) * 1000:.1f} ms, forward "
+                                 f"{row.get('forward_wait_s', 0) * 1000:.1f}, backward "
+                                 f"{row.get('backward_wait_s', 0) * 1000:.1f}), " if
                                  args.schedule == "layered" else "")
                               + f"cpu {row['cpu_busy']:.0%}", file=sys.stderr, flush=True)
     shutil.rmtree(work, ignore_errors=True)

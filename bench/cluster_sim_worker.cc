@@ -93,10 +93,24 @@ absl::StatusOr<Parameters> ModelParameters(const std::string& model, int scale_d
   return result;
 }
 
-// Holds the engine function's thread for `ms` (simulated compute).
-void Compute(double ms) {
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
-}
+// Simulated compute: holds the calling thread for `ms` milliseconds. A layered round is a
+// few hundred of these, many far shorter than a sleep's own cost, so they are paid as a debt:
+// a call sleeps only once at least 0.2 ms is owed, and what the sleep over- or undershot is
+// carried to the next call (the passes run one function at a time, so the debt is never
+// shared).
+class SimulatedCompute {
+ public:
+  void operator()(double ms) {
+    owed_ms_ += ms;
+    if (owed_ms_ < 0.2) return;
+    const Clock::time_point begin = Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(owed_ms_));
+    owed_ms_ -= std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+  }
+
+ private:
+  double owed_ms_ = 0;
+};
 
 absl::Status Run() {
   if (absl::GetFlag(FLAGS_scale_down) < 1) {
@@ -163,8 +177,9 @@ absl::Status Run() {
     for (const auto& out : outs) RETURN_IF_ERROR(out[0].WaitToRead());
     return absl::OkStatus();
   };
+  SimulatedCompute compute;
   auto serial = [&]() -> absl::Status {
-    Compute(compute_ms);
+    compute(compute_ms);
     return exchange();
   };
   // Layered: each layer's simulated forward and backward as an engine function on the
@@ -175,17 +190,35 @@ absl::Status Run() {
   for (double f : model.flops) total_flops += f;
   ASSIGN_OR_RETURN(NDArray activations, NDArray::Empty(rt, Shape{1}));
   engine::Engine* engine = rt.engine;
+  // When each round's forward started and ended and its backward ended, for the waits the
+  // report gives (the passes' functions run one at a time, in order).
+  struct Marks {
+    Clock::time_point forward_start, forward_end, backward_end;
+  };
+  std::vector<Marks> marks;
+  marks.reserve(absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_rounds) + 1);  // never moved under a pass
   auto layered = [&]() -> absl::Status {
     const int n = static_cast<int>(keys.size());
+    const size_t round_index = marks.size();
+    marks.emplace_back();
     for (int k = 0; k < n; ++k) {
       const double ms = compute_ms / 3 * model.flops[k] / total_flops;
-      RETURN_IF_ERROR(engine->PushSync([ms](engine::RunContext) { Compute(ms); return absl::OkStatus(); },
-                                       Context::CPU(), {outs[k][0].var()}, {activations.var()},
-                                       engine::FnProperty::kNormal, 0, "forward"));
+      RETURN_IF_ERROR(engine->PushSync(
+          [ms, k, n, round_index, &compute, &marks](engine::RunContext) {
+            if (k == 0) marks[round_index].forward_start = Clock::now();
+            compute(ms);
+            if (k == n - 1) marks[round_index].forward_end = Clock::now();
+            return absl::OkStatus();
+          },
+          Context::CPU(), {outs[k][0].var()}, {activations.var()}, engine::FnProperty::kNormal, 0, "forward"));
     }
     for (int k = n - 1; k >= 0; --k) {
       const double ms = 2 * compute_ms / 3 * model.flops[k] / total_flops;
-      RETURN_IF_ERROR(engine->PushSync([ms](engine::RunContext) { Compute(ms); return absl::OkStatus(); },
+      RETURN_IF_ERROR(engine->PushSync([ms, k, round_index, &compute, &marks](engine::RunContext) {
+                                         compute(ms);
+                                         if (k == 0) marks[round_index].backward_end = Clock::now();
+                                         return absl::OkStatus();
+                                       },
                                        Context::CPU(), {outs[k][0].var()},
                                        {activations.var(), grads[k][0].var()},
                                        engine::FnProperty::kNormal, 0, "backward"));
@@ -229,6 +262,21 @@ absl::Status Run() {
   RETURN_IF_ERROR(drain());  // the last round's values are in
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
   RETURN_IF_ERROR(kv->Barrier());
+  // A layered round's waits, averaged over the timed rounds: for the first layer's new values
+  // (from the backward pass's end to the next forward's start), and within each pass beyond
+  // its compute.
+  double first_layer_wait = 0, forward_wait = 0, backward_wait = 0;
+  if (schedule == "layered" && absl::GetFlag(FLAGS_rounds) >= 2) {
+    const size_t timed = std::min<size_t>(absl::GetFlag(FLAGS_rounds), marks.size());
+    const size_t from = marks.size() - timed;
+    auto s = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    for (size_t r = from; r < marks.size(); ++r) {
+      // (Between the warm-up's last round and the first timed one the exchange was timed alone.)
+      if (r > from) first_layer_wait += s(marks[r].forward_start - marks[r - 1].backward_end) / (timed - 1);
+      forward_wait += (s(marks[r].forward_end - marks[r].forward_start) - compute_ms / 3000) / timed;
+      backward_wait += (s(marks[r].backward_end - marks[r].forward_end) - compute_ms / 1500) / timed;
+    }
+  }
   nlohmann::json report = {{"rank", rank},
                            {"model", absl::GetFlag(FLAGS_model)},
                            {"keys", keys.size()},
@@ -237,6 +285,9 @@ absl::Status Run() {
                            {"schedule", schedule},
                            {"priority", priority_order},
                            {"exchange_seconds", exchange_seconds},
+                           {"first_layer_wait_seconds", first_layer_wait},
+                           {"forward_wait_seconds", forward_wait},
+                           {"backward_wait_seconds", backward_wait},
                            {"seconds", total},
                            {"round_seconds", seconds}};
   std::printf("%s\n", report.dump().c_str());
