@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -376,6 +377,31 @@ TEST(LossScalerTest, HalvesOnAnOverflowAndDoublesAfterTheGrowthIntervalWithinIts
   EXPECT_EQ(scale, internal::kMaxLossScale);
 }
 
+// A fused update of `side` with dynamic loss scaling from 2^16, its rows 3 steps ahead (a
+// new window every 3 steps).
+absl::StatusOr<std::unique_ptr<FusedUpdate>> ScaledFusedUpdate(const Runtime& rt, const Side& side) {
+  ASSIGN_OR_RETURN(NDArray scale,
+                   FromVector<float>(rt, Shape({1}), std::vector<float>{FusedUpdate::kInitialLossScale}));
+  FusedUpdate::Options options;
+  options.lookahead = 3;
+  options.loss_scale = scale;
+  return FusedUpdate::Create(side.optimizer.get(), Indices(), side.weights, side.grads, options);
+}
+
+// Step `step`'s gradients times `scale` (an infinity in one of them for an overflow), then
+// the fused step.
+void ScaledStep(Side* side, FusedUpdate* fused, int step, float scale, bool overflow) {
+  SetGrads(side, step);
+  for (size_t i = 0; i < side->grads.size(); ++i) {
+    auto g = side->grads[i].AsVector<float>();
+    ASSERT_THAT(g, IsOk());
+    for (float& v : *g) v *= scale;
+    if (overflow && i == 1) (*g)[3] = -std::numeric_limits<float>::infinity();
+    ASSERT_THAT(side->grads[i].SyncCopyFromCPU(g->data(), g->size()), IsOk());
+  }
+  ASSERT_THAT(fused->Step(), IsOk());
+}
+
 // Gradients that carry the loss scale update every optimizer's weights as the unscaled ones
 // do through Update, bit for bit (the scale is a power of two); a step whose gradients hold
 // an infinity changes no weight and halves the scale, on the device side of the CPU's push.
@@ -386,23 +412,10 @@ TEST(FusedUpdateLossScalingTest, ScaledGradientsUpdateAsUnscaledOnesAndAnOverflo
     SCOPED_TRACE(c.name);
     Side each = MakeSide(rt, c, Context::CPU(), true);
     Side fused = MakeSide(rt, c, Context::CPU(), true);
-    auto scale = FromVector<float>(rt, Shape({1}), std::vector<float>{FusedUpdate::kInitialLossScale});
-    ASSERT_THAT(scale, IsOk());
-    FusedUpdate::Options options;
-    options.lookahead = 3;
-    options.loss_scale = *scale;
-    auto f = FusedUpdate::Create(fused.optimizer.get(), Indices(), fused.weights, fused.grads, options);
+    auto f = ScaledFusedUpdate(rt, fused);
     ASSERT_THAT(f, IsOk());
     auto scaled_step = [&](int step, bool overflow) {
-      SetGrads(&fused, step);
-      for (size_t i = 0; i < fused.grads.size(); ++i) {
-        auto g = fused.grads[i].AsVector<float>();
-        ASSERT_THAT(g, IsOk());
-        for (float& v : *g) v *= FusedUpdate::kInitialLossScale;
-        if (overflow && i == 2) (*g)[0] = std::numeric_limits<float>::infinity();
-        ASSERT_THAT(fused.grads[i].SyncCopyFromCPU(g->data(), g->size()), IsOk());
-      }
-      ASSERT_THAT((*f)->Step(), IsOk());
+      ScaledStep(&fused, f->get(), step, FusedUpdate::kInitialLossScale, overflow);
     };
     for (int step = 0; step < 5; ++step) {
       StepEach(&each, step);
@@ -427,20 +440,6 @@ TEST(FusedUpdateLossScalingTest, ScaledGradientsUpdateAsUnscaledOnesAndAnOverflo
   }
 }
 
-// Step `step`'s gradients times `scale` (an infinity in one of them for an overflow), then
-// the fused step.
-void ScaledStep(Side* side, FusedUpdate* fused, int step, float scale, bool overflow) {
-  SetGrads(side, step);
-  for (size_t i = 0; i < side->grads.size(); ++i) {
-    auto g = side->grads[i].AsVector<float>();
-    ASSERT_THAT(g, IsOk());
-    for (float& v : *g) v *= scale;
-    if (overflow && i == 1) (*g)[3] = -std::numeric_limits<float>::infinity();
-    ASSERT_THAT(side->grads[i].SyncCopyFromCPU(g->data(), g->size()), IsOk());
-  }
-  ASSERT_THAT(fused->Step(), IsOk());
-}
-
 // A step skipped for an overflow is no update, as MXNet's AMP skips the trainer's: the
 // weights, states, counts, num_update, the schedule's rate and its state equal those of
 // updating each parameter through the clean steps only - across several windows of rows
@@ -454,12 +453,7 @@ TEST(FusedUpdateLossScalingTest, ASkippedStepAdvancesNeitherTheScheduleNorTheCou
     SCOPED_TRACE(c.name);
     Side each = MakeSide(rt, c, Context::CPU(), /*scheduler=*/true);
     Side fused = MakeSide(rt, c, Context::CPU(), /*scheduler=*/true);
-    auto scale = FromVector<float>(rt, Shape({1}), std::vector<float>{FusedUpdate::kInitialLossScale});
-    ASSERT_THAT(scale, IsOk());
-    FusedUpdate::Options options;
-    options.lookahead = 3;
-    options.loss_scale = *scale;
-    auto f = FusedUpdate::Create(fused.optimizer.get(), Indices(), fused.weights, fused.grads, options);
+    auto f = ScaledFusedUpdate(rt, fused);
     ASSERT_THAT(f, IsOk());
     float current = FusedUpdate::kInitialLossScale;
     for (int step = 0; step < 20; ++step) {
