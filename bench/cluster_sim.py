@@ -56,7 +56,7 @@ usage: ./tessera bench cluster_sim [--workers 4] [--servers 2[,4...]] [--models 
            [--gbps 1,10,25] [--scale_down 100] [--latency_us 0] [--loss 0] [--compute_ms 0]
            [--rounds 3] [--warmup 1] [--compression none,2bit,fp16] [--replicas 1]
            [--mode dist_sync] [--peer gloo|none] [--schedule serial|layered]
-           [--priority forward[,backward]]
+           [--priority forward[,backward]] [--colocate]
 """
 import argparse
 import json
@@ -219,7 +219,10 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
     workers = args.workers
     rate_bits = gbps * 1e9 / args.scale_down
     security = {"TESSERA_TLS_DIR": str(certs), "TESSERA_TOKEN_FILE": str(token)}
-    with Hosts(args, work, servers + workers, rate_bits, security) as h:
+    # Colocated, server i shares worker i's host (MXNet's usual deployment); else each has its own.
+    worker_host = (lambda w: w) if args.colocate else (lambda w: servers + w)
+    with Hosts(args, work, workers if args.colocate else servers + workers, rate_bits,
+               security) as h:
         ps_hosts = ",".join(f"{h.net.address(i)}:{PORT}" for i in range(servers))
         for i in range(servers):
             h.start(f"ps-{i}", i, [
@@ -229,7 +232,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
         wait_for(lambda: all((h.dir / f"ps-{i}.port").exists() for i in range(servers)),
                  START_SECONDS, "servers listening", h.processes)
         for w in range(workers):
-            h.start(f"worker-{w}", servers + w, [
+            h.start(f"worker-{w}", worker_host(w), [
                 args.bin_dir / "bench/cluster_sim_worker", f"--model={model}",
                 f"--scale_down={args.scale_down}", f"--compute_ms={args.compute_ms}",
                 f"--rounds={args.rounds}", f"--warmup={args.warmup}",
@@ -242,20 +245,28 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
                         max(1, BIGARRAY_BOUND // args.scale_down))})
         reports, links, cpu = h.measure([f"worker-{w}" for w in range(workers)])
     model_bytes = reports[0]["model_bytes"]
-    server_links, worker_links = links[:servers], links[servers:]
     # Each worker sends and receives its model once; a server's link carries W/S of it.
     ideal_server = workers * model_bytes / servers
-    comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
+    if args.colocate:
+        # A host with a server: its worker's pushes but the 1/S its own server takes, and its
+        # server's values for the W - 1 other workers (and as much in): M (W + S - 2) / S.
+        server_links, worker_links = links[:servers], links
+        comm_bound = max(model_bytes, model_bytes * (workers + servers - 2) / servers) * 8 / rate_bits
+    else:
+        server_links, worker_links = links[:servers], links[servers:]
+        comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
     bound = args.compute_ms / 1000 + comm_bound
     return {
         "model": model, "gbps": gbps, "link_mbit_simulated": rate_bits / 1e6,
         "servers": servers, "compression": compression, "replicas": replicas,
-        "schedule": args.schedule, "priority": priority, "keys": reports[0]["keys"],
+        "colocated": args.colocate, "schedule": args.schedule, "priority": priority, "keys": reports[0]["keys"],
         "model_bytes_scaled": model_bytes, "model_bytes_full": model_bytes * args.scale_down,
         **round_figures(args, reports, bound, comm_bound),
         "server_link_bytes_per_round": [{"sent": s, "received": r} for s, r in server_links],
         "worker_link_bytes_per_round": [{"sent": s, "received": r} for s, r in worker_links],
-        "busiest_server_link_vs_ideal": max(max(s, r) for s, r in server_links) / ideal_server,
+        # (Colocated, a server's link carries its worker's traffic too.)
+        "busiest_server_link_vs_ideal": (None if args.colocate else
+                                         max(max(s, r) for s, r in server_links) / ideal_server),
         "worker_sent_vs_model": statistics.mean(s for s, _ in worker_links) / model_bytes,
         "cpu_busy": cpu,
     }
@@ -312,6 +323,8 @@ def main():
     parser.add_argument("--compression", default="none", help="none, 2bit, fp16; comma list")
     parser.add_argument("--replicas", default="1", help="1 or 2; comma list")
     parser.add_argument("--mode", default="dist_sync")
+    parser.add_argument("--colocate", action="store_true",
+                        help="server i on worker i's host (at most one server per worker)")
     parser.add_argument("--schedule", default="serial", choices=["serial", "layered"],
                         help="the compute before the exchange, or layer by layer overlapping it")
     parser.add_argument("--priority", default="forward",
@@ -326,6 +339,9 @@ def main():
         sys.exit("cluster_sim: needs root (network namespaces and tc)")
     if args.workers < 1 or min(server_counts) < 1 or args.workers + max(server_counts) > 253:
         sys.exit("cluster_sim: --workers and --servers must be at least 1, together at most 253")
+    if args.colocate and max(server_counts) > args.workers:
+        sys.exit("cluster_sim: --colocate puts each server on a worker's host: at most --workers "
+                 "servers")
 
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="tessera-cluster-sim-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -368,8 +384,10 @@ def main():
                         print(f"{model:>13} {gbps:5g} Gbps S={servers} {compression:>4} "
                               f"r{replicas}: {row['rounds_per_s']:.2f} rounds/s, bound "
                               f"{1 / row['bound_round_s']:.2f} (ratio "
-                              f"{row['ratio_to_bound']:.2f}), busiest server link "
-                              f"{row['busiest_server_link_vs_ideal']:.2f}x ideal, "
+                              f"{row['ratio_to_bound']:.2f}), "
+                              + ("colocated, " if args.colocate else
+                                 f"busiest server link "
+                                 f"{row['busiest_server_link_vs_ideal']:.2f}x ideal, ")
                               + (f"{row['vs_gloo']:.2f}x gloo, " if peer else "")
                               + (f"priority {priority}, hidden "
                                  f"{row.get('hidden_fraction', 0):.0%} (waits: first layer "
