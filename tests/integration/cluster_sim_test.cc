@@ -79,6 +79,25 @@ TEST_F(ClusterSimTest, ShapedLinksLimitTheRoundsAndCarryTheModel) {
   EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
 }
 
+// Each server on a worker's host (--colocate): a host's link carries its worker's pushes but
+// the half its own server takes, and its server's values for the other worker - one model
+// each way with two of each - and no round beats that.
+TEST_F(ClusterSimTest, AColocatedServerSharesItsWorkersLink) {
+  const Command c = ClusterSim({"--models", "resnet50", "--servers", "2", "--colocate"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  ASSERT_EQ(report["rows"].size(), 1u) << report.dump();
+  const nlohmann::json& row = report["rows"][0];
+  EXPECT_TRUE(row["colocated"].get<bool>());
+  EXPECT_LE(row["ratio_to_bound"].get<double>(), 1.05) << row.dump();
+  ASSERT_EQ(row["worker_link_bytes_per_round"].size(), 2u) << row.dump();
+  for (const nlohmann::json& link : row["worker_link_bytes_per_round"]) {
+    EXPECT_GE(link["sent"].get<double>(), 1022052) << row.dump();
+    EXPECT_LE(link["sent"].get<double>(), 1.25 * 1022052) << row.dump();
+  }
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
 // The layered schedule (a training step's forward and backward layer by layer, each push
 // issued as its gradient is made) at both priority orders: no round beats the compute (its
 // sleeps) or the links, the exchange alone no faster than the links, and the bytes per round
