@@ -304,14 +304,15 @@ absl::Status FusedUpdate::NonfiniteStatus() const {
       " holds a NaN or an infinity (check_finite); training has diverged"));
 }
 
-absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
+bool FusedUpdate::StaleLocked() const {
   // The cached slots are the optimizer's only while its generation stands (LoadState
   // replaces them): look at their counts only then.
-  auto stale = [&] {
-    bool changed = generation_ != optimizer_->generation_;
-    for (size_t i = 0; !changed && i < slots_.size(); ++i) changed = slots_[i]->count != steps_;
-    return changed;
-  };
+  bool changed = generation_ != optimizer_->generation_;
+  for (size_t i = 0; !changed && i < slots_.size(); ++i) changed = slots_[i]->count != steps_;
+  return changed;
+}
+
+absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
   Pending p;
   p.old_num_update = optimizer_->num_update_;
   if (scaled()) {
@@ -319,13 +320,13 @@ absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
     // applied up to launched_ more. Sync when the window may not cover the next step.
     const bool leaves = window_rows_ == 0 || steps_ + launched_ + 1 >= window_first_ + window_rows_ ||
                         optimizer_->num_update_ - steps_ != window_offset_;
-    if (leaves || stale()) RETURN_IF_ERROR(SyncLocked());
-    if (stale()) RETURN_IF_ERROR(RefreshLocked());
+    if (leaves || StaleLocked()) RETURN_IF_ERROR(SyncLocked());
+    if (StaleLocked()) RETURN_IF_ERROR(RefreshLocked());
     ++launched_;
     p.in_window = window_rows_ > 0 && steps_ + launched_ < window_first_ + window_rows_ &&
                   optimizer_->num_update_ - steps_ == window_offset_;
   } else {
-    if (stale()) RETURN_IF_ERROR(RefreshLocked());
+    if (StaleLocked()) RETURN_IF_ERROR(RefreshLocked());
     for (Optimizer::Slot* slot : slots_) ++slot->count;
     ++steps_;
     optimizer_->num_update_ = std::max(optimizer_->num_update_, steps_);

@@ -166,6 +166,8 @@ class FusedUpdate {
   // The device's counters, once the pushed steps are done.
   absl::StatusOr<internal::FusedCounters> DeviceCounters() const;
   absl::Status SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  // Whether the optimizer changed since the last refresh, or an index was updated apart.
+  bool StaleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
   // One step's host side: the bookkeeping, and what must be written into the device's
   // table first (offset, bytes): rows when the step leaves the window, the tables after a
   // refresh. FinishStepLocked keeps it when the push went, undoes it when it did not.
