@@ -5,17 +5,19 @@
 // change. A Push first sums the key's arrays of this worker's devices on the host (the
 // two-level reduction of the seeds), then sends the sum to the servers holding the key;
 // a Pull fetches the key's value from them and copies it to every output. Both are engine
-// pushes at the caller's priority that return at once: pushes of later layers overtake
-// earlier ones and overlap with the rest of backward. Key placement balances bytes: a key of
-// fewer than `bigarray_bound` elements lives whole on one server, the one holding the fewest
+// pushes that return at once, so a trainer's pushes overlap the rest of backward; on each
+// server's stream the requests, and the server's replies to them, go by the caller's
+// priority (Module's -index: the first layers' keys, which the next forward needs first,
+// overtake the queued ones of later layers). Key placement balances bytes: a key of fewer
+// than `bigarray_bound` elements lives whole on one server, the one holding the fewest
 // elements when it is placed (an Init call places its largest keys first, so every worker
 // running the same Init calls places alike); a larger one is cut into equal slices of at
 // most that many elements, dealt to the servers in turn, the same count to each
 // (key_slices.h), so one slice's round completes and its value comes back while the next
 // slices still travel; keys must lie in [0, kSliceKeyStride). A server on this worker's host
-// (a Unix socket) may share a key's part through memory (proto/kvstore.proto, MapKeyRequest): Init maps this worker's
-// slot, and pushes and pulls of that part then go through it, the stream carrying only
-// their headers.
+// (a Unix socket) may share a key's part through memory (proto/kvstore.proto, MapKeyRequest):
+// Init maps this worker's slot, and pushes and pulls of that part then go through it, the
+// stream carrying only their headers.
 //
 // The optimizer set by SetOptimizer runs on the servers (update_on_kvstore): every worker
 // sends its description (name, parameters, lr/wd multipliers, learning-rate schedule); the

@@ -265,8 +265,7 @@ std::vector<UpdateKernel> FusedUpdate::KernelsLocked(int64_t t, double base_lr) 
   return kernels;
 }
 
-absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t first_num_update,
-                                                    int64_t rows) const {
+absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t rows) const {
   // Rates ahead from a copy of the scheduler: the optimizer's own moves with the steps.
   std::unique_ptr<LRScheduler> ahead;
   if (optimizer_->scheduler_ != nullptr) {
@@ -274,6 +273,8 @@ absl::StatusOr<std::string> FusedUpdate::RowsLocked(int64_t first, int64_t first
   }
   std::string out;
   Append(&out, FusedWindow{first, rows, static_cast<int64_t>(group_lr_mult_.size())});
+  // Update `first`'s num_update: the optimizer's, or with loss scaling (not counted yet) first.
+  const int64_t first_num_update = std::max(optimizer_->num_update_, first);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t num_update = first_num_update + r;
     const double base = ahead != nullptr ? (*ahead)(num_update) : optimizer_->lr_;
@@ -312,6 +313,12 @@ bool FusedUpdate::StaleLocked() const {
   return changed;
 }
 
+int64_t FusedUpdate::NextUpdateLocked() const {
+  // This step's, counted in BeginStepLocked; with loss scaling the one after the synced count
+  // (a window starts right after a sync, every step before this one done).
+  return scaled() ? steps_ + 1 : steps_;
+}
+
 absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
   Pending p;
   p.old_num_update = optimizer_->num_update_;
@@ -340,11 +347,7 @@ absl::StatusOr<FusedUpdate::Pending> FusedUpdate::BeginStepLocked() {
     p.rows = std::min<int64_t>(options_.lookahead,
                                static_cast<int64_t>(device_->hyper_capacity /
                                                     (device_->hyper_size * group_lr_mult_.size())));
-    // The first row's update: this step's (counted above), or with loss scaling the next the
-    // device applies (synced: every step before this one is done).
-    const int64_t first = scaled() ? steps_ + 1 : steps_;
-    absl::StatusOr<std::string> bytes =
-        RowsLocked(first, scaled() ? std::max(optimizer_->num_update_, first) : optimizer_->num_update_, p.rows);
+    absl::StatusOr<std::string> bytes = RowsLocked(NextUpdateLocked(), p.rows);
     made = bytes.status();
     if (bytes.ok()) p.uploads.emplace_back(device_->window_at, *std::move(bytes));
   }
@@ -374,7 +377,7 @@ absl::Status FusedUpdate::FinishStepLocked(const Pending& p, const absl::Status&
     tables_stale_ = false;
     scaler_stale_ = false;
     if (!p.in_window) {
-      window_first_ = scaled() ? steps_ + 1 : steps_;
+      window_first_ = NextUpdateLocked();
       window_rows_ = p.rows;
       window_offset_ = optimizer_->num_update_ - steps_;
     }
@@ -531,7 +534,7 @@ std::function<absl::Status(engine::RunContext)> FusedUpdate::DeviceWork() const 
 }
 
 absl::Status FusedUpdate::Check() {
-  if (scaled()) RETURN_IF_ERROR(Sync());
+  RETURN_IF_ERROR(Sync());
   ASSIGN_OR_RETURN(const FusedCounters counters, DeviceCounters());
   if (counters.nonfinite_step != 0) {
     nonfinite_->tensor.store(counters.nonfinite_tensor);

@@ -158,10 +158,11 @@ class FusedUpdate {
   // The kernels of update `t` per group, with `base_lr` before the multipliers (a row).
   std::vector<internal::UpdateKernel> KernelsLocked(int64_t t, double base_lr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
-  // The device rows of updates first .. first + rows - 1, the first of them num_update
-  // `first_num_update` for the scheduler.
-  absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t first_num_update, int64_t rows) const
+  // The device rows of updates first .. first + rows - 1.
+  absl::StatusOr<std::string> RowsLocked(int64_t first, int64_t rows) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
+  // The update a window of rows computed now starts at.
+  int64_t NextUpdateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(optimizer_->mu_);
   bool scaled() const { return !options_.loss_scale.is_none(); }
   // The device's counters, once the pushed steps are done.
   absl::StatusOr<internal::FusedCounters> DeviceCounters() const;

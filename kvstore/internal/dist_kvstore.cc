@@ -652,9 +652,10 @@ void DistKVStore::MapSlots(const std::vector<int>& keys, std::vector<std::vector
   }
 }
 
-// The functions that send a request only queue it on the server's stream (ordered there by
-// `priority`): on the engine's prioritized queue, so they are not held behind the backward
-// pass's compute when the caller's priorities are below it (MXNet's -index).
+// The functions that send a request queue it on the server's stream (ordered there by
+// `priority`), after at most a copy into a shared-memory slot or the compression of the
+// push: on the engine's prioritized queue, so they are not held behind the backward pass's
+// compute when the caller's priorities are below it (MXNet's -index).
 constexpr engine::FnProperty kSend = engine::FnProperty::kCPUPrioritized;
 
 absl::StatusOr<NDArray> DistKVStore::PushSource(Key& key, const std::vector<NDArray>& arrays,
