@@ -54,7 +54,7 @@ Needs root (namespaces, tc). Every namespace, and with it every link and queuein
 is deleted when a row ends, failed or not; traffic stays between the simulation's namespaces.
 usage: ./tessera bench cluster_sim [--workers 4] [--servers 2[,4...]] [--models resnet50,...]
            [--gbps 1,10,25] [--scale_down 100] [--latency_us 0] [--loss 0] [--compute_ms 0]
-           [--rounds 3] [--warmup 1] [--compression none,2bit,fp16] [--replicas 1]
+           [--rounds 3] [--warmup 1] [--compression none,2bit,fp16,2bit/bf16] [--replicas 1]
            [--mode dist_sync] [--peer gloo|none] [--schedule serial|layered]
            [--priority forward[,backward]] [--colocate]
 """
@@ -217,6 +217,7 @@ def guess_round_seconds(args, rate_bits):
 def run_row(args, work, certs, token, model, gbps, servers, compression, replicas, priority):
     """The parameter servers: one cluster on fresh hosts; the row's figures."""
     workers = args.workers
+    pushes, _, pulls = compression.partition("/")  # e.g. "2bit/bf16": 2bit pushes, bf16 pulls
     rate_bits = gbps * 1e9 / args.scale_down
     security = {"TESSERA_TLS_DIR": str(certs), "TESSERA_TOKEN_FILE": str(token)}
     # Colocated, server i shares worker i's host (MXNet's usual deployment); else each has its own.
@@ -238,7 +239,8 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
                 f"--rounds={args.rounds}", f"--warmup={args.warmup}",
                 f"--mode={args.mode}", f"--ready_dir={h.ready}",
                 f"--schedule={args.schedule}", f"--priority={priority}",
-                f"--compression={'' if compression == 'none' else compression}"], {
+                f"--compression={'' if pushes == 'none' else pushes}",
+                f"--pull_type={pulls}"], {
                     "TESSERA_INDEX": str(w), "TESSERA_PS_HOSTS": ps_hosts,
                     "TESSERA_NUM_WORKERS": str(workers),
                     "TESSERA_KVSTORE_BIGARRAY_BOUND": str(
@@ -320,7 +322,9 @@ def main():
     parser.add_argument("--compute_ms", type=float, default=0.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--compression", default="none", help="none, 2bit, fp16; comma list")
+    parser.add_argument("--compression", default="none",
+                        help="the pushes' none, 2bit or fp16, each optionally /bf16 for the "
+                             "pulls (2bit/bf16, none/bf16); comma list")
     parser.add_argument("--replicas", default="1", help="1 or 2; comma list")
     parser.add_argument("--mode", default="dist_sync")
     parser.add_argument("--colocate", action="store_true",
@@ -381,7 +385,7 @@ def main():
                         if peer is not None:
                             row["vs_gloo"] = row["rounds_per_s"] / peer["rounds_per_s"]
                         rows.append(row)
-                        print(f"{model:>13} {gbps:5g} Gbps S={servers} {compression:>4} "
+                        print(f"{model:>13} {gbps:5g} Gbps S={servers} {compression:>9} "
                               f"r{replicas}: {row['rounds_per_s']:.2f} rounds/s, bound "
                               f"{1 / row['bound_round_s']:.2f} (ratio "
                               f"{row['ratio_to_bound']:.2f}), "

@@ -50,6 +50,7 @@ ABSL_FLAG(int, rounds, 5, "timed rounds");
 ABSL_FLAG(int, warmup, 1, "rounds before the timed ones");
 ABSL_FLAG(std::string, mode, "dist_sync", "dist_sync or dist_async");
 ABSL_FLAG(std::string, compression, "", "gradient compression: 2bit, fp16 or empty for none");
+ABSL_FLAG(std::string, pull_type, "", "compression of the pulls: bf16 or empty for none");
 ABSL_FLAG(double, threshold, 0.5, "the 2bit compression's threshold");
 ABSL_FLAG(std::string, job_id, "cluster-sim", "the run's identity, the same on every worker");
 ABSL_FLAG(bool, list_parameters, false,
@@ -139,6 +140,7 @@ absl::Status Run() {
   if (options.compression.type() == "2bit") {
     options.compression.set_threshold(absl::GetFlag(FLAGS_threshold));
   }
+  options.compression.set_pull_type(absl::GetFlag(FLAGS_pull_type));
   const int rank = options.cluster.index;
   ASSIGN_OR_RETURN(std::unique_ptr<OwnedRuntime> owned, OwnedRuntime::Create(/*seed=*/rank));
   const Runtime& rt = owned->get();

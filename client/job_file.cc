@@ -467,12 +467,24 @@ class Parser {
   }
 
   // compression_params: {type: 2bit, threshold: T} (MXNet's kvstore compression_params; the
-  // threshold defaults to MXNet's 0.5) or {type: fp16}. CheckJobSpec checks the values.
+  // threshold defaults to MXNet's 0.5) or {type: fp16}, and/or pull_type: bf16 (the pulls).
+  // CheckJobSpec checks the values.
   absl::Status ParseCompression(const Entry& e, GradientCompression* compression) const {
-    ASSIGN_OR_RETURN(Entries entries, Map(e.value, e.key, "compression_params", {"type", "threshold"}));
+    ASSIGN_OR_RETURN(Entries entries,
+                     Map(e.value, e.key, "compression_params", {"type", "threshold", "pull_type"}));
     auto type = entries.find("type");
-    if (type == entries.end()) return Error(e, "compression_params", "needs a type (2bit)");
-    ASSIGN_OR_RETURN(std::string name, String(type->second, "compression_params.type"));
+    auto pull_type = entries.find("pull_type");
+    if (type == entries.end() && pull_type == entries.end()) {
+      return Error(e, "compression_params", "needs a type (2bit, fp16) or a pull_type (bf16)");
+    }
+    if (pull_type != entries.end()) {
+      ASSIGN_OR_RETURN(std::string name, String(pull_type->second, "compression_params.pull_type"));
+      compression->set_pull_type(name);
+    }
+    std::string name;
+    if (type != entries.end()) {
+      ASSIGN_OR_RETURN(name, String(type->second, "compression_params.type"));
+    }
     compression->set_type(name);
     if (name == "2bit") compression->set_threshold(0.5f);
     if (auto it = entries.find("threshold"); it != entries.end()) {

@@ -10,7 +10,7 @@
 #include "io/create_data_iter.h"
 #include "jobs/amp_policy.h"
 #include "jobs/iterator_rules.h"
-#include "kvstore/internal/push_compression.h"
+#include "kvstore/internal/compression.h"
 #include "kvstore/kvstore.h"
 
 namespace tessera::jobs {
@@ -75,21 +75,16 @@ absl::Status CheckJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.train_iter", d.train_iter(), false));
   RETURN_IF_ERROR(CheckIterArguments(*iter_name, "data.test_iter", d.test_iter(), true));
   RETURN_IF_ERROR(AmpOptionsOf(spec).status());
-  if (const GradientCompression& c = spec.compression(); !c.type().empty()) {
-    if (absl::Status st = kvstore::internal::CheckCompression(c); !st.ok()) {
-      const bool known = c.type() == "2bit" || c.type() == "fp16";
-      return JobFieldError(absl::StatusCode::kInvalidArgument,
-                           known ? "compression_params.threshold" : "compression_params.type",
-                           st.message());
-    }
-    if (!absl::StartsWith(store, "dist")) {
-      return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params",
-                           absl::StrCat("compresses the pushes to parameter servers; this job has kvstore '",
-                                        store, "'"));
-    }
-  } else if (c.threshold() != 0) {
-    return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params.type",
-                         "a threshold needs a type (2bit)");
+  const GradientCompression& c = spec.compression();
+  std::string field;
+  if (absl::Status st = kvstore::internal::CheckCompression(c, &field); !st.ok()) {
+    return JobFieldError(absl::StatusCode::kInvalidArgument, absl::StrCat("compression_params.", field),
+                         st.message());
+  }
+  if ((!c.type().empty() || !c.pull_type().empty()) && !absl::StartsWith(store, "dist")) {
+    return JobFieldError(absl::StatusCode::kInvalidArgument, "compression_params",
+                         absl::StrCat("compresses the transfers to and from parameter servers; this job has kvstore '",
+                                      store, "'"));
   }
   if (spec.check_finite() && (store != "local" || spec.devices_size() > 1)) {
     return JobFieldError(absl::StatusCode::kInvalidArgument, "check_finite",

@@ -72,10 +72,10 @@ struct DistKVStoreOptions {
   bool replace_workers = false;
   // This worker replaces the rank's lost one (KVStore::Rejoin).
   bool rejoin = false;
-  // Gradient compression of the pushes ("2bit" with its threshold, as MXNet's, or "fp16";
-  // empty type: none): compressed here with a residual per key part
-  // (kvstore/internal/push_compression.h), on the stream - the pushes of a compressing worker
-  // do not go through shared memory. Pulls stay float32.
+  // Compressed transfers (kvstore/internal/compression.h). The pushes ("2bit" with its
+  // threshold, as MXNet's, or "fp16"; empty type: none): compressed here with a residual per
+  // key part, on the stream - the pushes of a compressing worker do not go through shared
+  // memory. The pulls (pull_type "bf16"; empty: float32): the servers answer in bfloat16.
   GradientCompression compression;
   // Not owned, may be null; must outlive the store. When it fires, connecting stops and the
   // servers' streams are cut: every pending and later call fails at once.

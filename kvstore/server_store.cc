@@ -8,10 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/dtype.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "kvstore/internal/compression.h"
 #include "kvstore/internal/optimizer_spec.h"
-#include "kvstore/internal/push_compression.h"
 #include "kvstore/kvstore_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -486,12 +487,9 @@ void ServerStore::Greet(Session* s, uint64_t id, const Hello& hello) {
   const absl::Status admitted = members_.Admit(hello, &started);
   if (admitted.ok() && (started || !compression_.has_value())) {
     compression_ = hello.compression();
-    if (!compression_->type().empty()) {
-      spdlog::info("server {}: job '{}' pushes {}-compressed gradients{}", options_.server_index,
-                   hello.job_id(), compression_->type(),
-                   compression_->type() == "2bit"
-                       ? absl::StrCat(" (threshold ", compression_->threshold(), ")")
-                       : std::string());
+    if (!compression_->type().empty() || !compression_->pull_type().empty()) {
+      spdlog::info("server {}: job '{}' pushes {}", options_.server_index, hello.job_id(),
+                   internal::DescribeCompression(*compression_));
     }
   }
   if (started) {
@@ -623,22 +621,15 @@ void ServerStore::MapKey(Session* s, uint64_t id, const MapKeyRequest& request) 
 
 absl::Status ServerStore::CheckCompression(const Hello& hello, bool new_job) const {
   const GradientCompression& c = hello.compression();
-  if (!c.type().empty()) {
-    if (absl::Status st = internal::CheckCompression(c); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("worker ", hello.rank(),
-                                                     " compresses its pushes: ", st.message()));
-    }
+  if (absl::Status st = internal::CheckCompression(c); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", hello.rank(), "'s compression: ", st.message()));
   }
   if (new_job || !compression_.has_value()) return absl::OkStatus();
-  auto describe = [](const GradientCompression& g) {
-    return g.type().empty()    ? std::string("uncompressed")
-           : g.type() == "fp16" ? std::string("fp16")
-                                : absl::StrCat(g.type(), " (threshold ", g.threshold(), ")");
-  };
-  if (c.type() != compression_->type() || c.threshold() != compression_->threshold()) {
+  if (c.type() != compression_->type() || c.threshold() != compression_->threshold() ||
+      c.pull_type() != compression_->pull_type()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", hello.rank(), " pushes ", describe(c), ", but the workers of job '",
-        members_.job_id(), "' push ", describe(*compression_), " to server ",
+        "worker ", hello.rank(), " pushes ", internal::DescribeCompression(c), ", but the workers of job '",
+        members_.job_id(), "' push ", internal::DescribeCompression(*compression_), " to server ",
         options_.server_index, ": every worker of a job compresses alike"));
   }
   return absl::OkStatus();
@@ -978,29 +969,46 @@ std::vector<ServerMessage> ServerStore::RejoinPullReply(int key_id, const Key& k
 
 std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const Key& key, int rank,
                                                   bool shared, const char* data) {
-  const uint64_t total = static_cast<uint64_t>(key.shape.Size()) * sizeof(float);
-  metrics_.pull_bytes.Increment(static_cast<double>(total));
+  const int64_t n = key.shape.Size();
+  const uint64_t total = static_cast<uint64_t>(n) * sizeof(float);
+  const bool bf16 = compression_.has_value() && internal::PullsInBFloat16(*compression_);
   ArrayChunk header;  // what every chunk repeats
   header.set_key(key_id);
   header.set_dtype(DT_FLOAT32);
   for (int64_t d : key.shape.dims()) header.add_shape(d);
   if (shared) {
-    std::memcpy(key.shared->slot(rank), data, total);
+    metrics_.pull_bytes.Increment(static_cast<double>(total));
+    float* slot = reinterpret_cast<float*>(key.shared->slot(rank));
+    if (bf16) {
+      internal::RoundPull(reinterpret_cast<const float*>(data), n, slot);
+    } else {
+      std::memcpy(slot, data, total);
+    }
     ServerMessage reply = OkReply(id);
     *reply.mutable_pull() = std::move(header);
     reply.mutable_pull()->set_last(true);
     reply.mutable_pull()->set_in_shared_memory(true);
     return {std::move(reply)};
   }
-  return ChunkedReply(id, header, data, total);
+  if (!bf16) {
+    metrics_.pull_bytes.Increment(static_cast<double>(total));
+    return ChunkedReply(id, header, data, total);
+  }
+  std::string packed(static_cast<size_t>(n) * sizeof(BFloat16), '\0');
+  internal::PackPull(reinterpret_cast<const float*>(data), n, packed.data());
+  metrics_.pull_bytes.Increment(static_cast<double>(packed.size()));
+  header.set_dtype(DT_BFLOAT16);
+  return ChunkedReply(id, header, packed.data(), packed.size());
 }
 
 std::vector<ServerMessage> ServerStore::ChunkedReply(uint64_t id, const ArrayChunk& header,
                                                      const char* data, uint64_t total) const {
   std::vector<ServerMessage> replies;
+  // Whole values in every chunk (the worker widens bfloat16 chunks one at a time).
+  const uint64_t step = std::max<uint64_t>(4, options_.max_chunk_bytes / 4 * 4);
   uint64_t offset = 0;
   do {
-    const uint64_t n = std::min(options_.max_chunk_bytes, total - offset);
+    const uint64_t n = std::min(step, total - offset);
     ServerMessage& reply = replies.emplace_back(OkReply(id));
     ArrayChunk* chunk = reply.mutable_pull();
     *chunk = header;

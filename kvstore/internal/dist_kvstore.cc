@@ -14,14 +14,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/dtype.h"
 #include "core/mutex.h"
 #include "core/shared_memory.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
 #include "kvstore/internal/comm.h"
+#include "kvstore/internal/compression.h"
 #include "kvstore/internal/server_connection.h"
 #include "kvstore/internal/server_route.h"
-#include "kvstore/internal/push_compression.h"
 #include "kvstore/key_slices.h"
 #include "kvstore/kvstore_metrics.h"
 #include "kvstore/transport.h"
@@ -214,7 +215,7 @@ class DistKVStore : public KVStore {
   // Whether every server of the job takes push-pull requests (HelloReply).
   bool ServersPushPull() const;
   bool compressing() const { return !options_.compression.type().empty(); }
-  // The part's values at `data` (the key's), compressed with its residual (push_compression.h).
+  // The part's values at `data` (the key's), compressed with its residual (compression.h).
   std::shared_ptr<std::string> Compress(const Part& part, const char* data) const;
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
   void NoteFailure(const absl::Status& status) {
@@ -404,11 +405,20 @@ ServerConnection::OnReply DistKVStore::PullInto(char* base, const Part& part, in
       }
     } else if (status.ok()) {
       const ArrayChunk& c = reply.pull();
-      if (c.offset() > bytes || c.data().size() > bytes - c.offset() ||
-          (last && c.offset() + c.data().size() != bytes)) {
-        status = absl::DataLossError(absl::StrCat("pull of key ", k, ": the server sent bytes [",
-                                                  c.offset(), ", ", c.offset() + c.data().size(),
-                                                  ") of a ", bytes, "-byte part"));
+      // A compressed pull (GradientCompression.pull_type) comes as bfloat16, whole values
+      // per chunk: its offsets count in those.
+      const bool bf16 = c.dtype() == DT_BFLOAT16;
+      const uint64_t width = bf16 ? sizeof(BFloat16) : sizeof(float);
+      const uint64_t sent = bytes / sizeof(float) * width;
+      if ((c.dtype() != DT_FLOAT32 && !bf16) || c.offset() % width != 0 || c.data().size() % width != 0 ||
+          c.offset() > sent || c.data().size() > sent - c.offset() ||
+          (last && c.offset() + c.data().size() != sent)) {
+        status = absl::DataLossError(absl::StrCat(
+            "pull of key ", k, ": the server sent bytes [", c.offset(), ", ", c.offset() + c.data().size(),
+            ") of ", DataType_Name(c.dtype()), " values of a ", bytes / sizeof(float), "-value part"));
+      } else if (bf16) {
+        internal::UnpackPull(c.data().data(), static_cast<int64_t>(c.data().size() / width),
+                             reinterpret_cast<float*>(base) + c.offset() / width);
       } else {
         std::memcpy(base + c.offset(), c.data().data(), c.data().size());
       }
@@ -1103,10 +1113,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> CreateDistKVStore(const std::string& ty
   if (options.cluster.servers.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("KVStore \"", type, "\": no parameter servers"));
   }
-  if (!options.compression.type().empty()) {
-    if (absl::Status st = internal::CheckCompression(options.compression); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("KVStore \"", type, "\": ", st.message()));
-    }
+  if (absl::Status st = internal::CheckCompression(options.compression); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("KVStore \"", type, "\": ", st.message()));
   }
   Hello hello;
   hello.set_protocol_version(kKVStoreProtocolVersion);

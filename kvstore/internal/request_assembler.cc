@@ -97,7 +97,7 @@ absl::StatusOr<std::optional<RequestAssembler::Request>> RequestAssembler::Add(
   if (!chunk.data().empty()) request.pieces.push_back(std::move(*chunk.mutable_data()));
   if (!chunk.last()) return Result();
   // A compressed push carries fewer bytes than its values take, as many as its compression
-  // says (the store checks that: push_compression.h); never more.
+  // says (the store checks that: compression.h); never more.
   if (request.received != request.expected && !request.header.compressed()) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "key ", chunk.key(), ": the last chunk ends at byte ", request.received, " of the ",

@@ -172,7 +172,7 @@ TEST(JobFileTest, CheckFiniteOnOneDeviceWithoutServers) {
 // amp: a dtype (shorthand) or {dtype, loss_scale}; float16 scales dynamically by default,
 // which needs one device without parameter servers. JobSpec version 5.
 // MXNet's kvstore compression_params: 2bit with its threshold (0.5 by default), checked by
-// name; only for jobs with parameter servers.
+// name, and the pulls' pull_type; only for jobs with parameter servers.
 TEST(JobFileTest, GradientCompression) {
   absl::StatusOr<JobFile> job = Parse(std::string(kMinimal) + "compression_params: {type: 2bit}\n");
   ASSERT_THAT(job.status(), IsOk());
@@ -187,6 +187,15 @@ TEST(JobFileTest, GradientCompression) {
   ASSERT_THAT(job.status(), IsOk());
   EXPECT_EQ(job->spec.compression().threshold(), 0);
   EXPECT_THAT(jobs::CheckJobSpec(job->spec), IsOk());
+  job = Parse(std::string(kMinimal) + "compression_params: {type: 2bit, pull_type: bf16}\n");
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.compression().pull_type(), "bf16");
+  EXPECT_EQ(job->spec.compression().threshold(), 0.5f);
+  EXPECT_THAT(jobs::CheckJobSpec(job->spec), IsOk());
+  job = Parse(std::string(kMinimal) + "compression_params: {pull_type: bf16}\n");  // the pulls alone
+  ASSERT_THAT(job.status(), IsOk());
+  EXPECT_EQ(job->spec.compression().type(), "");
+  EXPECT_THAT(jobs::CheckJobSpec(job->spec), IsOk());
   for (const auto& [field, message] : std::vector<std::pair<std::string, std::string>>{
            {"compression_params: {type: 1bit}\n",
             "job field 'compression_params.type': '1bit' is not a compression (known: 2bit, fp16)"},
@@ -194,15 +203,18 @@ TEST(JobFileTest, GradientCompression) {
             "job field 'compression_params.threshold': 2bit compression's threshold 0 must be a positive number"},
            {"compression_params: {type: fp16, threshold: 0.5}\n", "fp16 compression takes no threshold"},
            {"compression_params: {type: 2bit, threshold: -1}\n", "must be a positive number"},
-           {"kvstore: local\ncluster: {workers: 1}\ncompression_params: {type: 2bit}\n",
-            "job field 'compression_params': compresses the pushes to parameter servers; this job has kvstore 'local'"}}) {
+           {"compression_params: {type: 2bit, pull_type: fp8}\n",
+            "job field 'compression_params.pull_type': 'fp8' is not a compression of the pulls (known: bf16)"},
+           {"kvstore: local\ncluster: {workers: 1}\ncompression_params: {pull_type: bf16}\n",
+            "job field 'compression_params': compresses the transfers to and from parameter servers; this job "
+            "has kvstore 'local'"}}) {
     absl::StatusOr<JobFile> refused = Parse(std::string(kMinimal) + field);
     ASSERT_THAT(refused.status(), IsOk()) << field;
     EXPECT_THAT(jobs::CheckJobSpec(refused->spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)))
         << field;
   }
   EXPECT_THAT(Parse(std::string(kMinimal) + "compression_params: {threshold: 0.5}\n").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a type (2bit)")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a type (2bit, fp16) or a pull_type")));
   EXPECT_THAT(Parse(std::string(kMinimal) + "compression_params: {type: 2bit, threshold: big}\n").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("compression_params.threshold"), HasSubstr("expected a number"))));

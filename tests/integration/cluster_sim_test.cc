@@ -98,6 +98,29 @@ TEST_F(ClusterSimTest, AColocatedServerSharesItsWorkersLink) {
   EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
 }
 
+// Compressed both ways (2bit pushes, bfloat16 pulls): each worker's link sends a sixteenth
+// of the model (plus headers and the acknowledgements of what it receives) and receives half
+// of it; the server's link the same for both workers.
+TEST_F(ClusterSimTest, CompressedTransfersCarryTheirShareOfTheModel) {
+  const Command c = ClusterSim({"--models", "resnet50", "--compression", "2bit/bf16"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  ASSERT_EQ(report["rows"].size(), 1u) << report.dump();
+  const nlohmann::json& row = report["rows"][0];
+  EXPECT_EQ(row["compression"], "2bit/bf16");
+  constexpr double kModel = 1022052;
+  for (const nlohmann::json& link : row["worker_link_bytes_per_round"]) {
+    EXPECT_GE(link["sent"].get<double>(), kModel / 16) << row.dump();
+    EXPECT_LE(link["sent"].get<double>(), 0.15 * kModel) << row.dump();
+    EXPECT_GE(link["received"].get<double>(), kModel / 2) << row.dump();
+    EXPECT_LE(link["received"].get<double>(), 0.6 * kModel) << row.dump();
+  }
+  const nlohmann::json& server = row["server_link_bytes_per_round"][0];
+  EXPECT_GE(server["sent"].get<double>(), kModel) << row.dump();  // half the model to each worker
+  EXPECT_LE(server["sent"].get<double>(), 1.2 * kModel) << row.dump();
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
 // The layered schedule (a training step's forward and backward layer by layer, each push
 // issued as its gradient is made) at both priority orders: no round beats the compute (its
 // sleeps) or the links, the exchange alone no faster than the links, and the bytes per round

@@ -639,11 +639,11 @@ TEST_F(JobTest, KilledWorkersAreReplacedAndTheJobEndsBitIdenticalWithoutARerun) 
   KillWorkersAndCompare("replace", "");
 }
 
-// Gradient compression (compression_params: MXNet's 2bit, and fp16) trains to within half a
-// point of the same job uncompressed: the digits MLP, and LeNet on MNIST where ./tessera test
-// fetched it. Plain SGD: with momentum 0.9 on the servers, 2-bit steps compound (README,
-// "Parameter servers").
-TEST_F(JobTest, CompressedPushesTrainWithinHalfAPointOfFloat32) {
+// Gradient compression (compression_params: MXNet's 2bit, and fp16; 2bit with the pulls in
+// bfloat16) trains to within half a point of the same job uncompressed: the digits MLP, and
+// LeNet on MNIST where ./tessera test fetched it. Plain SGD: with momentum 0.9 on the
+// servers, 2-bit steps compound (README, "Parameter servers").
+TEST_F(JobTest, CompressedTransfersTrainWithinHalfAPointOfFloat32) {
   struct Case {
     std::string name, model, mnist_dir;
     int epochs;
@@ -655,9 +655,10 @@ TEST_F(JobTest, CompressedPushesTrainWithinHalfAPointOfFloat32) {
     // float32, then each compression: its job line, and what the server's log says.
     const std::vector<std::array<std::string, 3>> runs = {
         {"float32", "", ""},
-        {"2bit", "compression_params: {type: 2bit, threshold: 0.5}\n",
-         "pushes 2bit-compressed gradients (threshold 0.5)"},
-        {"fp16", "compression_params: {type: fp16}\n", "pushes fp16-compressed gradients"}};
+        {"2bit", "compression_params: {type: 2bit, threshold: 0.5}\n", "pushes 2bit (threshold 0.5)\n"},
+        {"fp16", "compression_params: {type: fp16}\n", "pushes fp16\n"},
+        {"2bit-bf16", "compression_params: {type: 2bit, threshold: 0.5, pull_type: bf16}\n",
+         "pushes 2bit (threshold 0.5) with bf16 pulls\n"}};
     std::vector<double> accuracy;
     for (const auto& [type, line, said] : runs) {
       const std::string name = absl::StrCat(c.name, "-", type);
@@ -670,16 +671,17 @@ TEST_F(JobTest, CompressedPushesTrainWithinHalfAPointOfFloat32) {
       ASSERT_EQ(run.code, 0) << run.out << run.err << Logs(RunDir(name));
       accuracy.push_back(JsonNumber(run.lines.back(), "test_accuracy"));
       const std::string log = ReadFileToString(RunDir(name) + "/logs/ps-0.log").value_or("");
-      EXPECT_EQ(log.find("-compressed gradients") != std::string::npos, !said.empty()) << type;
+      EXPECT_EQ(log.find("' pushes ") != std::string::npos, !said.empty()) << type;
       if (!said.empty()) {
         EXPECT_THAT(log, HasSubstr(said));
       }
     }
-    std::printf("%s: test accuracy float32 %.4f, 2bit %.4f, fp16 %.4f\n", c.name.c_str(),
-                accuracy[0], accuracy[1], accuracy[2]);
+    std::printf("%s: test accuracy float32 %.4f, 2bit %.4f, fp16 %.4f, 2bit with bf16 pulls %.4f\n",
+                c.name.c_str(), accuracy[0], accuracy[1], accuracy[2], accuracy[3]);
     EXPECT_GT(accuracy[0], 0.85);
     EXPECT_NEAR(accuracy[1], accuracy[0], 0.005) << "2bit against float32";
     EXPECT_NEAR(accuracy[2], accuracy[0], 0.005) << "fp16 against float32";
+    EXPECT_NEAR(accuracy[3], accuracy[0], 0.005) << "2bit with bf16 pulls against float32";
   }
 }
 

@@ -669,7 +669,58 @@ TEST_F(ServerStoreTest, CompressedPushesAreSummedAsTheirValues) {
   EXPECT_THAT(replies[1].message(), HasSubstr("worker 1 pushes 2bit (threshold 0.25)"));
   EXPECT_EQ(replies[2].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(replies[2].message(),
-              HasSubstr("worker 1 compresses its pushes: '1bit' is not a compression (known: 2bit, fp16)"));
+              HasSubstr("worker 1's compression: '1bit' is not a compression (known: 2bit, fp16)"));
+}
+
+// With pull_type bf16 every pull is answered in bfloat16 - half the bytes, whole values in
+// every chunk, the same rounded values in shared memory - rounded afresh each time from the
+// server's float32 values: SGD steps of 1e-3 on 1.0, each below bfloat16's resolution there,
+// add up on the server and show in the pulls once they reach it.
+TEST_F(ServerStoreTest, PullsInBFloat16AreRoundedAfreshFromTheServersFloat32Values) {
+  Start(
+      2, SYNC_MODE_SYNC, /*max_chunk_bytes=*/12, absl::Seconds(120),
+      [](ServerStoreOptions& o) {
+        o.shared_memory = true;
+        o.shared_memory_min_bytes = 16;
+      },
+      [](Hello& hello) { hello.mutable_compression()->set_pull_type("bf16"); });
+  std::vector<float> v(17);
+  for (int i = 0; i < 17; ++i) v[i] = 1.0f + static_cast<float>(i) / 3.0f;
+  InitEverywhere(3, v);
+  workers_[1]->Pull(3);
+  std::string packed;
+  for (size_t want : {12u, 12u, 10u}) {  // 34 bytes for 17 values
+    const ServerMessage r = workers_[1]->Next();
+    ASSERT_EQ(r.code(), 0) << r.message();
+    EXPECT_EQ(r.pull().dtype(), DT_BFLOAT16);
+    EXPECT_EQ(r.pull().offset(), packed.size());
+    EXPECT_EQ(r.pull().data().size(), want);
+    EXPECT_EQ(r.pull().last(), want == 10u);
+    packed += r.pull().data();
+  }
+  std::vector<float> pulled(17);
+  internal::UnpackPull(packed.data(), 17, pulled.data());
+  for (int i = 0; i < 17; ++i) EXPECT_EQ(pulled[i], static_cast<float>(BFloat16(v[i]))) << i;
+  EXPECT_NE(pulled[1], v[1]);  // 4/3 is no bfloat16
+
+  InitEverywhere(0, {1, 1, 1, 1});  // 16 bytes: worker 0 pulls it through its slot
+  ASSERT_THAT(workers_[0]->Map(0), IsOk());
+  CommandRequest sgd;
+  sgd.mutable_set_optimizer()->set_name("sgd");
+  (*sgd.mutable_set_optimizer()->mutable_params())["learning_rate"] = "1";
+  ASSERT_THAT(store_->Command(sgd), IsOk());
+  float exact = 1;
+  for (int round = 1; round <= 3; ++round) {
+    const uint64_t a = workers_[0]->SharedPush(0, std::vector<float>(4, 5e-4f), /*push_pull=*/true);
+    const std::vector<float> on_stream = workers_[1]->ValueOf(workers_[1]->PushPull(0, std::vector<float>(4, 5e-4f)));
+    const std::vector<float> in_slot = workers_[0]->ValueOf(a);
+    exact -= 5e-4f + 5e-4f;
+    SCOPED_TRACE(round);
+    EXPECT_EQ(on_stream, std::vector<float>(4, static_cast<float>(BFloat16(exact))));
+    EXPECT_EQ(in_slot, on_stream);
+  }
+  // 0.997 rounded; a server that kept its values in bfloat16 would still hold 1.0.
+  EXPECT_EQ(workers_[1]->PullValue(0)[0], 0.99609375f);
 }
 
 // A compressed push in a job whose workers do not compress is refused naming the key.

@@ -19,6 +19,7 @@
 #include "core/shared_memory.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "kvstore/internal/compression.h"
 #include "kvstore/server_store.h"
 #include "kvstore/transport.h"
 
@@ -226,6 +227,10 @@ class StoreWorker {
         const SharedMemory& slot = slots_.at(r.pull().key());
         a.value.resize(slot.size() / sizeof(float));
         std::memcpy(a.value.data(), slot.data(), slot.size());
+      } else if (r.has_pull() && r.pull().dtype() == DT_BFLOAT16) {  // compressed pulls
+        const size_t first = r.pull().offset() / 2, n = r.pull().data().size() / 2;
+        a.value.resize(first + n);
+        internal::UnpackPull(r.pull().data().data(), static_cast<int64_t>(n), a.value.data() + first);
       } else if (r.has_pull()) {
         a.value.resize((r.pull().offset() + r.pull().data().size()) / sizeof(float));
         std::memcpy(reinterpret_cast<char*>(a.value.data()) + r.pull().offset(),

@@ -1,12 +1,15 @@
 // Gradient compression of the pushes: MXNet's 2-bit packing bit for bit, fp16, and error
 // feedback for both - what was not sent stays in the residual, so over any number of pushes
 // the values sent plus the residual are the gradients' sum.
-#include "kvstore/internal/push_compression.h"
+#include "kvstore/internal/compression.h"
 
 #include "core/dtype.h"
 #include "kvstore/internal/two_bit.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,12 +87,16 @@ GradientCompression Type(const std::string& type, float threshold = 0) {
 
 TEST(PushCompressionTest, Fp16CarriesHalfsAndKeepsTheRounding) {
   const GradientCompression fp16 = Type("fp16");
-  const std::vector<float> grad = {1.0f, 0.1f, -3.14159f, 1e-8f, 65504.0f};
+  std::vector<float> grad = {1.0f, 0.1f, -3.14159f, 1e-8f, 65504.0f};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0, 10);
+  while (grad.size() < 2500) grad.push_back(normal(rng));  // past the conversions' blocks
+  const int64_t n = static_cast<int64_t>(grad.size());
   std::vector<float> residual(grad.size(), 0), values(grad.size());
-  std::string out(CompressedBytes(fp16, 5), '\0');
-  ASSERT_EQ(out.size(), 10u);
-  CompressPush(fp16, grad.data(), residual.data(), 5, out.data());
-  DecompressPush(fp16, out.data(), 5, values.data());
+  std::string out(CompressedBytes(fp16, n), '\0');
+  ASSERT_EQ(out.size(), 5000u);
+  CompressPush(fp16, grad.data(), residual.data(), n, out.data());
+  DecompressPush(fp16, out.data(), n, values.data());
   for (size_t i = 0; i < grad.size(); ++i) {
     EXPECT_EQ(values[i], static_cast<float>(Half(grad[i]))) << i;
     EXPECT_EQ(values[i] + residual[i], grad[i]) << i;  // the rounding stays behind, exactly
@@ -115,6 +122,44 @@ TEST(PushCompressionTest, ErrorFeedbackLosesNothingInEitherType) {
   }
 }
 
+// The pulls in bfloat16: exactly BFloat16's rounding (to nearest even; NaN stays NaN,
+// infinities and float32's range kept), packed two bytes a value, over the conversions'
+// blocks; RoundPull gives what PackPull then UnpackPull give.
+TEST(PullCompressionTest, BFloat16RoundsToNearestEvenAndKeepsFloat32sRange) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0, 100);
+  std::vector<float> values(2500);
+  for (float& v : values) v = normal(rng);
+  values[0] = 1.0f + 1.0f / 256;                // a tie: to the even 1.0
+  values[1] = 1.0f + 3.0f / 256;                // a tie: to the even 1 + 4/256
+  values[2] = 3.0e38f;                          // beyond float16, within bfloat16
+  values[3] = std::numeric_limits<float>::infinity();
+  values[4] = std::numeric_limits<float>::quiet_NaN();
+  values[5] = -0.0f;
+  std::string packed(values.size() * 2, '\0');
+  PackPull(values.data(), static_cast<int64_t>(values.size()), packed.data());
+  std::vector<float> unpacked(values.size()), rounded(values.size());
+  UnpackPull(packed.data(), static_cast<int64_t>(values.size()), unpacked.data());
+  RoundPull(values.data(), static_cast<int64_t>(values.size()), rounded.data());
+  EXPECT_EQ(unpacked[0], 1.0f);
+  EXPECT_EQ(unpacked[1], 1.0f + 4.0f / 256);
+  EXPECT_NEAR(unpacked[2], 3.0e38f, 3.0e38f / 256);
+  EXPECT_EQ(unpacked[3], std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(unpacked[4]) && std::isnan(rounded[4]));
+  EXPECT_TRUE(std::signbit(unpacked[5]));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i == 4) continue;
+    const BFloat16 want(values[i]);
+    uint16_t bits;
+    std::memcpy(&bits, packed.data() + 2 * i, 2);
+    ASSERT_EQ(bits, want.bits) << i;
+    ASSERT_EQ(unpacked[i], static_cast<float>(want)) << i;
+    ASSERT_EQ(rounded[i], unpacked[i]) << i;
+  }
+  RoundPull(values.data(), static_cast<int64_t>(values.size()), values.data());  // in place
+  EXPECT_EQ(values[100], unpacked[100]);
+}
+
 TEST(PushCompressionTest, OnlyKnownTypesWithTheirParameters) {
   EXPECT_TRUE(CheckCompression(Type("2bit", 0.5f)).ok());
   EXPECT_TRUE(CheckCompression(Type("fp16")).ok());
@@ -124,6 +169,20 @@ TEST(PushCompressionTest, OnlyKnownTypesWithTheirParameters) {
               ::testing::HasSubstr("threshold -1 must be a positive number"));
   EXPECT_THAT(CheckCompression(Type("fp16", 0.5f)).message(),
               ::testing::HasSubstr("fp16 compression takes no threshold"));
+  std::string field;
+  EXPECT_THAT(CheckCompression(Type("", 0.5f), &field).message(),
+              ::testing::HasSubstr("a threshold needs a type"));
+  EXPECT_EQ(field, "type");
+  EXPECT_TRUE(CheckCompression(GradientCompression()).ok());  // none
+  GradientCompression pulls = Type("2bit", 0.5f);
+  pulls.set_pull_type("bf16");
+  EXPECT_TRUE(CheckCompression(pulls).ok());
+  EXPECT_EQ(DescribeCompression(pulls), "2bit (threshold 0.5) with bf16 pulls");
+  pulls.set_pull_type("fp16");
+  EXPECT_THAT(CheckCompression(pulls, &field).message(),
+              ::testing::HasSubstr("'fp16' is not a compression of the pulls (known: bf16)"));
+  EXPECT_EQ(field, "pull_type");
+  EXPECT_EQ(DescribeCompression(GradientCompression()), "uncompressed");
 }
 
 }  // namespace
