@@ -92,6 +92,11 @@ class ClientTest(unittest.TestCase):
             tessera.Job(mlp_job(compression_params={"type": "1bit"}))
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertIn("compression_params.type", caught.exception.message)
+        job = tessera.Job(mlp_job(compression_params={"type": "2bit", "pull_type": "bf16"}))
+        self.assertEqual(job.spec.compression.pull_type, "bf16")
+        with self.assertRaises(tessera.TesseraError) as caught:
+            tessera.Job(mlp_job(compression_params={"pull_type": "int8"}))
+        self.assertIn("compression_params.pull_type", caught.exception.message)
 
     def test_a_bad_job_is_answered_with_the_daemons_message(self):
         with self.client() as client:
