@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/dtype.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -108,6 +109,7 @@ class DistKVStoreTest : public ::testing::Test {
         options.cluster.index = w;
         options.job_id = "dist-kvstore-test";  // commands must carry it
         options.bigarray_bound = bigarray_bound;
+        options.compression = compression_;
         options.connect_timeout = absl::Seconds(10);
         options.failover_timeout = absl::Seconds(30);
         auto store = CreateDistKVStore(type, options);
@@ -146,6 +148,7 @@ class DistKVStoreTest : public ::testing::Test {
   std::vector<ServerStoreOptions> server_options_;  // as started
   std::vector<std::unique_ptr<KVStore>> workers_;
   std::string socket_dir_;
+  GradientCompression compression_;  // the workers' (set before StartCluster)
 
   // Workers push and pull random keys in random ways; every value must be its round's sum.
   void RunRoundOracle(Transport transport);
@@ -802,6 +805,25 @@ TEST_F(DistKVStoreTest, SameHostServersShareBigPartsThroughMemory) {
     EXPECT_THAT(Get(out), ::testing::Each(10 + round)) << "round " << round;
   }
   EXPECT_THAT(PullValue(0, 0, 2), ElementsAre(2, 4));  // no optimizer: the last round's sum
+}
+
+// Compressed both ways: 2bit pushes, and pulls answered in bfloat16 chunks (256 bytes here:
+// 128 values each) that the worker widens into place - the values rounded, whole.
+TEST_F(DistKVStoreTest, PullsInBFloat16ArriveRoundedInEveryChunk) {
+  compression_.set_type("2bit");
+  compression_.set_threshold(0.5f);
+  compression_.set_pull_type("bf16");
+  StartCluster("dist_sync", 2, 2, kDefaultBigArrayBound, Transport::kUnixSockets, /*replicated=*/true);
+  std::vector<float> init(300);
+  for (int i = 0; i < 300; ++i) init[i] = 1.0f + static_cast<float>(i) / 7.0f;
+  for (auto& w : workers_) ASSERT_THAT(w->Init({3}, {Arr(init)}), IsOk());
+  std::vector<float> rounded(300);
+  for (int i = 0; i < 300; ++i) rounded[i] = static_cast<float>(BFloat16(init[i]));
+  EXPECT_EQ(PullValue(1, 3, 300), rounded);
+  EXPECT_NE(rounded, init);
+  for (auto& w : workers_) ASSERT_THAT(w->Push({3}, {{Arr(std::vector<float>(300, 0.7f))}}), IsOk());
+  // Each worker's 0.7 goes as 0.5 (0.2 stays in its residual); no optimizer: the sum is the value.
+  EXPECT_THAT(PullValue(0, 3, 300), ::testing::Each(1.0f));
 }
 
 TEST_F(DistKVStoreTest, RandomInterleavingsMatchTheRoundOracle) {
