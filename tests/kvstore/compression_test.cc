@@ -6,6 +6,7 @@
 #include "core/dtype.h"
 #include "kvstore/internal/two_bit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -52,6 +53,62 @@ TEST(TwoBitTest, APartialLastBlockTakesAWholeWord) {
   EXPECT_EQ(values, std::vector<float>(17, 0.25f));
   EXPECT_EQ(static_cast<uint8_t>(out[4]), 0xc0);  // value 16 alone in the second word
   EXPECT_EQ(out.substr(5), std::string(3, '\0'));
+}
+
+// MXNet's loop (src/kvstore/gradient_compression-inl.h), one value at a time, for the
+// vectorized one to be held to bit for bit.
+void MxnetQuantize(const float* grad, float* residual, int64_t n, float threshold, uint8_t* out) {
+  constexpr uint8_t kPositive[] = {0xc0, 0x30, 0x0c, 0x03};
+  constexpr uint8_t kNegative[] = {0x80, 0x20, 0x08, 0x02};
+  std::fill(out, out + TwoBitBytes(n), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    residual[i] += grad[i];
+    if (residual[i] >= threshold) {
+      out[i >> 2] |= kPositive[i & 3];
+      residual[i] -= threshold;
+    } else if (residual[i] <= -threshold) {
+      out[i >> 2] |= kNegative[i & 3];
+      residual[i] += threshold;
+    }
+  }
+}
+
+TEST(TwoBitTest, EqualsMxnetsLoopBitForBit) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0, 0.6f);
+  for (const int64_t n : {0, 1, 15, 16, 17, 33, 1000, 4099}) {
+    for (const float threshold : {0.5f, 0.05f}) {
+      SCOPED_TRACE(::testing::Message() << n << " values, threshold " << threshold);
+      std::vector<float> grad(n), residual(n), want_residual;
+      for (int64_t i = 0; i < n; ++i) {
+        grad[i] = normal(rng);
+        residual[i] = normal(rng);
+      }
+      if (n > 5) {  // the edges: exactly at the thresholds, a NaN, the infinities, -0
+        residual[0] = 0, grad[0] = threshold;
+        residual[1] = 0, grad[1] = -threshold;
+        grad[2] = std::numeric_limits<float>::quiet_NaN();
+        grad[3] = std::numeric_limits<float>::infinity();
+        grad[4] = -std::numeric_limits<float>::infinity();
+        residual[5] = -0.0f, grad[5] = -0.0f;
+      }
+      want_residual = residual;
+      std::string got(TwoBitBytes(n), 'x');
+      std::vector<uint8_t> want(TwoBitBytes(n));
+      for (int step = 0; step < 3; ++step) {
+        QuantizeTwoBit(grad.data(), residual.data(), n, threshold, got.data());
+        MxnetQuantize(grad.data(), want_residual.data(), n, threshold, want.data());
+        ASSERT_EQ(std::vector<uint8_t>(got.begin(), got.end()), want) << "step " << step;
+        ASSERT_EQ(std::memcmp(residual.data(), want_residual.data(), n * sizeof(float)), 0) << "step " << step;
+      }
+      std::vector<float> values(n);
+      DequantizeTwoBit(got.data(), n, threshold, values.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const int code = (want[i >> 2] >> (6 - 2 * (i & 3))) & 3;
+        ASSERT_EQ(values[i], code == 3 ? threshold : code == 2 ? -threshold : 0.0f) << i;
+      }
+    }
+  }
 }
 
 TEST(TwoBitTest, ErrorFeedbackLosesNothing) {
