@@ -3,7 +3,8 @@
 
 W worker and S server processes, each on a host of its own (a network namespace with its own
 address, tools/sim_network.py), every host's link shaped by tc to a profile: a bandwidth
-each way (tbf), and where the kernel has netem a one-way latency and random loss. The workers (bench/cluster_sim_worker)
+each way (tbf), random loss (--loss: a BPF classifier drops each packet with that
+probability) and, where the kernel has netem, a one-way latency. The workers (bench/cluster_sim_worker)
 push and pull the parameters of a real network - ResNet-50, VGG-16 or an embedding-heavy MLP,
 their shapes listed from the symbols of examples/models.h - through Tessera's dist KVStore
 over TCP, with TLS and the cluster token as on a real cluster, after a configurable compute
@@ -35,6 +36,7 @@ Each row (model, bandwidth, servers, compression, replicas) reports:
   placement; ratio_to_bound = bound_round_s / the measured round (1: only the links limit);
 - every link's bytes per timed round, sent and received, as the kernel counts them (TCP/IP
   and TLS overhead included), and the busiest server link's against W*M/S;
+- retransmitted_segments_per_round: TCP segments the hosts sent again (losses, queue drops);
 - cpu_busy: the machine's busy share of its CPUs over the timed rounds (near 1: the figure is
   the CPU's, not the links').
 
@@ -160,14 +162,15 @@ class Hosts:
     def measure(self, workers):
         """Starts the timed rounds of `workers` (names of started processes, each writing
         ready/ready-RANK after its warm-up and waiting for ready/go); their JSON reports, the
-        links' (sent, received) bytes per timed round and the CPUs' busy share over the
-        rounds."""
+        links' (sent, received) bytes per timed round, the CPUs' busy share over the rounds and
+        the TCP segments the hosts sent again per round."""
         seconds = 20 * guess_round_seconds(self.args, self.rate_bits)  # bounds a round
         named = {name: (proc, log) for name, proc, log in self.processes}
         wait_for(lambda: all((self.ready / f"ready-{w}").exists() for w in range(len(workers))),
                  START_SECONDS + (self.args.warmup + 1) * seconds,
                  "workers through their warm-up", self.processes)
         before = [self.net.link_bytes(ns) for ns in self.hosts]
+        retransmitted_before = sum(self.net.retransmitted(ns) for ns in self.hosts)
         cpu_before = cpu_times()
         (self.ready / "go").touch()
         others = [p for p in self.processes if p[0] not in workers]
@@ -175,6 +178,7 @@ class Hosts:
                  START_SECONDS + self.args.rounds * seconds, "workers' timed rounds", others)
         cpu_after = cpu_times()
         after = [self.net.link_bytes(ns) for ns in self.hosts]
+        retransmitted = sum(self.net.retransmitted(ns) for ns in self.hosts) - retransmitted_before
         reports = []
         for name in workers:
             proc, log = named[name]
@@ -186,7 +190,7 @@ class Hosts:
         rounds = self.args.rounds * (2 if self.args.schedule == "layered" else 1)
         links = [((a[0] - b[0]) / rounds, (a[1] - b[1]) / rounds) for a, b in zip(after, before)]
         total, idle = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
-        return reports, links, (1 - idle / total if total else 0.0)
+        return reports, links, (1 - idle / total if total else 0.0), retransmitted / rounds
 
 
 def round_figures(args, reports, bound, comm_bound):
@@ -245,7 +249,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
                     "TESSERA_NUM_WORKERS": str(workers),
                     "TESSERA_KVSTORE_BIGARRAY_BOUND": str(
                         max(1, BIGARRAY_BOUND // args.scale_down))})
-        reports, links, cpu = h.measure([f"worker-{w}" for w in range(workers)])
+        reports, links, cpu, retransmitted = h.measure([f"worker-{w}" for w in range(workers)])
     model_bytes = reports[0]["model_bytes"]
     # Each worker sends and receives its model once; a server's link carries W/S of it.
     ideal_server = workers * model_bytes / servers
@@ -270,7 +274,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
         "busiest_server_link_vs_ideal": (None if args.colocate else
                                          max(max(s, r) for s, r in server_links) / ideal_server),
         "worker_sent_vs_model": statistics.mean(s for s, _ in worker_links) / model_bytes,
-        "cpu_busy": cpu,
+        "cpu_busy": cpu, "retransmitted_segments_per_round": retransmitted,
     }
 
 
@@ -293,7 +297,7 @@ def run_gloo(args, work, model, gbps):
                 f"--compute_ms={args.compute_ms}", f"--rounds={args.rounds}",
                 f"--warmup={args.warmup}", f"--ready_dir={h.ready}",
                 f"--schedule={args.schedule}"])
-        reports, links, cpu = h.measure([f"gloo-{w}" for w in range(workers)])
+        reports, links, cpu, retransmitted = h.measure([f"gloo-{w}" for w in range(workers)])
     model_bytes = reports[0]["model_bytes"]
     # A ring allreduce sends and receives 2 (W - 1) / W of the model on every link.
     comm_bound = 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits
@@ -301,7 +305,7 @@ def run_gloo(args, work, model, gbps):
     return {"model": model, "gbps": gbps, "peer": reports[0]["peer"], "schedule": args.schedule,
             **round_figures(args, reports, bound, comm_bound),
             "worker_sent_vs_model": statistics.mean(s for s, _ in links) / model_bytes,
-            "cpu_busy": cpu}
+            "cpu_busy": cpu, "retransmitted_segments_per_round": retransmitted}
 
 
 def main():
@@ -316,7 +320,8 @@ def main():
     parser.add_argument("--scale_down", type=int, default=100)
     parser.add_argument("--latency_us", type=int, default=0,
                         help="one-way, per link (needs the kernel's netem)")
-    parser.add_argument("--loss", type=float, default=0.0, help="percent, per link")
+    parser.add_argument("--loss", type=float, default=0.0,
+                        help="percent of the packets each side of a link drops at random")
     parser.add_argument("--queue_ms", type=float, default=100,
                         help="a switch port's queue (and the host's), in time at the link's rate")
     parser.add_argument("--compute_ms", type=float, default=0.0)

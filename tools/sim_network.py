@@ -1,7 +1,8 @@
 """Simulated hosts on one machine: a network namespace per host, each with its own address on
 a bridge that lives in a namespace of its own, so the machine's own network is never touched.
-Links can be cut, paced or shaped like a real network's (tc: netem's rate, delay and loss, in
-both directions of a host's link), and every link's bytes read back. Deleting the namespaces
+Links can be cut, paced or shaped like a real network's (tc: tbf's or netem's rate, netem's
+delay, random loss by a BPF classifier, in both directions of a host's link), and every
+link's bytes and TCP retransmissions read back. Deleting the namespaces
 removes the links and their queueing disciplines with them: close() cleans everything up,
 whatever failed before it.
 
@@ -10,8 +11,11 @@ bench/cluster_sim.py (parameter-server traffic over shaped links). Needs root.
 """
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 
 
 class Failure(Exception):
@@ -36,6 +40,7 @@ class Network:
         self.hub = f"{self.prefix}-hub"
         self.namespaces = []
         self.ports = {}  # host namespace -> its veth's end on the bridge
+        self.dir = None  # built programs (random loss), made on first use
         self._add(self.hub)
         run(["ip", "-n", self.hub, "link", "add", "br0", "type", "bridge"])
         run(["ip", "-n", self.hub, "addr", "add", f"{self.node_address}/24", "dev", "br0"])
@@ -83,24 +88,23 @@ class Network:
               socket_buffer_bytes=None):
         """Makes the host's link behave like a full-duplex link of `rate_bits` bits/s each way:
         on the host's side for what it sends and on the bridge's side for what it receives
-        (each direction its own queue, as a switch port has). Bandwidth alone is tc's tbf
-        (a bucket of at least 64 KiB, the largest segment a veth hands over, and at most
-        `queue_ms` of queue, as a switch port buffers); with a one-way delay or random loss it
-        is netem's rate, delay and loss, which the kernel must have (CONFIG_NET_SCH_NETEM):
-        Failure says so where it does not. `socket_buffer_bytes` caps the host's TCP send and
-        receive buffers (its namespace's tcp_wmem and tcp_rmem): a simulation that scales the
+        (each direction its own queue, as a switch port has). Bandwidth is tc's tbf (a bucket
+        of at least 64 KiB, the largest segment a veth hands over, and at most `queue_ms` of
+        queue, as a switch port buffers); with a one-way delay it is netem's rate and delay,
+        which the kernel must have (CONFIG_NET_SCH_NETEM): Failure says so where it does not.
+        Random loss drops each packet a side sends with probability `loss_percent` / 100
+        (sim_loss.bpf.c on the link's egress, both sides; needs clang and the kernel's
+        cls_bpf, not netem). `socket_buffer_bytes` caps the host's TCP send and receive
+        buffers (its namespace's tcp_wmem and tcp_rmem): a simulation that scales the
         bandwidth down scales them with it, or they hold seconds of traffic."""
         if socket_buffer_bytes is not None:
             limit = max(16384, int(socket_buffer_bytes))
             for name in ["net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"]:
                 run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                      f"{name}=4096 {min(16384, limit)} {limit}"])
-        if delay_us > 0 or loss_percent > 0:
-            args = ["netem", "rate", f"{int(rate_bits)}bit", "limit", "100000"]
-            if delay_us > 0:
-                args += ["delay", f"{delay_us}us"]
-            if loss_percent > 0:
-                args += ["loss", f"{loss_percent}%"]
+        if delay_us > 0:
+            args = ["netem", "rate", f"{int(rate_bits)}bit", "limit", "100000", "delay",
+                    f"{delay_us}us"]
         else:
             burst = max(64 * 1024, int(rate_bits / 8 * 0.002))
             args = ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency",
@@ -114,8 +118,38 @@ class Network:
             if "qdisc kind is unknown" in str(e):
                 raise Failure(f"this kernel has no {args[0]} queueing discipline "
                               f"(CONFIG_NET_SCH_{args[0].upper()}): links cannot be given a "
-                              "delay or loss here, only a bandwidth") from e
+                              "delay here, only a bandwidth and loss") from e
             raise
+        if loss_percent > 0:
+            program = self._loss_program(loss_percent)
+            for where, dev in [(ns, "eth0"), (self.hub, self.ports[ns])]:
+                run(["ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "clsact"])
+                run(["ip", "netns", "exec", where, "tc", "filter", "add", "dev", dev, "egress",
+                     "bpf", "direct-action", "obj", program, "sec", "classifier"])
+
+    def _loss_program(self, loss_percent):
+        """sim_loss.bpf.c built for `loss_percent` (once per value), in this network's folder."""
+        if not 0 < loss_percent < 100:
+            raise Failure(f"loss {loss_percent}%: not between 0 and 100")
+        drop_below = min(2**32 - 1, round(loss_percent / 100 * 2**32))
+        self.dir = self.dir or tempfile.mkdtemp(prefix="sim-network-")
+        program = os.path.join(self.dir, f"loss-{drop_below}.o")
+        if not os.path.exists(program):
+            clang = shutil.which("clang-14") or shutil.which("clang")
+            if clang is None:
+                raise Failure("random loss needs clang to build its BPF program "
+                              "(apt-get install clang-14)")
+            source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_loss.bpf.c")
+            multiarch = f"/usr/include/{platform.machine()}-linux-gnu"  # asm/types.h
+            run([clang, "-O2", "-target", "bpf", f"-I{multiarch}", f"-DDROP_BELOW={drop_below}u",
+                 "-c", source, "-o", program])
+        return program
+
+    def retransmitted(self, ns):
+        """The TCP segments the host has sent again so far (its namespace's RetransSegs)."""
+        lines = run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"]).splitlines()
+        tcp = [line.split() for line in lines if line.startswith("Tcp:")]
+        return int(tcp[1][tcp[0].index("RetransSegs")])
 
     def link_bytes(self, ns):
         """(sent, received) bytes of the host's link so far, as its kernel counts them
@@ -143,3 +177,6 @@ class Network:
         for ns in reversed(self.namespaces):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.namespaces = []
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
