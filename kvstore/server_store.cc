@@ -222,6 +222,9 @@ absl::StatusOr<std::unique_ptr<ServerStore>> ServerStore::TakeOver(
       key.in_round[r] = {part.taken[r], key.version};
     }
   }
+  for (size_t rank = 0; rank < handover.stashes.size() && rank < store->stashes_.size(); ++rank) {
+    store->stashes_[rank] = std::move(handover.stashes[rank]);
+  }
   spdlog::info("server index {} taken over in view {}: {} key parts of job '{}' at their "
                "replicated versions",
                store->options_.server_index, store->options_.view, store->keys_.size(),
@@ -286,6 +289,9 @@ void ServerStore::ResyncBackup() {
   if (optimizer_ != nullptr) ReplicateOptimizer(resync);
   for (auto& [key_id, key] : keys_) {
     Replicate(key_id, key, key.value, key.round.rounds_done(), /*snapshot=*/true, resync);
+  }
+  for (size_t rank = 0; rank < stashes_.size(); ++rank) {
+    for (const WorkerStash& stash : stashes_[rank]) ReplicateStash(static_cast<int>(rank), stash);
   }
 }
 
@@ -409,7 +415,7 @@ void ServerStore::OnReplicaAck(int key_id, int64_t version, uint64_t epoch,
     if (resyncing_.load()) resync_spoiled_ = true;  // an update the backup missed
     LoseBackup(status);
   }
-  if (key_id < 0) return;  // an optimizer: nothing waits for it
+  if (key_id < 0) return;  // an optimizer or a worker's stash: nothing waits for it
   ReaderLock lock(&mu_);
   if (epoch != job_epoch_) return;  // the last job's
   auto it = keys_.find(key_id);
@@ -678,27 +684,34 @@ void ServerStore::Stash(Session* s, uint64_t id, const ArrayChunk& header,
         "' does not replace lost workers, so server ", options_.server_index,
         " keeps no worker state")))});
   }
-  std::deque<Stashed>& stashed = stashes_[s->rank_];
-  // A replacement stashes the batch its predecessor may have stashed already.
-  std::erase_if(stashed, [&](const Stashed& st) { return st.batch >= header.seq(); });
-  stashed.push_back({header.seq(), std::move(bytes)});
-  while (stashed.size() > 2) stashed.pop_front();
+  WorkerStash stash{header.seq(), std::make_shared<const std::string>(std::move(bytes))};
+  if (has_backup_ && !backup_lost_.load()) ReplicateStash(s->rank_, stash);
+  KeepStash(stashes_[s->rank_], std::move(stash));
   s->send_({OkReply(id)});
+}
+
+void ServerStore::ReplicateStash(int rank, const WorkerStash& stash) {
+  ReplicaMessage message = ReplicaHeader();
+  message.set_stash_batch(stash.batch);
+  message.set_stash_rank(rank);
+  message.mutable_value()->set_dtype(DT_FLOAT32);
+  message.mutable_value()->add_shape(static_cast<int64_t>(stash.bytes->size() / sizeof(float)));
+  SendReplica(std::move(message), {stash.bytes, *stash.bytes}, /*key_id=*/-1, 0);
 }
 
 void ServerStore::Unstash(Session* s, uint64_t id, const UnstashRequest& request) {
   ReaderLock lock(&mu_);
   if (absl::Status st = CheckSession(s); !st.ok()) return s->send_({ErrorReply(id, st)});
-  const std::deque<Stashed>& stashed = stashes_[s->rank_];
-  for (const Stashed& st : stashed) {
+  const std::deque<WorkerStash>& stashed = stashes_[s->rank_];
+  for (const WorkerStash& st : stashed) {
     if (st.batch != request.batch()) continue;
     ArrayChunk header;
     header.set_dtype(DT_FLOAT32);
-    header.add_shape(static_cast<int64_t>(st.bytes.size() / sizeof(float)));
-    return s->send_(ChunkedReply(id, header, st.bytes.data(), st.bytes.size()));
+    header.add_shape(static_cast<int64_t>(st.bytes->size() / sizeof(float)));
+    return s->send_(ChunkedReply(id, header, st.bytes->data(), st.bytes->size()));
   }
   std::vector<std::string> held;
-  for (const Stashed& st : stashed) held.push_back(absl::StrCat(st.batch));
+  for (const WorkerStash& st : stashed) held.push_back(absl::StrCat(st.batch));
   s->send_({ErrorReply(id, absl::NotFoundError(absl::StrCat(
       "unstash of worker ", s->rank_, "'s state after batch ", request.batch(), ": server ",
       options_.server_index, " holds ",

@@ -441,6 +441,10 @@ class ServerStore {
   // (then a copy was sent).
   std::optional<NDArray> LendMerged(int key_id, Key& key, int64_t rounds)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sends rank `rank`'s `stash` to the backup (nothing waits for its acknowledgement: a
+  // replacement after a failover finds at worst the batch before, or its state from the start
+  // of the run if both were lost with the primary).
+  void ReplicateStash(int rank, const WorkerStash& stash) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Sends `message` with `payload`; its acknowledgement serves `key_id`'s waiters (-1: none)
   // and counts for `resync` (null: none).
   void SendReplica(ReplicaMessage message, ReplicaLink::Payload payload, int key_id,
@@ -515,12 +519,9 @@ class ServerStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerSpec optimizer_spec_ ABSL_GUARDED_BY(mu_);  // what optimizer_ was made from
   SlotBudget slot_budget_ ABSL_GUARDED_BY(mu_);
-  // Per rank, its newest two stashed states (WorkerMessage.stash) by batch, oldest first.
-  struct Stashed {
-    uint64_t batch = 0;
-    std::string bytes;
-  };
-  std::vector<std::deque<Stashed>> stashes_ ABSL_GUARDED_BY(mu_);
+  // Per rank, its newest two stashed states (WorkerMessage.stash) by batch, oldest first
+  // (KeepStash); replicated to the backup with the keys.
+  std::vector<std::deque<WorkerStash>> stashes_ ABSL_GUARDED_BY(mu_);
   // The job's gradient compression, as its first Hello here said (unset before it).
   std::optional<GradientCompression> compression_ ABSL_GUARDED_BY(mu_);
   // Counts the jobs served, so that an acknowledgement of the last job's update is ignored.

@@ -157,6 +157,8 @@ absl::StatusOr<ReplicaStore::Handover> ReplicaStore::TakeOver(const std::string&
   }
   h.optimizer = std::move(optimizer_);
   h.optimizer_spec = std::move(optimizer_spec_);
+  h.stashes = std::move(stashes_);
+  stashes_.clear();
   parts_.clear();
   optimizer_spec_.Clear();
   view_ = view;
@@ -227,8 +229,15 @@ absl::StatusOr<NDArray> ReplicaStore::Array(const Shape& shape, const ReplicaMes
   return array;
 }
 
+void KeepStash(std::deque<WorkerStash>& held, WorkerStash stash) {
+  std::erase_if(held, [&](const WorkerStash& s) { return s.batch >= stash.batch; });
+  held.push_back(std::move(stash));
+  while (held.size() > 2) held.pop_front();
+}
+
 void ReplicaStore::StartJob(const ReplicaMessage& update) {
   parts_.clear();
+  stashes_.assign(static_cast<size_t>(update.num_workers()), {});
   optimizer_.reset();
   optimizer_spec_.Clear();
   taken_over_in_ = 0;
@@ -240,17 +249,40 @@ void ReplicaStore::StartJob(const ReplicaMessage& update) {
   num_workers_ = update.num_workers();
 }
 
+absl::Status ReplicaStore::ApplyStash(const ReplicaMessage& update, const std::vector<std::string>& pieces,
+                                      bool another_job, const std::string& what) {
+  if (update.stash_rank() < 0 || update.stash_rank() >= update.num_workers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the job has ranks 0 to ", update.num_workers() - 1));
+  }
+  auto bytes = std::make_shared<std::string>(update.value().data());
+  for (const std::string& piece : pieces) *bytes += piece;
+  if (update.value().dtype() != DT_FLOAT32 || bytes->size() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", bytes->size(), " bytes are no float32 values"));
+  }
+  if (another_job) StartJob(update);
+  view_ = update.view();
+  KeepStash(stashes_[update.stash_rank()], {update.stash_batch(), std::move(bytes)});
+  return absl::OkStatus();
+}
+
 absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string> pieces) {
   const int key = update.value().key();
   const std::string what =
       update.has_optimizer()
           ? absl::StrCat("replica of the optimizer (job '", update.job_id(), "') from server ",
                          update.primary())
+      : update.has_stash_batch()
+          ? absl::StrCat("replica of worker ", update.stash_rank(), "'s state after batch ",
+                         update.stash_batch(), " (job '", update.job_id(), "') from server ",
+                         update.primary())
           : absl::StrCat("replica of key ", key, " (", update.snapshot() ? "snapshot at " : "",
                          "version ", update.version(), ", job '", update.job_id(),
                          "') from server ", update.primary());
   bool another_job = false;
   RETURN_IF_ERROR(Check(update, what, &another_job));
+  if (update.has_stash_batch()) return ApplyStash(update, pieces, another_job, what);
   if (update.caught_up()) {  // every update before it is applied: the copy is whole
     complete_ = true;
     return absl::OkStatus();

@@ -18,6 +18,7 @@
 #define TESSERA_KVSTORE_INTERNAL_REPLICA_STORE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,18 @@
 #include "proto/kvstore.pb.h"
 
 namespace tessera::kvstore {
+
+// A worker's state after one of its batches (WorkerMessage.stash), as a server keeps it for
+// the worker's replacement: shared, so that a replica message can lend the bytes.
+struct WorkerStash {
+  uint64_t batch = 0;
+  std::shared_ptr<const std::string> bytes;
+};
+// Keeps `stash` among one rank's `held` stashes (oldest first): a replacement's stash of a
+// batch replaces its predecessor's of that batch and later, and the newest two stay - the
+// batch a replacement resumes after is the newest or, when its predecessor stashed the next
+// one before it was lost, the one before.
+void KeepStash(std::deque<WorkerStash>& held, WorkerStash stash);
 
 // One message of a replica update, and the bytes of the value it carries: [offset, offset +
 // size) (not in the message, so a sender can attach them without a copy).
@@ -112,6 +125,7 @@ class ReplicaStore {
     std::map<int, Part> parts;
     std::unique_ptr<Optimizer> optimizer;  // null: the primary had none
     OptimizerSpec optimizer_spec;
+    std::vector<std::deque<WorkerStash>> stashes;  // per rank (index 0's: ServerStore::Stash)
   };
   // Moves the copy out for serving in `view` (above every view seen) and fences the primary;
   // FAILED_PRECONDITION when there is no copy of job `job_id`, the view is not newer, or the
@@ -141,6 +155,9 @@ class ReplicaStore {
                                 const std::vector<std::string>& pieces,
                                 const std::string& what) const;
   void StartJob(const ReplicaMessage& update);
+  // A worker's stash (ReplicaMessage.stash_batch), kept.
+  absl::Status ApplyStash(const ReplicaMessage& update, const std::vector<std::string>& pieces,
+                          bool another_job, const std::string& what);
 
   const Runtime rt_;
   const int server_index_;
@@ -153,6 +170,7 @@ class ReplicaStore {
   std::map<int, Part> parts_;
   std::unique_ptr<Optimizer> optimizer_;  // the primary's; null: it has none
   OptimizerSpec optimizer_spec_;          // what optimizer_ was made from
+  std::vector<std::deque<WorkerStash>> stashes_;  // per rank, as the primary keeps them
   uint64_t taken_over_in_ = 0;
   // Whether the copy holds every update of its job: false from a resync's first snapshot to
   // its caught_up marker. Only a complete copy is taken over.

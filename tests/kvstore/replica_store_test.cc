@@ -106,6 +106,47 @@ TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
   EXPECT_EQ(part->version, 0u);
 }
 
+// A worker's stashed state (ReplicaMessage.stash_batch): each rank's newest two are kept, a
+// replacement's stash of a batch replaces the ones from there on, and a takeover hands them
+// over; a rank outside the job or bytes that are no float32 values are refused.
+TEST(ReplicaStoreTest, WorkersStashesAreKeptAndHandedOver) {
+  ReplicaStore store(rt(), kBackup, kServers);
+  ASSERT_THAT(store.Apply(Update(7, 0, {1, 2})), IsOk());
+  auto stash = [](int rank, uint64_t batch, const std::vector<float>& state) {
+    ReplicaMessage m = Update(0, 0, state);
+    m.set_stash_rank(rank);
+    m.set_stash_batch(batch);
+    return m;
+  };
+  for (uint64_t batch = 1; batch <= 4; ++batch) {
+    ASSERT_THAT(store.Apply(stash(0, batch, {1.0f * static_cast<float>(batch)})), IsOk());
+  }
+  ASSERT_THAT(store.Apply(stash(0, 4, {40})), IsOk());  // a replacement's batch 4
+  ASSERT_THAT(store.Apply(stash(1, 2, {7, 8})), IsOk());
+  EXPECT_THAT(store.Apply(stash(2, 1, {1})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("replica of worker 2's state after batch 1 (job 'job-a') from server 0: "
+                                 "the job has ranks 0 to 1")));
+  ReplicaMessage odd = stash(1, 3, {1});
+  odd.mutable_value()->mutable_data()->resize(3);
+  EXPECT_THAT(store.Apply(odd), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("3 bytes are no float32 values")));
+  ASSERT_OK_AND_ASSIGN(ReplicaStore::Handover handover, store.TakeOver("job-a", 1));
+  ASSERT_EQ(handover.stashes.size(), 2u);
+  auto held = [&](int rank) {
+    std::vector<std::pair<uint64_t, std::vector<float>>> out;
+    for (const WorkerStash& s : handover.stashes[rank]) {
+      std::vector<float> v(s.bytes->size() / sizeof(float));
+      std::memcpy(v.data(), s.bytes->data(), s.bytes->size());
+      out.emplace_back(s.batch, v);
+    }
+    return out;
+  };
+  using Held = std::vector<std::pair<uint64_t, std::vector<float>>>;
+  EXPECT_EQ(held(0), (Held{{3, {3}}, {4, {40}}}));
+  EXPECT_EQ(held(1), (Held{{2, {7, 8}}}));
+}
+
 // With the primary's optimizer, each update is the gradient the primary applied: the copy
 // runs it through its own optimizer and holds the same bits as an optimizer on the primary.
 TEST(ReplicaStoreTest, UpdatesRunThroughTheReplicatedOptimizer) {

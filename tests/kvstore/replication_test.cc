@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -118,8 +119,9 @@ class ThreadLink : public ReplicaLink {
 
 class ReplicationTest : public ::testing::Test {
  protected:
-  // Server 0 of 2 (the primary of its keys) and server 1 (their backup).
-  void Start(int num_workers, SyncMode mode) {
+  // Server 0 of 2 (the primary of its keys) and server 1 (their backup); `hello` sets what
+  // else the workers' Hellos say.
+  void Start(int num_workers, SyncMode mode, const std::function<void(Hello&)>& hello = nullptr) {
     owned_ = tessera::testing::MakeRuntime(tessera::testing::EngineKind::kThreaded);
     ServerStoreOptions options;
     options.num_servers = 2;
@@ -133,7 +135,7 @@ class ReplicationTest : public ::testing::Test {
     options.server_index = 0;
     primary_ = std::make_unique<ServerStore>(owned_->get(), options, std::move(link));
     for (int w = 0; w < num_workers; ++w) {
-      workers_.push_back(std::make_unique<StoreWorker>(*primary_, w, num_workers, mode));
+      workers_.push_back(std::make_unique<StoreWorker>(*primary_, w, num_workers, mode, 0, hello));
     }
   }
   void TearDown() override {
@@ -383,6 +385,54 @@ TEST_F(ReplicationTest, ATakeoverFencesTheOldPrimaryAndFinishesItsRoundOnce) {
   EXPECT_EQ(c.pushes(), 4u);
   EXPECT_THAT(c.taken(), ::testing::ElementsAre(2u, 2u));
   EXPECT_EQ(c.SerializeAsString(), without_failover.counters(0).SerializeAsString());
+}
+
+// The workers' stashed states (a job that replaces workers) go to the backup with the keys:
+// after a failover the taker holds each rank's newest two, and a replacement of a worker
+// continues from its predecessor's state there.
+TEST_F(ReplicationTest, AWorkersStashedStateSurvivesAFailover) {
+  Start(2, SYNC_MODE_SYNC, [](Hello& hello) { hello.set_replace_workers(true); });
+  InitEverywhere(4, {1, 2, 3});
+  auto stash = [&](int w, uint64_t batch, const std::vector<float>& state) {
+    workers_[w]->SendAs(&WorkerMessage::mutable_stash, 0, state, /*chunk=*/2, batch);
+    return workers_[w]->Next();
+  };
+  for (uint64_t batch = 1; batch <= 3; ++batch) {
+    ASSERT_EQ(stash(0, batch, {1.f * static_cast<float>(batch), 5, 6}).code(), 0);
+  }
+  ASSERT_EQ(stash(1, 1, {7}).code(), 0);
+  // A round is answered once the backup holds it, and the link keeps the order: by then the
+  // backup holds the stashes sent before it.
+  const uint64_t a = workers_[0]->Numbered(4, {1, 1, 1}, 1, /*push_pull=*/true);
+  const uint64_t b = workers_[1]->Numbered(4, {1, 1, 1}, 1, /*push_pull=*/true);
+  EXPECT_EQ(workers_[0]->ValueOf(a), workers_[1]->ValueOf(b));
+
+  ASSERT_OK_AND_ASSIGN(ReplicaStore::Handover handover, backup_->HandOverBackup("", 1));
+  ServerStoreOptions taker_options;
+  taker_options.server_index = 0;
+  taker_options.num_servers = 2;
+  taker_options.num_workers = 2;
+  taker_options.watch_deadlines = false;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ServerStore> taker,
+                       ServerStore::TakeOver(owned_->get(), taker_options, std::move(handover)));
+  workers_[0]->Close();
+  StoreWorker replacement(*taker, 0, 2, SYNC_MODE_SYNC, /*view=*/1, [](Hello& hello) {
+    hello.set_replace_workers(true);
+    hello.set_rejoin(true);
+  });
+  auto unstash = [&](uint64_t batch) {
+    WorkerMessage m;
+    m.set_id(1000 + batch);
+    m.mutable_unstash()->set_batch(batch);
+    replacement.Handle(m);
+    return m.id();
+  };
+  EXPECT_EQ(replacement.ValueOf(unstash(3)), std::vector<float>({3, 5, 6}));
+  EXPECT_EQ(replacement.ValueOf(unstash(2)), std::vector<float>({2, 5, 6}));
+  unstash(1);
+  const ServerMessage gone = replacement.Next();
+  EXPECT_EQ(gone.code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(gone.message(), HasSubstr("holds its batches 2, 3"));
 }
 
 // A backup lost for some rounds, then back: the primary sends it every key whole (value,
