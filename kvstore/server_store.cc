@@ -1007,15 +1007,29 @@ std::vector<ServerMessage> ServerStore::PullReply(uint64_t id, int key_id, const
     metrics_.pull_bytes.Increment(static_cast<double>(total));
     return ChunkedReply(id, header, data, total);
   }
-  std::string packed(static_cast<size_t>(n) * sizeof(BFloat16), '\0');
-  internal::PackPull(reinterpret_cast<const float*>(data), n, packed.data());
-  metrics_.pull_bytes.Increment(static_cast<double>(packed.size()));
+  // Packed straight into the chunks (bfloat16 bytes [offset, offset + n) are values
+  // [offset / 2, (offset + n) / 2)).
+  const uint64_t packed = static_cast<uint64_t>(n) * sizeof(BFloat16);
+  metrics_.pull_bytes.Increment(static_cast<double>(packed));
   header.set_dtype(DT_BFLOAT16);
-  return ChunkedReply(id, header, packed.data(), packed.size());
+  const auto* values = reinterpret_cast<const float*>(data);
+  return ChunkedReply(id, header, packed, [values](ArrayChunk* chunk, uint64_t offset, uint64_t bytes) {
+    std::string* out = chunk->mutable_data();
+    out->resize(bytes);
+    internal::PackPull(values + offset / sizeof(BFloat16), static_cast<int64_t>(bytes / sizeof(BFloat16)),
+                       out->data());
+  });
 }
 
 std::vector<ServerMessage> ServerStore::ChunkedReply(uint64_t id, const ArrayChunk& header,
                                                      const char* data, uint64_t total) const {
+  return ChunkedReply(id, header, total, [data](ArrayChunk* chunk, uint64_t offset, uint64_t n) {
+    chunk->set_data(data + offset, n);
+  });
+}
+
+std::vector<ServerMessage> ServerStore::ChunkedReply(uint64_t id, const ArrayChunk& header,
+                                                     uint64_t total, ChunkFill fill) const {
   std::vector<ServerMessage> replies;
   // Whole values in every chunk (the worker widens bfloat16 chunks one at a time).
   const uint64_t step = std::max<uint64_t>(4, options_.max_chunk_bytes / 4 * 4);
@@ -1026,7 +1040,7 @@ std::vector<ServerMessage> ServerStore::ChunkedReply(uint64_t id, const ArrayChu
     ArrayChunk* chunk = reply.mutable_pull();
     *chunk = header;
     chunk->set_offset(offset);
-    chunk->set_data(data + offset, n);
+    fill(chunk, offset, n);
     offset += n;
     chunk->set_last(offset == total);
   } while (offset < total);

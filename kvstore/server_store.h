@@ -86,6 +86,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -407,7 +408,13 @@ class ServerStore {
   std::vector<ServerMessage> PullReply(uint64_t id, int key_id, const Key& key, int rank,
                                        bool shared, const char* data)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Replies of request `id` carrying `total` bytes of `data` as chunks of `header`.
+  // Replies of request `id` carrying `total` bytes as chunks of `header`, whole values (4
+  // bytes, or 2 of a bfloat16 pull) in each: `fill` sets a chunk's data to the bytes
+  // [offset, offset + n).
+  using ChunkFill = absl::FunctionRef<void(ArrayChunk* chunk, uint64_t offset, uint64_t n)>;
+  std::vector<ServerMessage> ChunkedReply(uint64_t id, const ArrayChunk& header, uint64_t total,
+                                          ChunkFill fill) const;
+  // The same of `total` bytes at `data`, copied.
   std::vector<ServerMessage> ChunkedReply(uint64_t id, const ArrayChunk& header, const char* data,
                                           uint64_t total) const;
   // The answer to a replacement's pull `p` (before_round > 0) once Ready: the value before

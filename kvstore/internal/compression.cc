@@ -12,8 +12,13 @@
 namespace tessera::kvstore::internal {
 namespace {
 
-// The bulk conversions work through buffers of this many values on the stack.
+// The bulk conversions work through buffers of this many values on the stack:
+// `convert(begin, m)` for each block [begin, begin + m) of `n` values.
 constexpr int64_t kBlock = 1024;
+template <typename Convert>
+void InBlocks(int64_t n, Convert convert) {
+  for (int64_t begin = 0; begin < n; begin += kBlock) convert(begin, std::min(kBlock, n - begin));
+}
 
 absl::Status Fail(std::string* field, const char* name, std::string message) {
   if (field != nullptr) *field = name;
@@ -60,55 +65,50 @@ void CompressPush(const GradientCompression& c, const float* grad, float* residu
                   char* out) {
   if (c.type() == "2bit") return QuantizeTwoBit(grad, residual, n, c.threshold(), out);
   // fp16, a block at a time with the CPU's conversions: the same round-to-nearest-even as Half.
-  float sum[kBlock], sent[kBlock];
-  Half half[kBlock];
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const int64_t m = std::min(kBlock, n - begin);
+  InBlocks(n, [&](int64_t begin, int64_t m) {
+    float sum[kBlock], sent[kBlock];
+    Half half[kBlock];
     for (int64_t i = 0; i < m; ++i) sum[i] = residual[begin + i] + grad[begin + i];
     math::internal::FloatToHalf(sum, half, m);
     math::internal::HalfToFloat(half, sent, m);
     for (int64_t i = 0; i < m; ++i) residual[begin + i] = sum[i] - sent[i];
     std::memcpy(out + begin * sizeof(Half), half, m * sizeof(Half));
-  }
+  });
 }
 
 void DecompressPush(const GradientCompression& c, const char* in, int64_t n, float* out) {
   if (c.type() == "2bit") return DequantizeTwoBit(in, n, c.threshold(), out);
-  Half half[kBlock];
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const int64_t m = std::min(kBlock, n - begin);
+  InBlocks(n, [&](int64_t begin, int64_t m) {
+    Half half[kBlock];
     std::memcpy(half, in + begin * sizeof(Half), m * sizeof(Half));
     math::internal::HalfToFloat(half, out + begin, m);
-  }
+  });
 }
 
 bool PullsInBFloat16(const GradientCompression& c) { return c.pull_type() == "bf16"; }
 
 void PackPull(const float* values, int64_t n, char* out) {
-  BFloat16 packed[kBlock];
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const int64_t m = std::min(kBlock, n - begin);
+  InBlocks(n, [&](int64_t begin, int64_t m) {
+    BFloat16 packed[kBlock];
     math::internal::FloatToBFloat16(values + begin, packed, m);
     std::memcpy(out + begin * sizeof(BFloat16), packed, m * sizeof(BFloat16));
-  }
+  });
 }
 
 void UnpackPull(const char* in, int64_t n, float* out) {
-  BFloat16 packed[kBlock];
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const int64_t m = std::min(kBlock, n - begin);
+  InBlocks(n, [&](int64_t begin, int64_t m) {
+    BFloat16 packed[kBlock];
     std::memcpy(packed, in + begin * sizeof(BFloat16), m * sizeof(BFloat16));
     math::internal::BFloat16ToFloat(packed, out + begin, m);
-  }
+  });
 }
 
 void RoundPull(const float* in, int64_t n, float* out) {
-  BFloat16 packed[kBlock];
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const int64_t m = std::min(kBlock, n - begin);
+  InBlocks(n, [&](int64_t begin, int64_t m) {
+    BFloat16 packed[kBlock];
     math::internal::FloatToBFloat16(in + begin, packed, m);
     math::internal::BFloat16ToFloat(packed, out + begin, m);
-  }
+  });
 }
 
 }  // namespace tessera::kvstore::internal
