@@ -6,8 +6,12 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
+#include <execinfo.h>
+
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -27,6 +31,51 @@ void ParseDaemonFlags(int argc, char** argv, const char* usage) {
   };
   absl::SetFlagsUsageConfig(config);
   absl::ParseCommandLine(argc, argv);
+  ReportCrashes(argv[0]);
+}
+
+namespace {
+
+constexpr int kFatalSignals[] = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+
+void Write(const char* text) { (void)!write(STDERR_FILENO, text, strlen(text)); }
+
+// Async-signal-safe, as far as a dying process needs: write(2), glibc's backtrace (loaded
+// before, by ReportCrashes) and absl::Symbolize, which allocates nothing. glibc's backtrace
+// unwinds by the DWARF tables, through libc and libstdc++'s frames, which absl's own failure
+// handler cannot (it follows frame pointers, and Debian builds those libraries without).
+void OnFatalSignal(int signo) {
+  char line[1024];
+  snprintf(line, sizeof(line), "*** SIG%s (%s); the stack of the thread it hit:\n",
+           sigabbrev_np(signo), sigdescr_np(signo));
+  Write(line);
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  for (int i = 1; i < n; ++i) {  // frame 0 is this handler
+    char symbol[768];
+    if (!absl::Symbolize(static_cast<char*>(frames[i]) - 1, symbol, sizeof(symbol))) {
+      strcpy(symbol, "(unknown)");
+    }
+    snprintf(line, sizeof(line), "    @ %p  %s\n", frames[i], symbol);
+    Write(line);
+  }
+  signal(signo, SIG_DFL);
+  raise(signo);
+}
+
+}  // namespace
+
+void ReportCrashes(const char* argv0) {
+  absl::InitializeSymbolizer(argv0);
+  void* warm[1];
+  (void)backtrace(warm, 1);  // its first call loads libgcc_s, which a signal handler must not
+  for (int signo : kFatalSignals) {
+    struct sigaction action = {};
+    action.sa_handler = OnFatalSignal;
+    action.sa_flags = SA_RESETHAND | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(signo, &action, nullptr);
+  }
 }
 
 void OnTerminationSignal(std::function<void(int signo)> on_signal) {

@@ -14,8 +14,13 @@ namespace tessera {
 
 // Sets the daemon's usage line and parses its flags. --help (and --helpfull) list every flag
 // Tessera itself defines, wherever it is defined; absl alone would list only those of a
-// source file named after the program, none here.
+// source file named after the program, none here. Then ReportCrashes(argv[0]).
 void ParseDaemonFlags(int argc, char** argv, const char* usage);
+
+// A daemon that dies of a fatal signal (a crash, or abort: an uncaught exception, a failed
+// check) writes the signal and its thread's symbolized stack to stderr first, which the
+// cluster keeps (a pod's log), so that a crash seen once can be found.
+void ReportCrashes(const char* argv0);
 
 // Blocks SIGTERM and SIGINT in this and every thread started later, and starts a detached
 // thread that calls `on_signal(signo)` once the first of them arrives. Call early in main(),

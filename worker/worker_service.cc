@@ -15,15 +15,17 @@ namespace {
 class JobReactor : public grpc::ServerWriteReactor<JobEvent> {
  public:
   JobReactor(JobManager* jobs, const JobSpec& spec) : jobs_(jobs) {
-    absl::Status started = jobs->Start(
-        spec, [this](const JobEvent& event) { Enqueue(event); },
-        [this](absl::Status status) { Done(std::move(status)); });
-    if (!started.ok()) {
-      Finish(kvstore::ToGrpcStatus(started));
-      return;
+    absl::Status started;
+    {
+      // Held while the job starts: a job that ended at once would otherwise call Done, and
+      // Finish delete this reactor, before started_ is set.
+      MutexLock lock(&mu_);
+      started = jobs->Start(
+          spec, [this](const JobEvent& event) { Enqueue(event); },
+          [this](absl::Status status) { Done(std::move(status)); });
+      started_ = started.ok();
     }
-    MutexLock lock(&mu_);
-    started_ = true;
+    if (!started.ok()) Finish(kvstore::ToGrpcStatus(started));
   }
 
   void OnWriteDone(bool ok) override {
