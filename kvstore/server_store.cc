@@ -49,12 +49,8 @@ void ServerStore::Session::Handle(WorkerMessage message) {
     if (!done.ok()) {
       send_({ErrorReply(id, done.status())});
     } else if (done->has_value()) {
+      // A compressed push is decompressed by AcceptPush, which keeps it as sent.
       RequestAssembler::Request& request = **done;
-      if (request.header.compressed()) {
-        if (absl::Status st = store_->Decompress(&request.header, &request.pieces); !st.ok()) {
-          return send_({ErrorReply(id, st)});
-        }
-      }
       (store_->*handler)(this, id, request.header, std::move(request.pieces));
     }
   };
@@ -393,6 +389,29 @@ std::optional<NDArray> ServerStore::LendMerged(int key_id, Key& key, int64_t rou
   return *std::move(fresh);
 }
 
+bool ServerStore::ReplicatePushes(int key_id, Key& key, int64_t rounds,
+                                  const std::vector<std::pair<int, const std::string*>>& pushes) {
+  if (!Sending() || !compression_.has_value() || pushes.empty()) return false;
+  uint64_t bytes = 0;
+  for (const auto& [rank, packed] : pushes) {
+    if (packed->empty()) return false;  // one came uncompressed (through shared memory)
+    bytes += packed->size();
+  }
+  if (bytes >= static_cast<uint64_t>(key.shape.Size()) * sizeof(float)) return false;
+  ReplicaMessage update = ReplicaUpdate(key_id, key, rounds, /*snapshot=*/false);
+  update.mutable_value()->set_compressed(true);
+  *update.mutable_compression() = *compression_;
+  auto joined = std::make_shared<std::string>();
+  joined->reserve(bytes);
+  for (const auto& [rank, packed] : pushes) {
+    update.add_push_ranks(rank);
+    *joined += *packed;
+  }
+  const std::string_view view = *joined;
+  SendReplica(std::move(update), {std::move(joined), view}, key_id, key.version);
+  return true;
+}
+
 void ServerStore::Diverged(int key_id, const absl::Status& why) {
   if (!has_backup_) return;
   LoseBackup(absl::InternalError(absl::StrCat("key ", key_id, ": the backup applied an update "
@@ -564,9 +583,10 @@ void ServerStore::Init(Session* s, uint64_t id, const ArrayChunk& header,
   // Runs here, under the lock: annotated, as the analysis checks a lambda on its own.
   auto status = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     RETURN_IF_ERROR(CheckSession(s));
-    if (header.in_shared_memory()) {
+    if (header.in_shared_memory() || header.compressed()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Init of key ", header.key(), ": an Init carries its value (no shared memory yet)"));
+          "Init of key ", header.key(),
+          ": an Init carries its float32 value (no shared memory yet, no compression)"));
     }
     if (keys_.count(header.key())) {  // the first value wins
       ASSIGN_OR_RETURN(Key * key, FindKey("Init", header));
@@ -641,7 +661,8 @@ absl::Status ServerStore::CheckCompression(const Hello& hello, bool new_job) con
   return absl::OkStatus();
 }
 
-absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string>* pieces) const {
+absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string>* pieces,
+                                     std::string* packed) const {
   GradientCompression compression;
   {
     ReaderLock lock(&mu_);
@@ -658,15 +679,15 @@ absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string
   }
   int64_t n = 1;
   for (int64_t d : header->shape()) n *= d;
-  std::string packed;
-  for (const std::string& piece : *pieces) packed += piece;
-  if (packed.size() != internal::CompressedBytes(compression, n)) {
+  packed->clear();
+  for (const std::string& piece : *pieces) *packed += piece;
+  if (packed->size() != internal::CompressedBytes(compression, n)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "compressed push of key ", header->key(), ": ", packed.size(), " bytes, but ", n,
+        "compressed push of key ", header->key(), ": ", packed->size(), " bytes, but ", n,
         " values take ", internal::CompressedBytes(compression, n), " in ", compression.type()));
   }
   std::string values(static_cast<size_t>(n) * sizeof(float), '\0');
-  internal::DecompressPush(compression, packed.data(), n, reinterpret_cast<float*>(values.data()));
+  internal::DecompressPush(compression, packed->data(), n, reinterpret_cast<float*>(values.data()));
   pieces->assign(1, std::move(values));
   header->clear_compressed();
   return absl::OkStatus();
@@ -674,6 +695,11 @@ absl::Status ServerStore::Decompress(ArrayChunk* header, std::vector<std::string
 
 void ServerStore::Stash(Session* s, uint64_t id, const ArrayChunk& header,
                         std::vector<std::string> pieces) {
+  if (header.compressed()) {
+    return s->send_({ErrorReply(id, absl::InvalidArgumentError(absl::StrCat(
+        "stash of worker ", s->rank_, "'s batch ", header.seq(),
+        ": a worker's state is stashed as float32 values, not compressed")))});
+  }
   std::string bytes;
   for (const std::string& piece : pieces) bytes += piece;
   WriterLock lock(&mu_);
@@ -753,10 +779,15 @@ void ServerStore::PushPull(Session* s, uint64_t id, const ArrayChunk& header,
   AcceptPush(s, id, header, std::move(pieces), /*then_pull=*/true);
 }
 
-void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
+void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& sent_header,
                              std::vector<std::string> pieces, bool then_pull) {
-  ReaderLock lock(&mu_);
   auto fail = [&](absl::Status status) { s->send_({ErrorReply(id, status)}); };
+  ArrayChunk header = sent_header;  // without its data (RequestAssembler)
+  std::string packed;  // a compressed push as sent, for the backup (ReplicatePushes)
+  if (header.compressed()) {
+    if (absl::Status st = Decompress(&header, &pieces, &packed); !st.ok()) return fail(st);
+  }
+  ReaderLock lock(&mu_);
   if (absl::Status st = CheckSession(s); !st.ok()) return fail(st);
   absl::StatusOr<Key*> found = FindKey("push", header);
   if (!found.ok()) return fail(found.status());
@@ -799,7 +830,10 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     if (header.seq() > 0) key.taken[rank] = header.seq();  // taken once applied
     ++key.version;
     ++key.pushes;
-    std::optional<NDArray> fresh = LendMerged(header.key(), key, 0);
+    std::optional<NDArray> fresh;
+    if (!ReplicatePushes(header.key(), key, 0, {{rank, &packed}})) {
+      fresh = LendMerged(header.key(), key, 0);
+    }
     absl::Status applied = Apply(header.key(), key, key.merged);
     if (fresh.has_value()) key.merged = *std::move(fresh);  // the lent one is the link's now
     if (!applied.ok()) {
@@ -824,14 +858,14 @@ void ServerStore::AcceptPush(Session* s, uint64_t id, const ArrayChunk& header,
     ++s->waiting_;
     s->parked_bytes_ += bytes;
     if (header.seq() > 0) key.taken[rank] = header.seq();
-    key.parked.push_back(
-        {Waiter{s, id}, rank, header.seq(), std::move(pieces), bytes, then_pull, shared});
+    key.parked.push_back({Waiter{s, id}, rank, header.seq(), std::move(pieces),
+                          std::move(packed), bytes, then_pull, shared});
     return;
   }
   if (then_pull) {
     if (absl::Status st = CheckWaitingBound(s, header.key(), id, 0); !st.ok()) return fail(st);
   }
-  AcceptSyncPush(key, rank, std::move(pieces), shared);
+  AcceptSyncPush(key, rank, std::move(pieces), std::move(packed), shared);
   if (header.seq() > 0) {
     key.taken[rank] = header.seq();
     key.in_round[rank] = {header.seq(), key.round.rounds_of(rank)};
@@ -896,8 +930,9 @@ void ServerStore::DropParked(Key& key, const Session* of, const absl::Status& wh
 }
 
 void ServerStore::AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces,
-                                 bool shared) {
+                                 std::string packed, bool shared) {
   if (!key.round.open()) key.round_opened = options_.clock();
+  key.packed[rank] = std::move(packed);
   key.round.Accept(rank, Payload(key, rank, std::move(pieces), shared),
                    static_cast<float*>(key.merged.data().dptr));
 }
@@ -919,7 +954,15 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
     key.previous.assign(value, value + key.shape.Size() * sizeof(float));
     key.previous_round = key.round.rounds_done() + 1;
   }
-  std::optional<NDArray> fresh = LendMerged(key_id, key, key.round.rounds_done() + 1);
+  std::vector<std::pair<int, const std::string*>> pushes;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (key.round.pushed(r)) pushes.emplace_back(r, &key.packed[r]);
+  }
+  std::optional<NDArray> fresh;
+  if (!ReplicatePushes(key_id, key, key.round.rounds_done() + 1, pushes)) {
+    fresh = LendMerged(key_id, key, key.round.rounds_done() + 1);
+  }
+  for (std::string& packed : key.packed) packed.clear();  // the round is summed
   absl::Status applied = Apply(key_id, key, key.merged);
   if (fresh.has_value()) key.merged = *std::move(fresh);  // the lent one is the link's now
   if (!applied.ok()) {
@@ -947,7 +990,7 @@ absl::Status ServerStore::MaybeCompleteRound(int key_id, Key& key) {
       key.parked.push_back(std::move(p));
       continue;
     }
-    AcceptSyncPush(key, p.rank, std::move(p.pieces), p.shared);
+    AcceptSyncPush(key, p.rank, std::move(p.pieces), std::move(p.packed), p.shared);
     if (p.seq > 0) key.in_round[p.rank] = {p.seq, key.round.rounds_of(p.rank)};
     if (!p.then_pull && (!has_backup_ || backup_lost_.load())) {
       Answer(p, {OkReply(p.waiter.id)});

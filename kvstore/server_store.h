@@ -297,6 +297,7 @@ class ServerStore {
     int rank = 0;
     uint64_t seq = 0;  // ArrayChunk.seq
     std::vector<std::string> pieces;  // empty when the push is in the worker's slot
+    std::string packed;  // the push as sent, when compressed (ReplicatePushes)
     uint64_t bytes = 0;  // in pieces
     bool then_pull = false;  // a PushPull: becomes a pending pull once accepted
     bool shared = false;     // the push is in the worker's slot (and so is the answer)
@@ -305,7 +306,7 @@ class ServerStore {
   // lock is held shared, and by the store's lock alone when it is held exclusively.
   struct Key {
     explicit Key(int num_workers)
-        : round(num_workers), taken(num_workers, 0), in_round(num_workers) {}
+        : round(num_workers), taken(num_workers, 0), in_round(num_workers), packed(num_workers) {}
     // Taken after the store's lock, never before it. Not ABSL_GUARDED_BY on the fields: the
     // analysis cannot express "mu, or the store's lock exclusively".
     Mutex mu;
@@ -321,6 +322,9 @@ class ServerStore {
     };
     std::vector<uint64_t> taken;
     std::vector<InRound> in_round;
+    // dist_sync: per rank, its push into the open round as it was sent when it came
+    // compressed (empty otherwise), which ReplicatePushes sends the backup instead of the sum.
+    std::vector<std::string> packed;
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;
     // Changes of the value (its Init is 0; then one per round or dist_async push), and the
@@ -355,7 +359,8 @@ class ServerStore {
   absl::Status CheckCompression(const Hello& hello, bool new_job) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A compressed push's payload (ArrayChunk.compressed) as the float32 values it stands for.
-  absl::Status Decompress(ArrayChunk* header, std::vector<std::string>* pieces) const
+  absl::Status Decompress(ArrayChunk* header, std::vector<std::string>* pieces,
+                          std::string* packed) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // A worker's state after one of its batches (WorkerMessage.stash), and its return to the
   // rank's replacement.
@@ -392,7 +397,8 @@ class ServerStore {
   void DropParked(Key& key, const Session* of, const absl::Status& why)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Takes a push into the open round (dist_sync).
-  void AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces, bool shared)
+  void AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces, std::string packed,
+                      bool shared)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Per rank: whether it pushed into `key`'s open round or waits in the barrier.
   std::vector<char> Joined(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -447,6 +453,12 @@ class ServerStore {
   // Returns the fresh buffer; none when there is no backup to send to or none could be made
   // (then a copy was sent).
   std::optional<NDArray> LendMerged(int key_id, Key& key, int64_t rounds)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sends the backup the update of version `key.version` as the compressed pushes it sums
+  // (`pushes`: rank and bytes as sent, ascending ranks) when they came compressed and weigh
+  // less than its float32 gradient; false (nothing sent) otherwise.
+  bool ReplicatePushes(int key_id, Key& key, int64_t rounds,
+                       const std::vector<std::pair<int, const std::string*>>& pushes)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Sends rank `rank`'s `stash` to the backup (nothing waits for its acknowledgement: a
   // replacement after a failover finds at worst the batch before, or its state from the start

@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
+#include "kvstore/internal/compression.h"
 #include "kvstore/internal/optimizer_spec.h"
 #include "kvstore/internal/sync_round.h"
 
@@ -229,6 +231,52 @@ absl::StatusOr<NDArray> ReplicaStore::Array(const Shape& shape, const ReplicaMes
   return array;
 }
 
+absl::StatusOr<NDArray> ReplicaStore::PushSum(const Shape& shape, const ReplicaMessage& update,
+                                              const std::vector<std::string>& pieces,
+                                              const std::string& what) const {
+  const GradientCompression& compression = update.compression();
+  if (absl::Status st = internal::CheckCompression(compression);
+      !st.ok() || compression.type().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": pushes compressed by '", compression.type(), "': ",
+        st.ok() ? "no compression named" : st.message()));
+  }
+  for (int i = 0; i < update.push_ranks_size(); ++i) {
+    const int rank = update.push_ranks(i);
+    if (rank < 0 || rank >= update.num_workers() || (i > 0 && rank <= update.push_ranks(i - 1))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": push ranks must ascend within the job's ", update.num_workers(),
+          " workers; got ", absl::StrJoin(update.push_ranks(), ", ")));
+    }
+  }
+  const int64_t n = shape.Size();
+  const uint64_t each = internal::CompressedBytes(compression, n);
+  std::string packed = update.value().data();
+  for (const std::string& piece : pieces) packed += piece;
+  if (packed.size() != each * static_cast<uint64_t>(update.push_ranks_size()) ||
+      update.value().offset() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", packed.size(), " bytes at offset ", update.value().offset(), " for ",
+        update.push_ranks_size(), " pushes of ", n, " values in ", compression.type(), " (",
+        each, " bytes each)"));
+  }
+  ASSIGN_OR_RETURN(NDArray array, NDArray::Empty(rt_, shape));
+  RETURN_IF_ERROR(array.WaitToWrite());
+  float* sum = static_cast<float*>(array.data().dptr);
+  SyncRound round(update.num_workers());
+  for (int i = 0; i < update.push_ranks_size(); ++i) {
+    std::string values(static_cast<size_t>(n) * sizeof(float), '\0');
+    internal::DecompressPush(compression, packed.data() + i * each, n,
+                             reinterpret_cast<float*>(values.data()));
+    SyncRound::Payload payload;
+    payload.pieces.push_back(std::move(values));
+    round.Accept(update.push_ranks(i), std::move(payload), sum);
+  }
+  // The ranks that did not push were in a barrier (joined): the round is complete.
+  (void)round.Ready(std::vector<char>(update.num_workers(), 1), sum);
+  return array;
+}
+
 void KeepStash(std::deque<WorkerStash>& held, WorkerStash stash) {
   std::erase_if(held, [&](const WorkerStash& s) { return s.batch >= stash.batch; });
   held.push_back(std::move(stash));
@@ -326,7 +374,14 @@ absl::Status ReplicaStore::Apply(ReplicaMessage update, std::vector<std::string>
                                                       held->version, ", so version ",
                                                       held->version + 1, " was lost"));
   }
-  ASSIGN_OR_RETURN(NDArray array, Array(shape, update, pieces, what));
+  const bool pushes = update.value().compressed();
+  if (pushes && (held == nullptr || update.snapshot() || update.push_ranks_size() == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": only an update of a key held (not an Init or a snapshot) comes as pushes, "
+              "and it names their ranks"));
+  }
+  ASSIGN_OR_RETURN(NDArray array, pushes ? PushSum(shape, update, pieces, what)
+                                         : Array(shape, update, pieces, what));
   if (held != nullptr && !update.snapshot()) {
     // The next version: the primary's update, applied as the primary applied it. The engine
     // runs it after this returns (the key's updates in order), so the acknowledgement does

@@ -154,6 +154,11 @@ class ReplicaStore {
   absl::StatusOr<NDArray> Array(const Shape& shape, const ReplicaMessage& update,
                                 const std::vector<std::string>& pieces,
                                 const std::string& what) const;
+  // An update's gradient from the compressed pushes it carries (ReplicaMessage.push_ranks),
+  // summed in rank order by the code the primary summed them with (SyncRound).
+  absl::StatusOr<NDArray> PushSum(const Shape& shape, const ReplicaMessage& update,
+                                  const std::vector<std::string>& pieces,
+                                  const std::string& what) const;
   void StartJob(const ReplicaMessage& update);
   // A worker's stash (ReplicaMessage.stash_batch), kept.
   absl::Status ApplyStash(const ReplicaMessage& update, const std::vector<std::string>& pieces,

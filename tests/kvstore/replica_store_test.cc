@@ -4,12 +4,15 @@
 
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvstore/internal/compression.h"
+#include "kvstore/internal/sync_round.h"
 #include "tests/ndarray/test_util.h"
 
 namespace tessera::kvstore {
@@ -104,6 +107,97 @@ TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
   ASSERT_THAT(part.status(), IsOk());
   EXPECT_EQ(ValueOf(*part), (std::vector<float>{1, 2}));
   EXPECT_EQ(part->version, 0u);
+}
+
+// An update as the round's compressed pushes (ReplicaMessage.push_ranks): the copy gets the
+// gradient the primary summed, bit for bit - the pushes decompressed and added in rank order
+// by SyncRound, a rank that did not push (it joined) left out - through chunks of any size;
+// malformed ones are refused naming what is wrong, and change nothing.
+TEST(ReplicaStoreTest, AnUpdateAsItsCompressedPushesIsTheirSumBitForBit) {
+  constexpr int kWorkers = 4;
+  constexpr int64_t kN = 1000;  // not a whole number of 2-bit words
+  GradientCompression two_bit;
+  two_bit.set_type("2bit");
+  two_bit.set_threshold(0.25f);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  const std::vector<int> ranks = {0, 2, 3};  // rank 1 joined
+  std::vector<std::string> packed;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::vector<float> grad(kN), residual(kN);
+    for (float& g : grad) g = uniform(rng);
+    for (float& r : residual) r = 0.1f * uniform(rng);  // a worker's earlier rounds
+    packed.emplace_back(internal::CompressedBytes(two_bit, kN), '\0');
+    internal::CompressPush(two_bit, grad.data(), residual.data(), kN, packed.back().data());
+  }
+  // The primary's sum: the pushes as they arrive (3, 0, 2), summed in rank order.
+  std::vector<float> sum(kN);
+  SyncRound round(kWorkers);
+  for (size_t i : {2, 0, 1}) {
+    SyncRound::Payload payload;
+    payload.pieces.emplace_back(kN * sizeof(float), '\0');
+    internal::DecompressPush(two_bit, packed[i].data(), kN,
+                             reinterpret_cast<float*>(payload.pieces.back().data()));
+    round.Accept(ranks[i], std::move(payload), sum.data());
+  }
+  ASSERT_TRUE(round.Ready({0, 1, 0, 0}, sum.data()));
+
+  auto init = [] {
+    ReplicaMessage m = Update(5, 0, std::vector<float>(kN, 0.f));
+    m.set_num_workers(kWorkers);
+    m.clear_taken();
+    for (int r = 0; r < kWorkers; ++r) m.add_taken(0);
+    return m;
+  };
+  auto as_pushes = [&] {
+    ReplicaMessage m = init();
+    m.set_version(1);
+    m.mutable_value()->set_compressed(true);
+    m.mutable_value()->clear_data();
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      m.add_push_ranks(ranks[i]);
+      *m.mutable_value()->mutable_data() += packed[i];
+    }
+    *m.mutable_compression() = two_bit;
+    return m;
+  };
+  // No optimizer: the copy takes the gradient as its value, as the primary does.
+  ReplicaStore store(rt(), kBackup, kServers);
+  ASSERT_THAT(store.Apply(init()), IsOk());
+  ReplicaReceiver receiver(kBackup, 1 << 20);
+  std::optional<ReplicaReceiver::Whole> whole;
+  for (ReplicaMessage& chunk : SplitReplicaUpdate(as_pushes(), 9, 100)) {
+    absl::StatusOr<std::optional<ReplicaReceiver::Whole>> got = receiver.Add(std::move(chunk));
+    ASSERT_THAT(got.status(), IsOk());
+    if (got->has_value()) whole = **got;
+  }
+  ASSERT_TRUE(whole.has_value());
+  ASSERT_THAT(store.Apply(whole->update, whole->pieces), IsOk());
+  const std::vector<float> held = ValueOf(*store.Find(5));
+  ASSERT_EQ(held.size(), sum.size());
+  EXPECT_EQ(std::memcmp(held.data(), sum.data(), sizeof(float) * kN), 0);
+
+  ReplicaStore other(rt(), kBackup, kServers);
+  ASSERT_THAT(other.Apply(init()), IsOk());
+  ReplicaMessage m = as_pushes();
+  m.mutable_value()->mutable_data()->pop_back();
+  EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("for 3 pushes of 1000 values in 2bit (252 bytes each)")));
+  m = as_pushes();
+  m.set_push_ranks(1, 0);
+  EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("push ranks must ascend within the job's 4 workers; got 0, 0, 3")));
+  m = as_pushes();
+  m.mutable_compression()->set_type("1bit");
+  EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("pushes compressed by '1bit'")));
+  m = as_pushes();
+  m.set_version(0);  // an Init (here of another key) comes as its value
+  m.mutable_value()->set_key(6);
+  EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("only an update of a key held")));
+  EXPECT_EQ(ValueOf(*other.Find(5)), std::vector<float>(kN, 0.f));
+  EXPECT_EQ(other.Find(5)->version, 0u);
 }
 
 // A worker's stashed state (ReplicaMessage.stash_batch): each rank's newest two are kept, a

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -483,6 +484,99 @@ TEST_F(ReplicationTest, ABackupThatComesBackIsBroughtUpToDateWhileRoundsGoOn) {
 // Random pushes of three workers into several keys, with an optimizer that keeps state: after
 // every round the backup holds the primary's value bit for bit, and the optimizer slot it
 // holds continues the primary's updates exactly.
+// Compressed pushes reach the backup as the workers sent them (W/16 of the gradient's bytes
+// in 2-bit), and the backup's sum of them, in rank order, is the primary's bit for bit: its
+// copy equals what the workers pull after every round, through an optimizer with momentum.
+void ExpectCompressedUpdatesReachTheBackupBitForBit(
+    const GradientCompression& compression, SyncMode mode,
+    std::vector<std::unique_ptr<StoreWorker>>& workers, ServerStore& primary, ServerStore& backup,
+    ServerMetrics& metrics) {
+  constexpr int kKeys = 3;
+  constexpr int kRounds = 8;
+  const int num_workers = static_cast<int>(workers.size());
+  auto size_of = [](int k) { return 5 + 61 * k; };  // 5, 66, 127 values: partial words
+  CommandRequest command;
+  command.mutable_set_optimizer()->set_name("sgd");
+  (*command.mutable_set_optimizer()->mutable_params())["learning_rate"] = "0.1";
+  (*command.mutable_set_optimizer()->mutable_params())["momentum"] = "0.9";
+  ASSERT_THAT(primary.Command(command).status(), IsOk());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  auto random_values = [&](int n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = uniform(rng);
+    return v;
+  };
+  double bytes = 0;  // what the backup should have been sent
+  for (int k = 0; k < kKeys; ++k) {
+    for (auto& w : workers) {
+      w->Send(true, k, random_values(size_of(k)));
+      ASSERT_EQ(w->Next().code(), 0);
+    }
+    bytes += size_of(k) * sizeof(float);
+  }
+  for (int round = 1; round <= kRounds; ++round) {
+    std::vector<int> order(num_workers);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int k = 0; k < kKeys; ++k) {
+      for (int w : order) {
+        workers[w]->CompressedPush(k, random_values(size_of(k)), compression, round);
+      }
+      const uint64_t packed = internal::CompressedBytes(compression, size_of(k));
+      const uint64_t floats = size_of(k) * sizeof(float);
+      const int pushes_per_update = mode == SYNC_MODE_SYNC ? num_workers : 1;
+      // What a replica update carries: the pushes as sent, or the float32 gradient where
+      // they would weigh more.
+      const uint64_t each = pushes_per_update * packed < floats ? pushes_per_update * packed
+                                                                : floats;
+      bytes += static_cast<double>(each) * (mode == SYNC_MODE_SYNC ? 1 : num_workers);
+    }
+    for (int w = 0; w < num_workers; ++w) {
+      for (int k = 0; k < kKeys; ++k) ASSERT_EQ(workers[w]->Next().code(), 0);
+    }
+    for (int k = 0; k < kKeys; ++k) {
+      const std::vector<float> pulled = workers[order[0]]->PullValue(k);
+      absl::StatusOr<ReplicaStore::Copy> copy = backup.BackupCopy(k);
+      ASSERT_THAT(copy.status(), IsOk());
+      const uint64_t version = mode == SYNC_MODE_SYNC ? round : round * num_workers;
+      EXPECT_EQ(copy->version, version);
+      std::vector<float> held(copy->value.size() / sizeof(float));
+      std::memcpy(held.data(), copy->value.data(), copy->value.size());
+      EXPECT_EQ(held, pulled) << compression.type() << ", key " << k << ", round " << round;
+    }
+  }
+  EXPECT_EQ(metrics.replica_bytes.Value(), bytes);
+  EXPECT_EQ(metrics.backup_losses.Value(), 0);
+}
+
+TEST_F(ReplicationTest, TwoBitRoundsReachTheBackupAsTheirPushesBitForBit) {
+  GradientCompression two_bit;
+  two_bit.set_type("2bit");
+  two_bit.set_threshold(0.5f);
+  Start(3, SYNC_MODE_SYNC, [&](Hello& h) { *h.mutable_compression() = two_bit; });
+  ExpectCompressedUpdatesReachTheBackupBitForBit(two_bit, SYNC_MODE_SYNC, workers_, *primary_,
+                                                 *backup_, metrics_);
+}
+
+TEST_F(ReplicationTest, HalfPrecisionRoundsOfThreeWorkersReachTheBackupAsTheirSum) {
+  // fp16 pushes of 3 workers weigh 1.5 times the float32 sum: the sum goes instead.
+  GradientCompression fp16;
+  fp16.set_type("fp16");
+  Start(3, SYNC_MODE_SYNC, [&](Hello& h) { *h.mutable_compression() = fp16; });
+  ExpectCompressedUpdatesReachTheBackupBitForBit(fp16, SYNC_MODE_SYNC, workers_, *primary_,
+                                                 *backup_, metrics_);
+}
+
+TEST_F(ReplicationTest, AnAsyncCompressedPushReachesTheBackupAsSent) {
+  GradientCompression two_bit;
+  two_bit.set_type("2bit");
+  two_bit.set_threshold(0.5f);
+  Start(2, SYNC_MODE_ASYNC, [&](Hello& h) { *h.mutable_compression() = two_bit; });
+  ExpectCompressedUpdatesReachTheBackupBitForBit(two_bit, SYNC_MODE_ASYNC, workers_, *primary_,
+                                                 *backup_, metrics_);
+}
+
 TEST_F(ReplicationTest, TheBackupHoldsEveryRoundBitForBit) {
   constexpr int kWorkers = 3;
   constexpr int kKeys = 4;

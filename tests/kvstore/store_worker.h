@@ -131,6 +131,28 @@ class StoreWorker {
     return SendAs(push_pull ? &WorkerMessage::mutable_push_pull : &WorkerMessage::mutable_push,
                   key, values, 1 << 20, seq);
   }
+  // A push of `grad` compressed as `compression` says, with this worker's residual of the
+  // key as a DistKVStore keeps it, in one chunk numbered `seq`; returns the request id.
+  uint64_t CompressedPush(int key, const std::vector<float>& grad,
+                          const GradientCompression& compression, uint64_t seq) {
+    const int64_t n = static_cast<int64_t>(grad.size());
+    std::vector<float>& residual = residuals_[key];
+    residual.resize(grad.size(), 0.f);
+    std::string packed(internal::CompressedBytes(compression, n), '\0');
+    internal::CompressPush(compression, grad.data(), residual.data(), n, packed.data());
+    WorkerMessage m;
+    m.set_id(next_id_++);
+    ArrayChunk* c = m.mutable_push();
+    c->set_key(key);
+    c->set_dtype(DT_FLOAT32);
+    c->add_shape(n);
+    c->set_compressed(true);
+    c->set_data(std::move(packed));
+    c->set_last(true);
+    c->set_seq(seq);
+    session_->Handle(m);
+    return m.id();
+  }
   // One chunk of push request `id` for a key of `total` floats, at float `offset`.
   void PushChunk(uint64_t id, int key, int64_t total, int64_t offset,
                  const std::vector<float>& values, bool last) {
@@ -256,6 +278,7 @@ class StoreWorker {
   std::unique_ptr<ServerStore::Session> session_;
   HelloReply hello_;
   std::map<int, SharedMemory> slots_;  // by key: mapped by Map
+  std::map<int, std::vector<float>> residuals_;  // by key: CompressedPush's
   uint64_t next_id_ = 1;
   std::mutex mu_;
   std::condition_variable cv_;
