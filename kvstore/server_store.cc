@@ -140,10 +140,16 @@ std::optional<ReplicaAck> ServerStore::ReplicaSession::Handle(ReplicaMessage mes
   if (whole.ok()) {
     if (!whole->has_value()) return std::nullopt;
     const int index = ReplicaStore::IndexOf((*whole)->update);
+    const int workers = (*whole)->update.num_workers();
     if (!store_->MayBackUp(index)) {
       status = absl::FailedPreconditionError(absl::StrCat(
           "replica of server ", index, "'s keys: server ", store_->options_.server_index,
           " holds copies of its left neighbour's keys and its own only"));
+    } else if (workers != store_->options_.num_workers) {
+      // (Checked before a copy keeps per-rank state for that many workers.)
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "replica of server ", index, "'s keys for ", workers, " workers: server ",
+          store_->options_.server_index, " serves ", store_->options_.num_workers));
     } else {
       MutexLock lock(&store_->replica_mu_);
       auto it = store_->replicas_.find(index);

@@ -184,10 +184,11 @@ absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": view ", update.view(), " is older than view ", view_));
   }
-  if (update.num_workers() < 1 ||
+  if (update.num_workers() < 1 || update.num_workers() > kMaxWorkers ||
       (update.mode() != SYNC_MODE_SYNC && update.mode() != SYNC_MODE_ASYNC)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": needs a worker count (got ", update.num_workers(), ") and a mode"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": needs a worker count (1 to ",
+                                                   kMaxWorkers, "; got ", update.num_workers(),
+                                                   ") and a mode"));
   }
   *another_job = !has_job_ || update.job_id() != job_id_;
   if (!*another_job && (update.mode() != mode_ || update.num_workers() != num_workers_)) {

@@ -93,6 +93,10 @@ TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
   EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("with 2 workers, the update says")));
   m = Update(7, 1, {3, 4});
+  m.set_num_workers(ReplicaStore::kMaxWorkers + 1);  // refused before anything is allocated
+  EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("needs a worker count (1 to 65536; got 65537)")));
+  m = Update(7, 1, {3, 4});
   m.clear_taken();
   EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("0 push counts for 2 workers")));
