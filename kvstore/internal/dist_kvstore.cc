@@ -215,6 +215,21 @@ class DistKVStore : public KVStore {
   // Whether every server of the job takes push-pull requests (HelloReply).
   bool ServersPushPull() const;
   bool compressing() const { return !options_.compression.type().empty(); }
+  // The payload bytes a push (compressed or not) and a pull (bfloat16 or float32) of `parts`
+  // carry, as the servers count them (tessera_kvstore_push_bytes_total and pull_bytes).
+  double SentBytes(const std::vector<Part>& parts) const {
+    double bytes = 0;
+    for (const Part& p : parts) {
+      bytes += compressing() ? static_cast<double>(CompressedBytes(options_.compression, p.size))
+                             : static_cast<double>(p.size) * sizeof(float);
+    }
+    return bytes;
+  }
+  double ReceivedBytes(const std::vector<Part>& parts) const {
+    double elements = 0;
+    for (const Part& p : parts) elements += static_cast<double>(p.size);
+    return elements * (PullsInBFloat16(options_.compression) ? 2 : sizeof(float));
+  }
   // The part's values at `data` (the key's), compressed with its residual (compression.h).
   std::shared_ptr<std::string> Compress(const Part& part, const char* data) const;
   // Keeps the first UNAVAILABLE seen: the job cannot go on without that server or worker.
@@ -722,7 +737,7 @@ absl::Status DistKVStore::Push(const std::vector<int>& keys,
     auto send = [this, k, shape = key.shape, parts = key.parts, source, priority](
                     engine::RunContext, engine::CallbackOnComplete on_complete) {
       std::shared_ptr<Completion> done = EngineCompletion(
-          parts.size(), static_cast<double>(shape.Size()) * sizeof(float), 0, on_complete);
+          parts.size(), SentBytes(parts), 0, on_complete);
       // The payload is the array's own memory: the engine keeps it unchanged until this
       // push completes (the servers' replies), and `owner` keeps it allocated while gRPC
       // may still hold it.
@@ -757,7 +772,7 @@ absl::Status DistKVStore::Pull(const std::vector<int>& keys,
                   after_push = std::exchange(key.pull_after_push, std::nullopt)](
                      engine::RunContext, engine::CallbackOnComplete on_complete) {
       std::shared_ptr<Completion> done = EngineCompletion(
-          parts.size(), 0, static_cast<double>(target.shape().Size()) * sizeof(float), on_complete);
+          parts.size(), 0, ReceivedBytes(parts), on_complete);
       char* data = static_cast<char*>(target.data().dptr);
       for (const Part& part : parts) {
         WorkerMessage m;
@@ -805,8 +820,8 @@ absl::Status DistKVStore::PushPull(const std::vector<int>& keys,
     const NDArray target = direct ? outs[i][0] : key.received;
     auto exchange = [this, k, shape = key.shape, parts = key.parts, source, target, priority](
                         engine::RunContext, engine::CallbackOnComplete on_complete) {
-      const double bytes = static_cast<double>(shape.Size()) * sizeof(float);
-      std::shared_ptr<Completion> done = EngineCompletion(parts.size(), bytes, bytes, on_complete);
+      std::shared_ptr<Completion> done =
+          EngineCompletion(parts.size(), SentBytes(parts), ReceivedBytes(parts), on_complete);
       // The value may land where the payload came from (a pushpull in place): a server
       // answers only once it has received the whole push.
       const char* data = static_cast<const char*>(source.data().dptr);

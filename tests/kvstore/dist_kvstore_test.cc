@@ -821,9 +821,14 @@ TEST_F(DistKVStoreTest, PullsInBFloat16ArriveRoundedInEveryChunk) {
   for (int i = 0; i < 300; ++i) rounded[i] = static_cast<float>(BFloat16(init[i]));
   EXPECT_EQ(PullValue(1, 3, 300), rounded);
   EXPECT_NE(rounded, init);
+  // The workers' byte counters count what went on the wire, as the servers' do.
+  ClientMetrics& client = KVStoreClientMetrics();
+  const double pushed = client.push_bytes.Value(), pulled = client.pull_bytes.Value();
   for (auto& w : workers_) ASSERT_THAT(w->Push({3}, {{Arr(std::vector<float>(300, 0.7f))}}), IsOk());
   // Each worker's 0.7 goes as 0.5 (0.2 stays in its residual); no optimizer: the sum is the value.
   EXPECT_THAT(PullValue(0, 3, 300), ::testing::Each(1.0f));
+  EXPECT_EQ(client.push_bytes.Value() - pushed, 2 * 76);  // 2-bit: 19 words of 16 values
+  EXPECT_EQ(client.pull_bytes.Value() - pulled, 300 * 2);  // bfloat16
 }
 
 TEST_F(DistKVStoreTest, RandomInterleavingsMatchTheRoundOracle) {
