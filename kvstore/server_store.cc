@@ -938,7 +938,7 @@ void ServerStore::DropParked(Key& key, const Session* of, const absl::Status& wh
 void ServerStore::AcceptSyncPush(Key& key, int rank, std::vector<std::string> pieces,
                                  std::string packed, bool shared) {
   if (!key.round.open()) key.round_opened = options_.clock();
-  key.packed[rank] = std::move(packed);
+  key.packed[rank] = Sending() ? std::move(packed) : std::string();  // else none will send it
   key.round.Accept(rank, Payload(key, rank, std::move(pieces), shared),
                    static_cast<float*>(key.merged.data().dptr));
 }

@@ -323,7 +323,8 @@ class ServerStore {
     std::vector<uint64_t> taken;
     std::vector<InRound> in_round;
     // dist_sync: per rank, its push into the open round as it was sent when it came
-    // compressed (empty otherwise), which ReplicatePushes sends the backup instead of the sum.
+    // compressed and there is a backup (empty otherwise), which ReplicatePushes sends the
+    // backup instead of the sum.
     std::vector<std::string> packed;
     std::deque<ParkedPush> parked;  // second pushes into the open round
     std::vector<PendingPull> pulls;

@@ -235,6 +235,11 @@ absl::StatusOr<NDArray> ReplicaStore::Array(const Shape& shape, const ReplicaMes
 absl::StatusOr<NDArray> ReplicaStore::PushSum(const Shape& shape, const ReplicaMessage& update,
                                               const std::vector<std::string>& pieces,
                                               const std::string& what) const {
+  if (update.value().dtype() != DT_FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": compressed pushes stand for float32 values, got ",
+        ShapeString(update.value().dtype(), update.value().shape())));
+  }
   const GradientCompression& compression = update.compression();
   if (absl::Status st = internal::CheckCompression(compression);
       !st.ok() || compression.type().empty()) {

@@ -192,6 +192,10 @@ TEST(ReplicaStoreTest, AnUpdateAsItsCompressedPushesIsTheirSumBitForBit) {
   EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("push ranks must ascend within the job's 4 workers; got 0, 0, 3")));
   m = as_pushes();
+  m.mutable_value()->set_dtype(DT_FLOAT16);
+  EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("compressed pushes stand for float32 values")));
+  m = as_pushes();
   m.mutable_compression()->set_type("1bit");
   EXPECT_THAT(other.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("pushes compressed by '1bit'")));
