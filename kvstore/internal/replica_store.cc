@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
+#include "kvstore/cluster_spec.h"
 #include "kvstore/internal/compression.h"
 #include "kvstore/internal/optimizer_spec.h"
 #include "kvstore/internal/sync_round.h"
@@ -184,10 +185,13 @@ absl::Status ReplicaStore::Check(const ReplicaMessage& update, const std::string
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": view ", update.view(), " is older than view ", view_));
   }
-  if (update.num_workers() < 1 || update.num_workers() > kMaxWorkers ||
+  // A copy keeps state per rank: a count beyond any cluster's is refused before it is
+  // allocated (a server refuses any count but its own before that).
+  if (update.num_workers() < 1 || update.num_workers() > kMaxClusterProcesses ||
       (update.mode() != SYNC_MODE_SYNC && update.mode() != SYNC_MODE_ASYNC)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": needs a worker count (1 to ",
-                                                   kMaxWorkers, "; got ", update.num_workers(),
+                                                   kMaxClusterProcesses, "; got ",
+                                                   update.num_workers(),
                                                    ") and a mode"));
   }
   *another_job = !has_job_ || update.job_id() != job_id_;

@@ -102,10 +102,6 @@ class ReplicaStore {
   // A copy, on server `server_index`, of the key parts of server index `index` (-1: its left
   // neighbour, the ring's placement); `rt` makes the copy's arrays and runs its optimizer.
   ReplicaStore(const Runtime& rt, int server_index, int num_servers, int index = -1);
-
-  // A copy keeps state per rank: a worker count beyond any cluster's is refused before it is
-  // allocated (the server refuses any count but its own before that).
-  static constexpr int kMaxWorkers = 1 << 16;
   // The server index whose parts an update carries (ReplicaMessage.index, else its sender's).
   static int IndexOf(const ReplicaMessage& update);
 

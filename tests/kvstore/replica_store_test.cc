@@ -11,6 +11,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvstore/cluster_spec.h"
 #include "kvstore/internal/compression.h"
 #include "kvstore/internal/sync_round.h"
 #include "tests/ndarray/test_util.h"
@@ -93,7 +94,7 @@ TEST(ReplicaStoreTest, RefusalsNameWhatIsWrongAndChangeNothing) {
   EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("with 2 workers, the update says")));
   m = Update(7, 1, {3, 4});
-  m.set_num_workers(ReplicaStore::kMaxWorkers + 1);  // refused before anything is allocated
+  m.set_num_workers(kMaxClusterProcesses + 1);  // refused before anything is allocated
   EXPECT_THAT(store.Apply(m), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("needs a worker count (1 to 65536; got 65537)")));
   m = Update(7, 1, {3, 4});
