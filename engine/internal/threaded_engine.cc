@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -342,7 +343,20 @@ void ThreadedEngine::Execute(OprBlock* b, void* stream, int cpu_threads,
   }
   try {
     BodyScope body;
-    opr.async_fn(rctx, CreateCallback(&ThreadedEngine::OnAsyncComplete, b));
+    // The callback may come before the function returns (a request refused at once) and
+    // complete the block, which frees the function it belongs to: a one-shot function runs
+    // moved out of its block, a pre-built operator with a reference of its own.
+    Opr* const held = b->prebuilt ? b->opr : nullptr;
+    if (held != nullptr) held->refs.fetch_add(1, std::memory_order_acq_rel);
+    absl::Cleanup release = [this, held] {
+      if (held != nullptr) ReleaseOpr(held);
+    };
+    if (held != nullptr) {
+      held->async_fn(rctx, CreateCallback(&ThreadedEngine::OnAsyncComplete, b));
+    } else {
+      const AsyncFn fn = std::move(b->one_shot.async_fn);
+      fn(rctx, CreateCallback(&ThreadedEngine::OnAsyncComplete, b));
+    }
     done_running();
   } catch (const std::exception& e) {
     done_running();

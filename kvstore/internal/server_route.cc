@@ -51,15 +51,11 @@ void ServerRoute::Dispatch(std::shared_ptr<Request> r) {
   std::shared_ptr<ServerConnection> conn;
   uint64_t generation = 0;
   bool moved = false;
+  absl::Status failed;
   {
     MutexLock lock(&mu_);
-    if (!failed_.ok()) {
-      const absl::Status failed = failed_;
-      MutexUnlock unlocked(&mu_);
-      r->on_reply(ErrorReply(0, failed), true);
-      return;
-    }
-    if (failing_over_) {
+    failed = failed_;
+    if (failed.ok() && failing_over_) {
       waiting_.push_back(std::move(r));
       return;
     }
@@ -67,6 +63,10 @@ void ServerRoute::Dispatch(std::shared_ptr<Request> r) {
     generation = generation_;
     moved = view_ > 0;
   }
+  // The last use of `this` before a reply: a reply may end the request's engine operation,
+  // after which the route's owner may destroy the route (DistKVStore's destructor waits for
+  // the operations, not for the threads that end them).
+  if (!failed.ok()) return r->on_reply(ErrorReply(0, failed), true);
   ServerConnection* raw = conn.get();  // alive: conn_ or lost_ holds it until the end
   r->issue(*raw, moved, [this, r, generation, raw](const ServerMessage& reply, bool done) {
     const bool lost =
@@ -80,20 +80,20 @@ void ServerRoute::Dispatch(std::shared_ptr<Request> r) {
 
 void ServerRoute::Lost(std::shared_ptr<Request> r, uint64_t generation,
                        const ServerMessage& reply) {
+  bool resend = false;
   {
     MutexLock lock(&mu_);
     const bool can_fail_over = CanFailOver();
-    if (can_fail_over && generation != generation_) {
-      // Sent before a failover that has happened since: send it again where the index is now.
-      MutexUnlock unlocked(&mu_);
-      return Dispatch(std::move(r));
-    }
-    if (can_fail_over && failed_.ok()) {
+    // Sent before a failover that has happened since: sent again where the index is now.
+    resend = can_fail_over && generation != generation_;
+    if (!resend && can_fail_over && failed_.ok()) {
       waiting_.push_back(std::move(r));
       StartFailover(absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message()));
       return;
     }
   }
+  // Without the lock, and nothing after (Dispatch says why).
+  if (resend) return Dispatch(std::move(r));
   r->on_reply(reply, true);
 }
 
