@@ -4,7 +4,9 @@
 W worker and S server processes, each on a host of its own (a network namespace with its own
 address, tools/sim_network.py), every host's link shaped by tc to a profile: a bandwidth
 each way (tbf), random loss (--loss: a BPF classifier drops each packet with that
-probability) and, where the kernel has netem, a one-way latency. The workers (bench/cluster_sim_worker)
+probability) and a latency (--latency_us each way on every link, so a path between two hosts
+has twice that one way: a delay line in user space, tools/sim_delay_line, which needs no
+netem). The workers (bench/cluster_sim_worker)
 push and pull the parameters of a real network - ResNet-50, VGG-16 or an embedding-heavy MLP,
 their shapes listed from the symbols of examples/models.h - through Tessera's dist KVStore
 over TCP, with TLS and the cluster token as on a real cluster, after a configurable compute
@@ -24,16 +26,18 @@ scaled size falls under one element keeps one.
 The peer (--peer gloo, the default) is allreduce on the same links: the W workers' hosts run
 PyTorch's gloo allreduce of the same parameters (bench/cluster_sim_gloo.py: DDP's buckets,
 25 MB scaled as the sizes are, allreduced as backward fills them), once per model and
-bandwidth; its bound is a ring's, compute + 2 (W - 1) / W * M / B. Each parameter-server row
+bandwidth; its bound is a ring's, compute + 2 (W - 1) / W * M / B + 2 (W - 1) * 2 L (a ring's
+2 (W - 1) steps, each a send across two links). Each parameter-server row
 gives vs_gloo, its rounds/s over the peer's: with --servers as a list (e.g. 1,2,4) the rows
 say where the servers win and where they lose as S/W grows.
 
 Each row (model, bandwidth, servers, compression, replicas) reports:
 - rounds_per_s: the timed rounds over the slowest worker's time for them;
-- bound_round_s: the analytical bound of the topology, compute + max(M, W*M/S) / B, M the
-  model's bytes and B a link's bandwidth each way (both scaled): each worker sends and
-  receives its model once per round, a server's link carries W/S of it with an ideal
-  placement; ratio_to_bound = bound_round_s / the measured round (1: only the links limit);
+- bound_round_s: the analytical bound of the topology, compute + max(M, W*M/S) / B + 4 L, M
+  the model's bytes, B a link's bandwidth each way (both scaled) and L a link's latency:
+  each worker sends and receives its model once per round, a server's link carries W/S of
+  it with an ideal placement, and a round is at least one request and its answer across two
+  links each way; ratio_to_bound = bound_round_s / the measured round (1: only the links limit);
 - every link's bytes per timed round, sent and received, as the kernel counts them (TCP/IP
   and TLS overhead included), and the busiest server link's against W*M/S;
 - retransmitted_segments_per_round: TCP segments the hosts sent again (losses, queue drops);
@@ -84,10 +88,6 @@ PORT = 9000
 BIGARRAY_BOUND = 1000000  # kvstore/dist_kvstore.h kDefaultBigArrayBound
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # PyTorch DDP's bucket_cap_mb default
 START_SECONDS = 60  # servers listening, workers through their warm-up
-# Linux's largest TCP send buffer by default (tcp_wmem), scaled down with the links: at full
-# size it holds a few milliseconds of a 10 Gbps link, unscaled a second of the scaled one
-# (and everything queued there is out of reach of the workers' priorities).
-SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class BenchError(Exception):
@@ -124,13 +124,13 @@ class Hosts:
         self.ready = self.dir / "ready"
         self.ready.mkdir()
         self.env = env
-        self.net = Network(SUBNET, prefix="tcs")
+        self.net = Network(SUBNET, prefix="tcs", delay_line=args.bin_dir / "tools/sim_delay_line")
         self.processes = []  # (name, Popen, log path)
         try:
             self.hosts = [self.net.add_host(i) for i in range(count)]
             for ns in self.hosts:
                 self.net.shape(ns, rate_bits, args.latency_us, args.loss, args.queue_ms,
-                               SOCKET_BUFFER_BYTES / args.scale_down)
+                               args.socket_buffer_mb * 1024 * 1024 / args.scale_down)
         except BaseException:
             self.net.close()
             raise
@@ -215,7 +215,8 @@ def round_figures(args, reports, bound, comm_bound):
 def guess_round_seconds(args, rate_bits):
     """A generous round time for time-outs: the biggest model (VGG-16's 553 MB, scaled) through
     one link, once per worker, twice over."""
-    return args.compute_ms / 1000 + 2 * args.workers * 553e6 / args.scale_down * 8 / rate_bits
+    return (args.compute_ms / 1000 + 2 * args.workers * 553e6 / args.scale_down * 8 / rate_bits
+            + 100 * args.latency_us / 1e6)
 
 
 def run_row(args, work, certs, token, model, gbps, servers, compression, replicas, priority):
@@ -261,6 +262,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
     else:
         server_links, worker_links = links[:servers], links[servers:]
         comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
+    comm_bound += 4 * args.latency_us / 1e6  # a request and its answer, two links each way
     bound = args.compute_ms / 1000 + comm_bound
     return {
         "model": model, "gbps": gbps, "link_mbit_simulated": rate_bits / 1e6,
@@ -301,6 +303,7 @@ def run_gloo(args, work, model, gbps):
     model_bytes = reports[0]["model_bytes"]
     # A ring allreduce sends and receives 2 (W - 1) / W of the model on every link.
     comm_bound = 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits
+    comm_bound += 2 * (workers - 1) * 2 * args.latency_us / 1e6  # its steps, one after another
     bound = args.compute_ms / 1000 + comm_bound
     return {"model": model, "gbps": gbps, "peer": reports[0]["peer"], "schedule": args.schedule,
             **round_figures(args, reports, bound, comm_bound),
@@ -319,9 +322,16 @@ def main():
     parser.add_argument("--gbps", default="1,10,25", help="link bandwidths each way, full size")
     parser.add_argument("--scale_down", type=int, default=100)
     parser.add_argument("--latency_us", type=int, default=0,
-                        help="one-way, per link (needs the kernel's netem)")
+                        help="each way, per link (a path between hosts crosses two)")
     parser.add_argument("--loss", type=float, default=0.0,
                         help="percent of the packets each side of a link drops at random")
+    # Linux's largest TCP send buffer by default (tcp_wmem), scaled down with the links: at full
+    # size it holds a few milliseconds of a 10 Gbps link, unscaled a second of the scaled one
+    # (and everything queued there is out of reach of the workers' priorities). With a latency,
+    # a connection moves at most about a buffer per round trip: hosts tuned for long links
+    # raise it to the bandwidth times the round trip.
+    parser.add_argument("--socket_buffer_mb", type=float, default=4,
+                        help="each host's largest TCP send and receive buffer, full size")
     parser.add_argument("--queue_ms", type=float, default=100,
                         help="a switch port's queue (and the host's), in time at the link's rate")
     parser.add_argument("--compute_ms", type=float, default=0.0)
@@ -409,6 +419,7 @@ def main():
     print(json.dumps({
         "bench": "cluster_sim", "machine": machine(), "workers": args.workers,
         "scale_down": args.scale_down, "latency_us": args.latency_us,
+        "socket_buffer_mb": args.socket_buffer_mb,
         "loss_percent": args.loss, "compute_ms": args.compute_ms, "mode": args.mode,
         "schedule": args.schedule, "rounds": args.rounds, "rows": rows,
         "peer_rows": peer_rows}))

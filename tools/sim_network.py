@@ -1,10 +1,11 @@
 """Simulated hosts on one machine: a network namespace per host, each with its own address on
 a bridge that lives in a namespace of its own, so the machine's own network is never touched.
-Links can be cut, paced or shaped like a real network's (tc: tbf's or netem's rate, netem's
-delay, random loss by a BPF classifier, in both directions of a host's link), and every
-link's bytes and TCP retransmissions read back. Deleting the namespaces
-removes the links and their queueing disciplines with them: close() cleans everything up,
-whatever failed before it.
+Links can be cut, paced or shaped like a real network's (tc's tbf for the rate, a delay line
+in user space for the latency - sim_delay_line.cc, which needs no netem -, random loss by a
+BPF classifier, in both directions of a host's link), and every link's bytes and TCP
+retransmissions read back. Deleting the namespaces removes the links and their queueing
+disciplines with them: close() stops the delay lines and cleans everything up, whatever
+failed before it.
 
 Used by tests/deploy/simulate_cluster.py (Kubernetes pods on hosts of their own) and
 bench/cluster_sim.py (parameter-server traffic over shaped links). Needs root.
@@ -33,8 +34,11 @@ class Network:
     """One bridge in a namespace of its own and a namespace per host with a veth on it. Host
     `index` has address SUBNET.index+1; the bridge (the node) is SUBNET.254."""
 
-    def __init__(self, subnet, prefix="tsk"):
+    def __init__(self, subnet, prefix="tsk", delay_line=None):
+        """`delay_line`: the sim_delay_line program, needed only for links with a delay."""
         self.subnet = subnet
+        self.delay_line = delay_line
+        self.delay_lines = []  # their processes, stopped before the namespaces go
         self.node_address = f"{subnet}.254"
         self.prefix = f"{prefix}{os.getpid()}"
         self.hub = f"{self.prefix}-hub"
@@ -90,11 +94,12 @@ class Network:
         on the host's side for what it sends and on the bridge's side for what it receives
         (each direction its own queue, as a switch port has). Bandwidth is tc's tbf (a bucket
         of at least 64 KiB, the largest segment a veth hands over, and at most `queue_ms` of
-        queue, as a switch port buffers); with a one-way delay it is netem's rate and delay,
-        which the kernel must have (CONFIG_NET_SCH_NETEM): Failure says so where it does not.
-        Random loss drops each packet a side sends with probability `loss_percent` / 100
-        (sim_loss.bpf.c on the link's egress, both sides; needs clang and the kernel's
-        cls_bpf, not netem). `socket_buffer_bytes` caps the host's TCP send and receive
+        queue, as a switch port buffers). A delay holds every frame `delay_us` each way
+        between the host's port and the switch (a host-to-host path crosses two links, so
+        its one-way delay is twice that), in a wire of user space (sim_delay_line) rather
+        than netem, which many kernels lack. Random loss drops each packet a side sends with
+        probability `loss_percent` / 100 (sim_loss.bpf.c on the link's egress, both sides;
+        needs clang and the kernel's cls_bpf, not netem). `socket_buffer_bytes` caps the host's TCP send and receive
         buffers (its namespace's tcp_wmem and tcp_rmem): a simulation that scales the
         bandwidth down scales them with it, or they hold seconds of traffic."""
         if socket_buffer_bytes is not None:
@@ -102,30 +107,40 @@ class Network:
             for name in ["net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"]:
                 run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                      f"{name}=4096 {min(16384, limit)} {limit}"])
+        burst = max(64 * 1024, int(rate_bits / 8 * 0.002))
+        args = ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency",
+                f"{queue_ms}ms"]
+        run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", *args])
+        run(["ip", "netns", "exec", self.hub, "tc", "qdisc", "replace", "dev", self.ports[ns],
+             "root", *args])
         if delay_us > 0:
-            args = ["netem", "rate", f"{int(rate_bits)}bit", "limit", "100000", "delay",
-                    f"{delay_us}us"]
-        else:
-            burst = max(64 * 1024, int(rate_bits / 8 * 0.002))
-            args = ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency",
-                    f"{queue_ms}ms"]
-        try:
-            run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root",
-                 *args])
-            run(["ip", "netns", "exec", self.hub, "tc", "qdisc", "replace", "dev",
-                 self.ports[ns], "root", *args])
-        except Failure as e:
-            if "qdisc kind is unknown" in str(e):
-                raise Failure(f"this kernel has no {args[0]} queueing discipline "
-                              f"(CONFIG_NET_SCH_{args[0].upper()}): links cannot be given a "
-                              "delay here, only a bandwidth and loss") from e
-            raise
+            self._delay(ns, delay_us)
         if loss_percent > 0:
             program = self._loss_program(loss_percent)
             for where, dev in [(ns, "eth0"), (self.hub, self.ports[ns])]:
                 run(["ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "clsact"])
                 run(["ip", "netns", "exec", where, "tc", "filter", "add", "dev", dev, "egress",
                      "bpf", "direct-action", "obj", program, "sec", "classifier"])
+
+    def _delay(self, ns, delay_us):
+        """Puts a delay line between the host's port and the bridge: the port leaves the
+        bridge, a tap takes its place, and sim_delay_line carries the frames between the two,
+        each `delay_us` late. The port keeps its queueing disciplines (the delay line sends
+        through them)."""
+        if self.delay_line is None:
+            raise Failure("a link delay needs the sim_delay_line program (Network(delay_line=))")
+        port = self.ports[ns]
+        tap = f"d{port}"
+        run(["ip", "-n", self.hub, "tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr"])
+        run(["ip", "-n", self.hub, "link", "set", port, "nomaster"])
+        proc = subprocess.Popen(["ip", "netns", "exec", self.hub, str(self.delay_line),
+                                 f"--delay_us={int(delay_us)}", f"--port={port}", f"--tap={tap}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.delay_lines.append(proc)
+        if proc.stdout.readline().strip() != "ready":
+            proc.wait()
+            raise Failure(f"the delay line of {ns} did not start: {proc.stderr.read()}")
+        run(["ip", "-n", self.hub, "link", "set", tap, "master", "br0", "up"])
 
     def _loss_program(self, loss_percent):
         """sim_loss.bpf.c built for `loss_percent` (once per value), in this network's folder."""
@@ -174,6 +189,16 @@ class Network:
                                address, str(port)], capture_output=True).returncode == 0
 
     def close(self):
+        # First the delay lines: a namespace with a process in it outlives its deletion.
+        for proc in self.delay_lines:
+            proc.terminate()
+        for proc in self.delay_lines:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.delay_lines = []
         for ns in reversed(self.namespaces):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.namespaces = []

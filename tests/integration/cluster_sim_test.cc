@@ -4,7 +4,7 @@
 // unshaped link would by several times - every worker sends its model once per round, and
 // the server's link carries both workers' copies. A failing run (a model that does not
 // exist) names what failed, and every simulated host is gone after either run. Lossy links
-// are recovered by TCP. With PyTorch at hand, its gloo allreduce runs on the same links as
+// are recovered by TCP; a link's latency lengthens every round. With PyTorch at hand, its gloo allreduce runs on the same links as
 // the peer.
 #include <unistd.h>
 
@@ -139,6 +139,30 @@ TEST_F(ClusterSimTest, LossyLinksAreRecoveredByTcpAndCounted) {
     EXPECT_GE(link["sent"].get<double>(), 1022052) << row.dump();
   }
   EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+}
+
+// A latency of 20 ms each way on every link (a delay line in user space, no netem needed):
+// a round is at least its bytes over the links plus one request and its answer across two
+// links each way (80 ms) - the bound with the latency added, which a round through links
+// without it would beat by a third - and the bytes are still one model each way.
+TEST_F(ClusterSimTest, ALinksLatencyDelaysEveryRound) {
+  const Command c = ClusterSim({"--models", "resnet50", "--latency_us", "20000"});
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.lines.back());
+  EXPECT_EQ(report["latency_us"].get<int>(), 20000);
+  ASSERT_EQ(report["rows"].size(), 1u) << report.dump();
+  const nlohmann::json& row = report["rows"][0];
+  // Both workers' models through the server's link each way: 2 x 1,022,052 bytes at 100 Mbit/s.
+  const double links = 2 * 1022052 * 8 / 100e6;
+  EXPECT_NEAR(row["bound_round_s"].get<double>(), links + 0.08, 1e-3) << row.dump();
+  EXPECT_LE(row["ratio_to_bound"].get<double>(), 1.05) << row.dump();
+  for (const nlohmann::json& link : row["worker_link_bytes_per_round"]) {
+    EXPECT_GE(link["sent"].get<double>(), 1022052) << row.dump();
+    EXPECT_LE(link["sent"].get<double>(), 1.25 * 1022052) << row.dump();
+  }
+  EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
+  // A delay line left running would keep its namespace alive, unnamed.
+  EXPECT_NE(RunCommand({"pgrep", "-f", "tools/sim_delay_line"}).code, 0);
 }
 
 // The layered schedule (a training step's forward and backward layer by layer, each push
