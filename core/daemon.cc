@@ -1,5 +1,6 @@
 #include "core/daemon.h"
 
+#include <execinfo.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -8,8 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
-
-#include <execinfo.h>
 
 #include "absl/debugging/symbolize.h"
 #include "absl/flags/parse.h"
