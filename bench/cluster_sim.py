@@ -59,7 +59,8 @@ Last line: one JSON object naming the machine.
 Needs root (namespaces, tc). Every namespace, and with it every link and queueing discipline,
 is deleted when a row ends, failed or not; traffic stays between the simulation's namespaces.
 usage: ./tessera bench cluster_sim [--workers 4] [--servers 2[,4...]] [--models resnet50,...]
-           [--gbps 1,10,25] [--scale_down 100] [--latency_us 0] [--loss 0] [--compute_ms 0]
+           [--gbps 1,10,25] [--latency_us 0[,250...]] [--scale_down 100] [--loss 0]
+           [--compute_ms 0]
            [--rounds 3] [--warmup 1] [--compression none,2bit,fp16,2bit/bf16] [--replicas 1]
            [--mode dist_sync] [--peer gloo|none] [--schedule serial|layered]
            [--priority forward[,backward]] [--colocate]
@@ -117,9 +118,10 @@ class Hosts:
     to start their timed rounds together once all are through their warm-up (the links'
     counters and the CPUs' times read in between), and stopped however the run ends."""
 
-    def __init__(self, args, work, count, rate_bits, env):
+    def __init__(self, args, work, count, rate_bits, latency_us, env):
         self.args = args
         self.rate_bits = rate_bits
+        self.latency_us = latency_us
         self.dir = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="run-"))
         self.ready = self.dir / "ready"
         self.ready.mkdir()
@@ -129,7 +131,7 @@ class Hosts:
         try:
             self.hosts = [self.net.add_host(i) for i in range(count)]
             for ns in self.hosts:
-                self.net.shape(ns, rate_bits, args.latency_us, args.loss, args.queue_ms,
+                self.net.shape(ns, rate_bits, latency_us, args.loss, args.queue_ms,
                                args.socket_buffer_mb * 1024 * 1024 / args.scale_down)
         except BaseException:
             self.net.close()
@@ -164,7 +166,7 @@ class Hosts:
         ready/ready-RANK after its warm-up and waiting for ready/go); their JSON reports, the
         links' (sent, received) bytes per timed round, the CPUs' busy share over the rounds and
         the TCP segments the hosts sent again per round."""
-        seconds = 20 * guess_round_seconds(self.args, self.rate_bits)  # bounds a round
+        seconds = 20 * guess_round_seconds(self.args, self.rate_bits, self.latency_us)
         named = {name: (proc, log) for name, proc, log in self.processes}
         wait_for(lambda: all((self.ready / f"ready-{w}").exists() for w in range(len(workers))),
                  START_SECONDS + (self.args.warmup + 1) * seconds,
@@ -212,14 +214,15 @@ def round_figures(args, reports, bound, comm_bound):
     return figures
 
 
-def guess_round_seconds(args, rate_bits):
+def guess_round_seconds(args, rate_bits, latency_us):
     """A generous round time for time-outs: the biggest model (VGG-16's 553 MB, scaled) through
     one link, once per worker, twice over."""
     return (args.compute_ms / 1000 + 2 * args.workers * 553e6 / args.scale_down * 8 / rate_bits
-            + 100 * args.latency_us / 1e6)
+            + 100 * latency_us / 1e6)
 
 
-def run_row(args, work, certs, token, model, gbps, servers, compression, replicas, priority):
+def run_row(args, work, certs, token, model, gbps, latency_us, servers, compression, replicas,
+            priority):
     """The parameter servers: one cluster on fresh hosts; the row's figures."""
     workers = args.workers
     pushes, _, pulls = compression.partition("/")  # e.g. "2bit/bf16": 2bit pushes, bf16 pulls
@@ -228,7 +231,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
     # Colocated, server i shares worker i's host (MXNet's usual deployment); else each has its own.
     worker_host = (lambda w: w) if args.colocate else (lambda w: servers + w)
     with Hosts(args, work, workers if args.colocate else servers + workers, rate_bits,
-               security) as h:
+               latency_us, security) as h:
         ps_hosts = ",".join(f"{h.net.address(i)}:{PORT}" for i in range(servers))
         for i in range(servers):
             h.start(f"ps-{i}", i, [
@@ -262,10 +265,11 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
     else:
         server_links, worker_links = links[:servers], links[servers:]
         comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
-    comm_bound += 4 * args.latency_us / 1e6  # a request and its answer, two links each way
+    comm_bound += 4 * latency_us / 1e6  # a request and its answer, two links each way
     bound = args.compute_ms / 1000 + comm_bound
     return {
-        "model": model, "gbps": gbps, "link_mbit_simulated": rate_bits / 1e6,
+        "model": model, "gbps": gbps, "latency_us": latency_us,
+        "link_mbit_simulated": rate_bits / 1e6,
         "servers": servers, "compression": compression, "replicas": replicas,
         "colocated": args.colocate, "schedule": args.schedule, "priority": priority, "keys": reports[0]["keys"],
         "model_bytes_scaled": model_bytes, "model_bytes_full": model_bytes * args.scale_down,
@@ -280,7 +284,7 @@ def run_row(args, work, certs, token, model, gbps, servers, compression, replica
     }
 
 
-def run_gloo(args, work, model, gbps):
+def run_gloo(args, work, model, gbps, latency_us):
     """The allreduce peer on the same links: W processes of bench/cluster_sim_gloo.py on the
     workers' hosts, PyTorch's gloo allreduce between them over TCP in DDP's buckets."""
     workers = args.workers
@@ -290,7 +294,7 @@ def run_gloo(args, work, model, gbps):
         [args.bin_dir / "bench/cluster_sim_worker", f"--model={model}",
          f"--scale_down={args.scale_down}", "--list_parameters"],
         check=True, capture_output=True, text=True).stdout)
-    with Hosts(args, work, workers, rate_bits, {"GLOO_SOCKET_IFNAME": "eth0"}) as h:
+    with Hosts(args, work, workers, rate_bits, latency_us, {"GLOO_SOCKET_IFNAME": "eth0"}) as h:
         for w in range(workers):
             h.start(f"gloo-{w}", w, [
                 "/usr/bin/python3", ROOT / "bench/cluster_sim_gloo.py", f"--rank={w}",
@@ -303,9 +307,10 @@ def run_gloo(args, work, model, gbps):
     model_bytes = reports[0]["model_bytes"]
     # A ring allreduce sends and receives 2 (W - 1) / W of the model on every link.
     comm_bound = 2 * (workers - 1) / workers * model_bytes * 8 / rate_bits
-    comm_bound += 2 * (workers - 1) * 2 * args.latency_us / 1e6  # its steps, one after another
+    comm_bound += 2 * (workers - 1) * 2 * latency_us / 1e6  # its steps, one after another
     bound = args.compute_ms / 1000 + comm_bound
-    return {"model": model, "gbps": gbps, "peer": reports[0]["peer"], "schedule": args.schedule,
+    return {"model": model, "gbps": gbps, "latency_us": latency_us, "peer": reports[0]["peer"],
+            "schedule": args.schedule,
             **round_figures(args, reports, bound, comm_bound),
             "worker_sent_vs_model": statistics.mean(s for s, _ in links) / model_bytes,
             "cpu_busy": cpu, "retransmitted_segments_per_round": retransmitted}
@@ -321,8 +326,8 @@ def main():
     parser.add_argument("--models", default="resnet50,vgg16,embedding_mlp")
     parser.add_argument("--gbps", default="1,10,25", help="link bandwidths each way, full size")
     parser.add_argument("--scale_down", type=int, default=100)
-    parser.add_argument("--latency_us", type=int, default=0,
-                        help="each way, per link (a path between hosts crosses two)")
+    parser.add_argument("--latency_us", default="0",
+                        help="each way, per link (a path between hosts crosses two); comma list")
     parser.add_argument("--loss", type=float, default=0.0,
                         help="percent of the packets each side of a link drops at random")
     # Linux's largest TCP send buffer by default (tcp_wmem), scaled down with the links: at full
@@ -354,10 +359,13 @@ def main():
     args = parser.parse_args()
     args.bin_dir = pathlib.Path(args.tessera).resolve().parent.parent
     server_counts = [int(s) for s in args.servers.split(",")]
+    latencies = [int(u) for u in args.latency_us.split(",")]
     if os.geteuid() != 0:
         sys.exit("cluster_sim: needs root (network namespaces and tc)")
     if args.workers < 1 or min(server_counts) < 1 or args.workers + max(server_counts) > 253:
         sys.exit("cluster_sim: --workers and --servers must be at least 1, together at most 253")
+    if min(latencies) < 0:
+        sys.exit("cluster_sim: --latency_us must not be negative")
     if args.colocate and max(server_counts) > args.workers:
         sys.exit("cluster_sim: --colocate puts each server on a worker's host: at most --workers "
                  "servers")
@@ -374,15 +382,16 @@ def main():
 
     rows, peer_rows = [], []
     for model in args.models.split(","):
-        for gbps in [float(g) for g in args.gbps.split(",")]:
+        for gbps, latency_us in [(float(g), u) for g in args.gbps.split(",") for u in latencies]:
+            link = f"{gbps:5g} Gbps" + (f" {latency_us} us" if latency_us else "")
             peer = None
             if args.peer == "gloo":
                 try:
-                    peer = run_gloo(args, work, model, gbps)
+                    peer = run_gloo(args, work, model, gbps, latency_us)
                 except (BenchError, Failure, subprocess.CalledProcessError) as e:
-                    sys.exit(f"cluster_sim: gloo peer, {model} at {gbps} Gbps: {e}")
+                    sys.exit(f"cluster_sim: gloo peer, {model} at {link}: {e}")
                 peer_rows.append(peer)
-                print(f"{model:>13} {gbps:5g} Gbps gloo allreduce: "
+                print(f"{model:>13} {link} gloo allreduce: "
                       f"{peer['rounds_per_s']:.2f} rounds/s, bound "
                       f"{1 / peer['bound_round_s']:.2f} (ratio {peer['ratio_to_bound']:.2f})",
                       file=sys.stderr, flush=True)
@@ -391,16 +400,16 @@ def main():
                     for replicas, priority in [(int(r), p) for r in args.replicas.split(",")
                                                for p in args.priority.split(",")]:
                         try:
-                            row = run_row(args, work, certs, token, model, gbps, servers,
-                                          compression, replicas, priority)
+                            row = run_row(args, work, certs, token, model, gbps, latency_us,
+                                          servers, compression, replicas, priority)
                         except (BenchError, Failure) as e:
-                            sys.exit(f"cluster_sim: {model} at {gbps} Gbps, {servers} servers, "
+                            sys.exit(f"cluster_sim: {model} at {link}, {servers} servers, "
                                      f"{compression}, replicas {replicas}, priority "
                                      f"{priority}: {e}")
                         if peer is not None:
                             row["vs_gloo"] = row["rounds_per_s"] / peer["rounds_per_s"]
                         rows.append(row)
-                        print(f"{model:>13} {gbps:5g} Gbps S={servers} {compression:>9} "
+                        print(f"{model:>13} {link} S={servers} {compression:>9} "
                               f"r{replicas}: {row['rounds_per_s']:.2f} rounds/s, bound "
                               f"{1 / row['bound_round_s']:.2f} (ratio "
                               f"{row['ratio_to_bound']:.2f}), "
@@ -418,7 +427,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({
         "bench": "cluster_sim", "machine": machine(), "workers": args.workers,
-        "scale_down": args.scale_down, "latency_us": args.latency_us,
+        "scale_down": args.scale_down, "latency_us": latencies,
         "socket_buffer_mb": args.socket_buffer_mb,
         "loss_percent": args.loss, "compute_ms": args.compute_ms, "mode": args.mode,
         "schedule": args.schedule, "rounds": args.rounds, "rows": rows,
