@@ -33,6 +33,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/daemon.h"
 #include "core/file.h"
 #include "core/status_macros.h"
 #include "examples/models.h"
@@ -301,6 +302,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  tessera::ApplyMutexDeadlockDetectionFlag();  // as the worker daemon does
   const absl::Status status = tessera::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "cluster_sim_worker: %s\n", status.ToString().c_str());

@@ -11,12 +11,18 @@
 #include <thread>
 
 #include "absl/debugging/symbolize.h"
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/file.h"
+
+ABSL_FLAG(bool, mutex_deadlock_detection, false,
+          "abort when abseil's mutexes are taken in an order that could deadlock (a debugging "
+          "aid: it takes a process-wide lock on every lock)");
 
 namespace tessera {
 
@@ -31,6 +37,13 @@ void ParseDaemonFlags(int argc, char** argv, const char* usage) {
   absl::SetFlagsUsageConfig(config);
   absl::ParseCommandLine(argc, argv);
   ReportCrashes(argv[0]);
+  ApplyMutexDeadlockDetectionFlag();
+}
+
+void ApplyMutexDeadlockDetectionFlag() {
+  absl::SetMutexDeadlockDetectionMode(absl::GetFlag(FLAGS_mutex_deadlock_detection)
+                                          ? absl::OnDeadlockCycle::kAbort
+                                          : absl::OnDeadlockCycle::kIgnore);
 }
 
 namespace {

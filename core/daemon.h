@@ -14,8 +14,17 @@ namespace tessera {
 
 // Sets the daemon's usage line and parses its flags. --help (and --helpfull) list every flag
 // Tessera itself defines, wherever it is defined; absl alone would list only those of a
-// source file named after the program, none here. Then ReportCrashes(argv[0]).
+// source file named after the program, none here. Then ReportCrashes(argv[0]) and
+// ApplyMutexDeadlockDetectionFlag().
 void ParseDaemonFlags(int argc, char** argv, const char* usage);
+
+// Turns abseil's lock-order cycle detection off unless --mutex_deadlock_detection is set.
+// Debian builds abseil without NDEBUG, so there every absl::Mutex lock (gRPC's locks are
+// absl's) also records the lock order in a process-wide graph under a global lock, about 3x
+// an uncontended lock's cost, and a cycle in that history aborts the process even where no
+// deadlock can occur. Test binaries, which do not call this, keep it as the debugging aid it
+// is; daemons and the programs that stand for them in benches call it after their flags.
+void ApplyMutexDeadlockDetectionFlag();
 
 // A daemon that dies of a fatal signal (a crash, or abort: an uncaught exception, a failed
 // check) writes the signal and its thread's symbolized stack to stderr first, which the
