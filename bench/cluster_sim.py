@@ -20,8 +20,9 @@ transfer then takes the time it takes at full size on the full-size link; latenc
 are the real ones. So the ratios of compute to communication, of latency to transfer time and
 of one link's load to another's are the full-size cluster's, while the CPUs move
 1/scale_down of the bytes. Not preserved: per-message costs (headers, an RPC per key part)
-weigh scale_down times more against the payload than at full size, and a parameter whose
-scaled size falls under one element keeps one.
+weigh scale_down times more against the payload than at full size; the CPU's time per byte
+(TLS, the compression codecs) weighs scale_down times less against the links' time; and a
+parameter whose scaled size falls under one element keeps one.
 
 The peer (--peer gloo, the default) is allreduce on the same links: the W workers' hosts run
 PyTorch's gloo allreduce of the same parameters (bench/cluster_sim_gloo.py: DDP's buckets,
@@ -31,7 +32,7 @@ bandwidth; its bound is a ring's, compute + 2 (W - 1) / W * M / B + 2 (W - 1) * 
 gives vs_gloo, its rounds/s over the peer's: with --servers as a list (e.g. 1,2,4) the rows
 say where the servers win and where they lose as S/W grows.
 
-Each row (model, bandwidth, servers, compression, replicas) reports:
+Each row (model, bandwidth, latency, servers, compression, replicas) reports:
 - rounds_per_s: the timed rounds over the slowest worker's time for them;
 - bound_round_s: the analytical bound of the topology, compute + max(M, W*M/S) / B + 4 L, M
   the model's bytes, B a link's bandwidth each way (both scaled) and L a link's latency:
@@ -216,7 +217,8 @@ def round_figures(args, reports, bound, comm_bound):
 
 def guess_round_seconds(args, rate_bits, latency_us):
     """A generous round time for time-outs: the biggest model (VGG-16's 553 MB, scaled) through
-    one link, once per worker, twice over."""
+    one link, once per worker, twice over, and 25 round trips (a round limited by its
+    connections' windows takes many)."""
     return (args.compute_ms / 1000 + 2 * args.workers * 553e6 / args.scale_down * 8 / rate_bits
             + 100 * latency_us / 1e6)
 
@@ -261,7 +263,8 @@ def run_row(args, work, certs, token, model, gbps, latency_us, servers, compress
         # A host with a server: its worker's pushes but the 1/S its own server takes, and its
         # server's values for the W - 1 other workers (and as much in): M (W + S - 2) / S.
         server_links, worker_links = links[:servers], links
-        comm_bound = max(model_bytes, model_bytes * (workers + servers - 2) / servers) * 8 / rate_bits
+        comm_bound = (max(model_bytes, model_bytes * (workers + servers - 2) / servers) * 8
+                      / rate_bits)
     else:
         server_links, worker_links = links[:servers], links[servers:]
         comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
@@ -271,7 +274,8 @@ def run_row(args, work, certs, token, model, gbps, latency_us, servers, compress
         "model": model, "gbps": gbps, "latency_us": latency_us,
         "link_mbit_simulated": rate_bits / 1e6,
         "servers": servers, "compression": compression, "replicas": replicas,
-        "colocated": args.colocate, "schedule": args.schedule, "priority": priority, "keys": reports[0]["keys"],
+        "colocated": args.colocate, "schedule": args.schedule, "priority": priority,
+        "keys": reports[0]["keys"],
         "model_bytes_scaled": model_bytes, "model_bytes_full": model_bytes * args.scale_down,
         **round_figures(args, reports, bound, comm_bound),
         "server_link_bytes_per_round": [{"sent": s, "received": r} for s, r in server_links],
@@ -366,6 +370,8 @@ def main():
         sys.exit("cluster_sim: --workers and --servers must be at least 1, together at most 253")
     if min(latencies) < 0:
         sys.exit("cluster_sim: --latency_us must not be negative")
+    if args.socket_buffer_mb <= 0:
+        sys.exit("cluster_sim: --socket_buffer_mb must be positive")
     if args.colocate and max(server_counts) > args.workers:
         sys.exit("cluster_sim: --colocate puts each server on a worker's host: at most --workers "
                  "servers")

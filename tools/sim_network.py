@@ -99,9 +99,10 @@ class Network:
         its one-way delay is twice that), in a wire of user space (sim_delay_line) rather
         than netem, which many kernels lack. Random loss drops each packet a side sends with
         probability `loss_percent` / 100 (sim_loss.bpf.c on the link's egress, both sides;
-        needs clang and the kernel's cls_bpf, not netem). `socket_buffer_bytes` caps the host's TCP send and receive
-        buffers (its namespace's tcp_wmem and tcp_rmem): a simulation that scales the
-        bandwidth down scales them with it, or they hold seconds of traffic."""
+        needs clang and the kernel's cls_bpf, not netem). `socket_buffer_bytes` caps the
+        host's TCP send and receive buffers (its namespace's tcp_wmem and tcp_rmem): a
+        simulation that scales the bandwidth down scales them with it, or they hold seconds
+        of traffic."""
         if socket_buffer_bytes is not None:
             limit = max(16384, int(socket_buffer_bytes))
             for name in ["net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"]:

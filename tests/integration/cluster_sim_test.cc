@@ -4,8 +4,8 @@
 // unshaped link would by several times - every worker sends its model once per round, and
 // the server's link carries both workers' copies. A failing run (a model that does not
 // exist) names what failed, and every simulated host is gone after either run. Lossy links
-// are recovered by TCP; a link's latency lengthens every round. With PyTorch at hand, its gloo allreduce runs on the same links as
-// the peer.
+// are recovered by TCP; a link's latency lengthens every round. With PyTorch at hand, its
+// gloo allreduce runs on the same links as the peer.
 #include <unistd.h>
 
 #include <algorithm>
