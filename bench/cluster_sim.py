@@ -164,9 +164,11 @@ class Hosts:
 
     def measure(self, workers):
         """Starts the timed rounds of `workers` (names of started processes, each writing
-        ready/ready-RANK after its warm-up and waiting for ready/go); their JSON reports, the
-        links' (sent, received) bytes per timed round, the CPUs' busy share over the rounds and
-        the TCP segments the hosts sent again per round."""
+        ready/ready-RANK after its warm-up and waiting for ready/go, and ready/done-RANK after
+        its timed rounds); their JSON reports, the links' (sent, received) bytes per timed
+        round, the CPUs' busy share over the rounds and the TCP segments the hosts sent again
+        per round, all counted from go to the last done (not the processes' ends: their
+        shutdown would count as rounds)."""
         seconds = 20 * guess_round_seconds(self.args, self.rate_bits, self.latency_us)
         named = {name: (proc, log) for name, proc, log in self.processes}
         wait_for(lambda: all((self.ready / f"ready-{w}").exists() for w in range(len(workers))),
@@ -177,11 +179,15 @@ class Hosts:
         cpu_before = cpu_times()
         (self.ready / "go").touch()
         others = [p for p in self.processes if p[0] not in workers]
-        wait_for(lambda: all(named[w][0].poll() is not None for w in workers),
+        # (A worker that failed has ended without its done file; reading its report says so.)
+        wait_for(lambda: all((self.ready / f"done-{w}").exists() or named[name][0].poll() is
+                             not None for w, name in enumerate(workers)),
                  START_SECONDS + self.args.rounds * seconds, "workers' timed rounds", others)
         cpu_after = cpu_times()
         after = [self.net.link_bytes(ns) for ns in self.hosts]
         retransmitted = sum(self.net.retransmitted(ns) for ns in self.hosts) - retransmitted_before
+        wait_for(lambda: all(named[w][0].poll() is not None for w in workers), seconds,
+                 "workers' ends", others)
         reports = []
         for name in workers:
             proc, log = named[name]

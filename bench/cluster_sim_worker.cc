@@ -18,8 +18,8 @@
 // The cluster (rank, servers, TLS, token, bigarray bound) comes from the environment as for
 // any Tessera worker (kvstore/dist_kvstore.h, DistKVStoreOptionsFromEnvironment). After
 // --warmup rounds and a barrier it times --rounds rounds, then meets the others at a barrier
-// again (--ready_dir lets the driver start the timed rounds). Last line: one JSON object with this worker's rank, its round times and the bytes
-// it pushed per round.
+// again (--ready_dir lets the driver start the timed rounds and see their end). Last line:
+// one JSON object with this worker's rank, its round times and the bytes it pushed per round.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,8 +58,9 @@ ABSL_FLAG(bool, list_parameters, false,
           "print {\"sizes\": [...]}, the parameters' scaled element counts in layer order, and "
           "exit (bench/cluster_sim_gloo.py allreduces the same)");
 ABSL_FLAG(std::string, ready_dir, "",
-          "after the warm-up, write ready-RANK here and wait for a file named go (the driver "
-          "reads the links' counters in between); empty: start at once");
+          "after the warm-up, write ready-RANK here and wait for a file named go, and after the "
+          "timed rounds write done-RANK (the driver reads the links' and CPUs' counters at "
+          "both); empty: start at once");
 
 namespace tessera {
 namespace {
@@ -264,6 +265,9 @@ absl::Status Run() {
   }
   RETURN_IF_ERROR(drain());  // the last round's values are in
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
+  if (const std::string dir = absl::GetFlag(FLAGS_ready_dir); !dir.empty()) {
+    RETURN_IF_ERROR(WriteStringToFile(absl::StrCat(dir, "/done-", rank), ""));
+  }
   RETURN_IF_ERROR(kv->Barrier());
   // A layered round's waits, averaged over the timed rounds: for the first layer's new values
   // (from the backward pass's end to the next forward's start), and within each pass beyond
