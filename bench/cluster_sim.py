@@ -42,6 +42,13 @@ Each row (model, bandwidth, latency, servers, compression, replicas) reports:
 - every link's bytes per timed round, sent and received, as the kernel counts them (TCP/IP
   and TLS overhead included), and the busiest server link's against W*M/S;
 - retransmitted_segments_per_round: TCP segments the hosts sent again (losses, queue drops);
+- with compression, full_size_codec_s: one thread's time per round for the codecs at full
+  size, a worker's (quantize its push, widen its pulls) and a server's (W/S pushes back to
+  float32, W/S answers rounded), timed on this machine (cluster_sim_worker --time_codec);
+  the scaled-down rounds spend 1/scale_down of it, and
+  rounds_per_s_full_size_codec_worst adds the rest of both to the round, as if none of it
+  overlapped the transfers: the measured and the worst bracket a full-size cluster's rate
+  on CPUs like these;
 - cpu_busy: the machine's busy share of its CPUs over the timed rounds (near 1: the figure is
   the CPU's, not the links').
 
@@ -229,6 +236,21 @@ def guess_round_seconds(args, rate_bits, latency_us):
             + 100 * latency_us / 1e6)
 
 
+_codec_seconds = {}
+
+
+def codec_seconds(args, model, pushes, pulls):
+    """cluster_sim_worker --time_codec for the full-size model (cached per model and codec)."""
+    key = (model, pushes, pulls)
+    if key not in _codec_seconds:
+        _codec_seconds[key] = json.loads(subprocess.run(
+            [args.bin_dir / "bench/cluster_sim_worker", f"--model={model}", "--scale_down=1",
+             "--time_codec", f"--compression={'' if pushes == 'none' else pushes}",
+             f"--pull_type={pulls}"],
+            check=True, capture_output=True, text=True).stdout)
+    return _codec_seconds[key]
+
+
 def run_row(args, work, certs, token, model, gbps, latency_us, servers, compression, replicas,
             priority):
     """The parameter servers: one cluster on fresh hosts; the row's figures."""
@@ -276,7 +298,7 @@ def run_row(args, work, certs, token, model, gbps, latency_us, servers, compress
         comm_bound = max(model_bytes, ideal_server) * 8 / rate_bits
     comm_bound += 4 * latency_us / 1e6  # a request and its answer, two links each way
     bound = args.compute_ms / 1000 + comm_bound
-    return {
+    row = {
         "model": model, "gbps": gbps, "latency_us": latency_us,
         "link_mbit_simulated": rate_bits / 1e6,
         "servers": servers, "compression": compression, "replicas": replicas,
@@ -292,6 +314,14 @@ def run_row(args, work, certs, token, model, gbps, latency_us, servers, compress
         "worker_sent_vs_model": statistics.mean(s for s, _ in worker_links) / model_bytes,
         "cpu_busy": cpu, "retransmitted_segments_per_round": retransmitted,
     }
+    if compression != "none":
+        t = codec_seconds(args, model, pushes, pulls)
+        codec = {"worker": t["quantize_s"] + t["unpack_pull_s"],
+                 "server": workers / servers * (t["dequantize_s"] + t["pack_pull_s"])}
+        row["full_size_codec_s"] = codec
+        missing = (1 - 1 / args.scale_down) * (codec["worker"] + codec["server"])
+        row["rounds_per_s_full_size_codec_worst"] = 1 / (1 / row["rounds_per_s"] + missing)
+    return row
 
 
 def run_gloo(args, work, model, gbps, latency_us):
@@ -435,6 +465,9 @@ def main():
                                  f"{row.get('forward_wait_s', 0) * 1000:.1f}, backward "
                                  f"{row.get('backward_wait_s', 0) * 1000:.1f}), " if
                                  args.schedule == "layered" else "")
+                              + (f"with full-size codecs at worst "
+                                 f"{row['rounds_per_s_full_size_codec_worst']:.2f}, "
+                                 if "full_size_codec_s" in row else "")
                               + f"cpu {row['cpu_busy']:.0%}", file=sys.stderr, flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({

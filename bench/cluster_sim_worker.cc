@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "core/status_macros.h"
 #include "examples/models.h"
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/internal/compression.h"
 #include "ndarray/ndarray.h"
 #include "ndarray/runtime.h"
 #include "nlohmann/json.hpp"
@@ -57,6 +59,10 @@ ABSL_FLAG(std::string, job_id, "cluster-sim", "the run's identity, the same on e
 ABSL_FLAG(bool, list_parameters, false,
           "print {\"sizes\": [...]}, the parameters' scaled element counts in layer order, and "
           "exit (bench/cluster_sim_gloo.py allreduces the same)");
+ABSL_FLAG(bool, time_codec, false,
+          "print one thread's seconds for the --compression / --pull_type codecs over all the "
+          "parameters at --scale_down (1: the full model) as one JSON object, and exit "
+          "(bench/cluster_sim.py adds what the scale-down takes off them)");
 ABSL_FLAG(std::string, ready_dir, "",
           "after the warm-up, write ready-RANK here and wait for a file named go, and after the "
           "timed rounds write done-RANK (the driver reads the links' and CPUs' counters at "
@@ -115,6 +121,57 @@ class SimulatedCompute {
   double owed_ms_ = 0;
 };
 
+// The compression the flags ask for (--compression, --threshold for 2bit, --pull_type).
+GradientCompression CompressionFromFlags() {
+  GradientCompression c;
+  c.set_type(absl::GetFlag(FLAGS_compression));
+  if (c.type() == "2bit") c.set_threshold(absl::GetFlag(FLAGS_threshold));
+  c.set_pull_type(absl::GetFlag(FLAGS_pull_type));
+  return c;
+}
+
+// --time_codec: one thread's time for each codec step over `n` values (one buffer), the best
+// of three runs each: a worker's push quantized and a pull widened, a server's push turned
+// back into float32 and a pull's answer rounded. The simulation's transfers spend
+// 1/scale_down of these; at full size they are what the CPUs add to a round.
+absl::Status TimeCodec(const GradientCompression& c, int64_t n) {
+  RETURN_IF_ERROR(kvstore::internal::CheckCompression(c));
+  std::vector<float> grad(n), residual(n, 0.0f), values(n);
+  uint64_t state = 1;
+  for (float& g : grad) {  // uniform in [-1, 1): about half past a threshold of 0.5
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    g = static_cast<float>(static_cast<int64_t>(state >> 11) - (int64_t{1} << 52)) / 0x1p52f;
+  }
+  auto best_of_three = [](const std::function<void()>& step) {
+    double best = 1e300;
+    for (int i = 0; i < 3; ++i) {
+      const Clock::time_point begin = Clock::now();
+      step();
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - begin).count());
+    }
+    return best;
+  };
+  nlohmann::json times = {{"values", n}, {"quantize_s", 0.0}, {"dequantize_s", 0.0},
+                          {"pack_pull_s", 0.0}, {"unpack_pull_s", 0.0}};
+  if (!c.type().empty()) {
+    std::string packed(kvstore::internal::CompressedBytes(c, n), '\0');
+    times["quantize_s"] = best_of_three([&] {
+      kvstore::internal::CompressPush(c, grad.data(), residual.data(), n, packed.data());
+    });
+    times["dequantize_s"] = best_of_three(
+        [&] { kvstore::internal::DecompressPush(c, packed.data(), n, values.data()); });
+  }
+  if (kvstore::internal::PullsInBFloat16(c)) {
+    std::string packed(2 * static_cast<size_t>(n), '\0');
+    times["pack_pull_s"] =
+        best_of_three([&] { kvstore::internal::PackPull(grad.data(), n, packed.data()); });
+    times["unpack_pull_s"] =
+        best_of_three([&] { kvstore::internal::UnpackPull(packed.data(), n, values.data()); });
+  }
+  std::printf("%s\n", times.dump().c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   if (absl::GetFlag(FLAGS_scale_down) < 1) {
     return absl::InvalidArgumentError("--scale_down must be at least 1");
@@ -135,14 +192,15 @@ absl::Status Run() {
     std::printf("%s\n", nlohmann::json({{"sizes", sizes}, {"flops", model.flops}}).dump().c_str());
     return absl::OkStatus();
   }
+  if (absl::GetFlag(FLAGS_time_codec)) {
+    int64_t n = 0;
+    for (int64_t size : sizes) n += size;
+    return TimeCodec(CompressionFromFlags(), n);
+  }
   ASSIGN_OR_RETURN(kvstore::DistKVStoreOptions options,
                    kvstore::DistKVStoreOptionsFromEnvironment());
   options.job_id = absl::GetFlag(FLAGS_job_id);
-  options.compression.set_type(absl::GetFlag(FLAGS_compression));
-  if (options.compression.type() == "2bit") {
-    options.compression.set_threshold(absl::GetFlag(FLAGS_threshold));
-  }
-  options.compression.set_pull_type(absl::GetFlag(FLAGS_pull_type));
+  options.compression = CompressionFromFlags();
   const int rank = options.cluster.index;
   ASSIGN_OR_RETURN(std::unique_ptr<OwnedRuntime> owned, OwnedRuntime::Create(/*seed=*/rank));
   const Runtime& rt = owned->get();

@@ -101,7 +101,8 @@ TEST_F(ClusterSimTest, AColocatedServerSharesItsWorkersLink) {
 
 // Compressed both ways (2bit pushes, bfloat16 pulls): each worker's link sends a sixteenth
 // of the model (plus headers and the acknowledgements of what it receives) and receives half
-// of it; the server's link the same for both workers.
+// of it; the server's link the same for both workers. The row says what the codecs would add
+// at full size.
 TEST_F(ClusterSimTest, CompressedTransfersCarryTheirShareOfTheModel) {
   const Command c = ClusterSim({"--models", "resnet50", "--compression", "2bit/bf16"});
   ASSERT_EQ(c.code, 0) << c.out << c.err;
@@ -119,6 +120,13 @@ TEST_F(ClusterSimTest, CompressedTransfersCarryTheirShareOfTheModel) {
   const nlohmann::json& server = row["server_link_bytes_per_round"][0];
   EXPECT_GE(server["sent"].get<double>(), kModel) << row.dump();  // half the model to each worker
   EXPECT_LE(server["sent"].get<double>(), 1.2 * kModel) << row.dump();
+  // The codecs' full-size time, timed on this machine, and the rate with all of what the
+  // scale-down took off them added back: below the measured one.
+  EXPECT_GT(row["full_size_codec_s"]["worker"].get<double>(), 0) << row.dump();
+  EXPECT_GT(row["full_size_codec_s"]["server"].get<double>(), 0) << row.dump();
+  EXPECT_LT(row["rounds_per_s_full_size_codec_worst"].get<double>(),
+            row["rounds_per_s"].get<double>())
+      << row.dump();
   EXPECT_THAT(LeftNamespaces(), ::testing::IsEmpty());
 }
 
