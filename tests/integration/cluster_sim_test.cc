@@ -154,7 +154,10 @@ TEST_F(ClusterSimTest, LossyLinksAreRecoveredByTcpAndCounted) {
 // links each way (80 ms) - the bound with the latency added, which a round through links
 // without it would beat by a third - and the bytes are still one model each way.
 TEST_F(ClusterSimTest, ALinksLatencyDelaysEveryRound) {
-  const Command c = ClusterSim({"--models", "resnet50", "--latency_us", "20000"});
+  // Buffers for the round trip (64 MiB full size, 671 KB scaled), or each connection moves
+  // a 41 KB window per 80 ms and a round takes seconds.
+  const Command c = ClusterSim(
+      {"--models", "resnet50", "--latency_us", "20000", "--socket_buffer_mb", "64"});
   ASSERT_EQ(c.code, 0) << c.out << c.err;
   const nlohmann::json report = nlohmann::json::parse(c.lines.back());
   EXPECT_EQ(report["latency_us"], nlohmann::json::array({20000}));
