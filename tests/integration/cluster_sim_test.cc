@@ -152,7 +152,7 @@ TEST_F(ClusterSimTest, LossyLinksAreRecoveredByTcpAndCounted) {
 // A latency of 20 ms each way on every link (a delay line in user space, no netem needed):
 // a round is at least its bytes over the links plus one request and its answer across two
 // links each way (80 ms) - the bound with the latency added, which a round through links
-// without it would beat by a third - and the bytes are still one model each way.
+// without it would beat by a fifth - and the bytes are still one model each way.
 TEST_F(ClusterSimTest, ALinksLatencyDelaysEveryRound) {
   // Buffers for the round trip (64 MiB full size, 671 KB scaled), or each connection moves
   // a 41 KB window per 80 ms and a round takes seconds.
